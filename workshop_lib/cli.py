@@ -1,0 +1,54 @@
+"""The `workshop` command. Each area of the library adds its sub-commands from workshop_lib/commands/."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from .errors import WorkshopError
+
+# One module per area; each defines register(subparsers). Listed here so the order of --help is stable.
+COMMAND_MODULES = [
+    "cluster",  # cluster up/down/status, jobs
+    "experiments",  # experiments, render, check, submit, status
+    "results",  # collect, memory
+    "estimate",  # estimate
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="workshop",
+        description="Distributed fine-tuning workshop: experiments, SLURM jobs, results.",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(f"workshop_lib.commands.{name}")
+        except ModuleNotFoundError as missing:
+            if missing.name == f"workshop_lib.commands.{name}":
+                continue  # that area is not built yet
+            raise
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "handler", None):
+        parser.print_help()
+        return 1
+    try:
+        return int(args.handler(args) or 0)
+    except WorkshopError as error:
+        print(f"workshop: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("workshop: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
