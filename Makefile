@@ -1,0 +1,43 @@
+# Entry points of the workshop. Every target sets up what it needs itself.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+NODES ?= 2
+
+.PHONY: setup cluster-up cluster-down test test-fast demo book lab clean
+
+setup: $(STAMP)  ## virtual environment with the library, training and book extras (idempotent)
+
+# Re-installs only when the dependency files change; DeepSpeed's ops are built on first use, not now.
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip wheel setuptools
+	DS_BUILD_OPS=0 $(BIN)/pip install -q -c constraints.txt -e '.[train,book,test]'
+	$(BIN)/python -m workshop_lib.lab_settings
+	touch $@
+
+cluster-up: setup  ## start the local SLURM cluster (root; installs SLURM if missing)
+	$(BIN)/workshop cluster up --nodes $(NODES)
+
+cluster-down:  ## stop every daemon the local cluster started
+	@if [ -x $(BIN)/workshop ]; then $(BIN)/workshop cluster down; else echo "nothing to stop"; fi
+
+test: setup  ## the whole test suite (starts and stops the local cluster itself)
+	$(BIN)/pytest -q
+
+test-fast: setup  ## tests without the slow ones
+	$(BIN)/pytest -q -m "not slow"
+
+demo: setup  ## the workshop end to end on the local default (tiny profile, local SLURM)
+	$(BIN)/python -m workshop_lib.demo
+
+book: setup  ## build the book from already executed chapters
+	$(BIN)/jupyter-book build . -W --keep-going
+
+lab: setup  ## JupyterLab where the .py chapters open as notebooks
+	$(BIN)/jupyter lab --notebook-dir=.
+
+clean:  ## remove build output (keeps runs/ and the environment)
+	rm -rf _build

@@ -1,0 +1,15 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: py:percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Chapter 1: Data parallel fine-tuning with LoRA (NeMo)
+#
+# This chapter is being written. Until it lands, the pages under *Before you start* explain the
+# cluster side, and {doc}`../book/answers` collects the questions this chapter will ask.

@@ -1,0 +1,42 @@
+"""The job footer: start, end and total time."""
+
+from datetime import datetime
+from pathlib import Path
+
+from workshop_lib.parse.footer import format_duration, parse_duration, parse_footer
+from workshop_lib.parse.text import read_text
+
+SAMPLES = Path(__file__).parents[1] / "samples"
+
+
+def test_footer_of_the_seed_form():
+    footer = parse_footer(read_text(SAMPLES / "nemo" / "llama_lora_2gpus.out"))
+    assert footer.start_time == datetime(2025, 12, 5, 10, 24, 29)
+    assert footer.end_time == datetime(2025, 12, 5, 10, 34, 24)
+    assert footer.total_time_s == 9 * 60 + 55
+    assert footer.total_time_text == "00:09:55"
+    assert footer.finished
+
+
+def test_total_computed_from_start_and_end_when_its_line_is_missing():
+    text = " Start time : 2025-06-14 23:59:50\n End time   : 2025-06-15 00:01:05\n"
+    assert parse_footer(text).total_time_s == 75
+
+
+def test_job_killed_before_its_footer():
+    footer = parse_footer(" Start time : 2025-06-14 09:00:02\nTraceback (most recent call last):\n")
+    assert footer.start_time is not None
+    assert not footer.finished and footer.total_time_s is None
+
+
+def test_garbled_footer_lines_are_counted():
+    footer = parse_footer(" Total time : 00:6x:10\n End time   : 2025-13-45 99:00:00\n")
+    assert footer.total_time_s is None and footer.end_time is None
+    assert footer.skipped_lines == 2
+
+
+def test_durations():
+    assert parse_duration("26:00:01") == 26 * 3600 + 1
+    assert parse_duration("1-02:00:00") == 26 * 3600
+    assert parse_duration("00:61:00") is None
+    assert format_duration(26 * 3600 + 61) == "26:01:01"

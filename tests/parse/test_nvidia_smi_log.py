@@ -1,0 +1,52 @@
+"""nvidia-smi memory CSVs (samples recorded on a 2×H200 machine), with and without units."""
+
+from datetime import datetime
+from pathlib import Path
+
+from workshop_lib.parse.nvidia_smi import node_from_filename, parse_nvidia_smi, read_nvidia_smi
+from workshop_lib.parse.text import read_text
+
+SAMPLES = Path(__file__).parents[1] / "samples" / "nvidia_smi"
+
+
+def test_without_units():
+    log = read_nvidia_smi(SAMPLES / "h200x2_nounits.csv", node="gpu201-02")
+    assert log.node == "gpu201-02" and log.gpu_indices == [0, 1]
+    assert len(log.used_mib(0)) == len(log.used_mib(1)) == 27
+    assert max(log.used_mib(0)) == 6251 and max(log.used_mib(1)) == 3389
+    assert log.samples[0].timestamp == datetime(2026, 11, 21, 15, 14, 6, 104000)
+    assert log.samples[0].name == "NVIDIA H200" and log.samples[0].total_mib == 143771
+    assert log.skipped_lines == 0
+
+
+def test_with_units_and_other_columns():
+    log = read_nvidia_smi(SAMPLES / "h200x2_units.csv")
+    assert log.gpu_indices == [0, 1]
+    assert max(log.used_mib(0)) == 6251 and log.samples[0].total_mib == 143771
+    assert log.samples[0].name is None  # that query had utilization.gpu instead of name
+
+
+def test_unavailable_values_a_cut_line_and_mixed_lines_are_skipped():
+    lines = read_text(SAMPLES / "h200x2_nounits.csv").splitlines()
+    damaged = [
+        *lines[:5],
+        "2026/11/21 15:14:08.105, 0, NVIDIA H200, [N/A], 143771",
+        lines[5] + lines[6],  # two loggers wrote into one line
+        "timestamp, index, name, memory.used [MiB], memory.total [MiB]",  # the file was appended to
+        *lines[7:],
+        "2026/11/21 15:14:19.661, 0, NVIDIA H2",  # the job was killed mid-line
+    ]
+    log = parse_nvidia_smi("\n".join(damaged))
+    assert len(log.samples) == len(lines) - 3  # header, and the two lines merged into one
+    assert log.skipped_lines == 3
+
+
+def test_file_without_header_uses_the_job_scripts_columns():
+    log = parse_nvidia_smi("2026/11/21 15:14:14.137, 0, NVIDIA H200, 6251, 143771\n")
+    assert log.samples[0].used_mib == 6251
+
+
+def test_node_names_from_file_names():
+    assert node_from_filename("runs/x/gpu_memory_node1.csv") == "node1"
+    assert node_from_filename("gpu_memory_log_gpu201-02.csv") == "gpu201-02"
+    assert node_from_filename("gpu_memory_log.csv") == "gpu_memory_log"

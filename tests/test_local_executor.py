@@ -1,0 +1,98 @@
+"""The local executor: the same scripts run with bash where no scheduler exists."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from workshop_lib import cluster
+from workshop_lib.errors import ClusterError, JobFailed, SubmitError
+
+
+@pytest.fixture(autouse=True)
+def private_state(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORKSHOP_STATE_DIR", str(tmp_path / "state"))
+
+
+def script(folder, body, *directives):
+    path = folder / "job.sh"
+    path.write_text("\n".join(["#!/bin/bash", "#SBATCH --output=out-%j.txt", *(f"#SBATCH {d}" for d in directives),
+                               body]) + "\n")
+    return path
+
+
+def run(path, timeout=30):
+    job = cluster.submit(path, backend="local")
+    [info] = cluster.wait_for([job], timeout=timeout, poll_interval=0.1, progress=False)
+    return job, info
+
+
+def test_environment_mimics_slurm(tmp_path):
+    job, info = run(script(tmp_path, 'echo "$SLURM_JOB_ID $SLURM_NNODES $SLURM_GPUS_ON_NODE $CUDA_VISIBLE_DEVICES"',
+                           "--gpus-per-node=2", "--ntasks-per-node=2"))
+    assert info.state == "COMPLETED" and info.exit_code == 0
+    assert job.stdout_path == tmp_path / f"out-{job.job_id}.txt"
+    assert job.stdout_path.read_text().split() == [job.job_id, "1", "2", "0,1"]
+
+
+def test_srun_runs_one_copy_per_task(tmp_path):
+    job, info = run(script(tmp_path, "srun bash -c 'echo rank $SLURM_PROCID'", "--ntasks-per-node=3"))
+    assert info.state == "COMPLETED"
+    assert sorted(job.stdout_path.read_text().splitlines()) == ["rank 0", "rank 1", "rank 2"]
+
+
+def test_failure_keeps_exit_code_and_log(tmp_path):
+    job, info = run(script(tmp_path, "echo half way; exit 7"))
+    assert (info.state, info.exit_code) == ("FAILED", 7)
+    with pytest.raises(JobFailed, match="half way"):
+        job.raise_for_state()
+
+
+def test_time_limit_gives_timeout(tmp_path):
+    job, info = run(script(tmp_path, "sleep 30", "--time=00:01"), timeout=20)  # MM:SS: one second
+    assert info.state == "TIMEOUT"
+
+
+def test_cancel(tmp_path):
+    job = cluster.submit(script(tmp_path, "sleep 30"), backend="local")
+    deadline = time.monotonic() + 10
+    while job.state != "RUNNING":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    job.cancel()
+    [info] = cluster.wait_for([job], timeout=15, poll_interval=0.1, progress=False)
+    assert info.state == "CANCELLED"
+
+
+def test_another_process_sees_the_job(tmp_path):
+    job, _ = run(script(tmp_path, "true"))
+    again = cluster.job_from_id(job.job_id)
+    assert again.backend == "local" and again.info().state == "COMPLETED"
+
+
+def test_refuses_multi_node_and_missing_output_folder(tmp_path):
+    with pytest.raises(SubmitError, match="workshop cluster up --nodes 2"):
+        cluster.submit(script(tmp_path, "true", "--nodes=2"), backend="local")
+    bad = tmp_path / "bad.sh"
+    bad.write_text("#!/bin/bash\n#SBATCH --output=nowhere/out.txt\ntrue\n")
+    with pytest.raises(SubmitError, match="does not exist"):
+        cluster.submit(bad, backend="local")
+
+
+def test_backend_choice_and_errors(monkeypatch, tmp_path):
+    monkeypatch.setenv("WORKSHOP_BACKEND", "local")
+    assert cluster.resolve_backend() == "local"
+    monkeypatch.setenv("WORKSHOP_BACKEND", "nonsense")
+    with pytest.raises(ClusterError, match="unknown backend"):
+        cluster.resolve_backend()
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch anywhere
+    monkeypatch.setenv("WORKSHOP_BACKEND", "slurm")
+    with pytest.raises(ClusterError, match="sbatch"):
+        cluster.resolve_backend()
+    monkeypatch.setenv("WORKSHOP_BACKEND", "auto")
+    monkeypatch.setenv("WORKSHOP_ALLOW_LOCAL", "0")
+    with pytest.raises(ClusterError, match="workshop cluster up"):
+        cluster.resolve_backend()
+    monkeypatch.setenv("WORKSHOP_ALLOW_LOCAL", "1")
+    assert cluster.resolve_backend() == "local"

@@ -1,0 +1,79 @@
+"""`workshop cluster up|down|status|env` and `workshop jobs`."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import time
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    cluster = subparsers.add_parser("cluster", help="start, stop or inspect the local SLURM cluster")
+    actions = cluster.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    up = actions.add_parser("up", help="start the local cluster (installs SLURM if missing; needs root)")
+    up.add_argument("--nodes", type=int, default=2, help="emulated nodes, each like an Ibex A100 node (default 2)")
+    up.add_argument("--no-accounting", action="store_true",
+                    help="skip slurmdbd and MariaDB (faster start; sacct will not work)")
+    up.add_argument("--timeout", type=float, default=90.0, help="seconds to wait for idle nodes")
+    up.set_defaults(handler=_up)
+
+    down = actions.add_parser("down", help="cancel its jobs and stop every daemon it started")
+    down.set_defaults(handler=_down)
+
+    status = actions.add_parser("status", help="show the daemons and the nodes")
+    status.set_defaults(handler=_status)
+
+    env = actions.add_parser("env", help="print the export line that points sbatch/squeue at the local cluster")
+    env.set_defaults(handler=_env)
+
+    jobs = subparsers.add_parser("jobs", help="show jobs by id (state, exit code, elapsed, log)")
+    jobs.add_argument("job_ids", nargs="+", metavar="JOB_ID")
+    jobs.add_argument("--backend", choices=["slurm", "local"], default=None)
+    jobs.add_argument("--wait", action="store_true", help="wait until they have all ended")
+    jobs.set_defaults(handler=_jobs)
+
+
+def _up(args: argparse.Namespace) -> int:
+    from ..local_cluster import LocalCluster
+
+    cluster = LocalCluster()
+    started = time.monotonic()
+    status = cluster.up(nodes=args.nodes, accounting=not args.no_accounting, timeout=args.timeout)
+    print(status.describe())
+    print(f"ready in {time.monotonic() - started:.1f} s. For sbatch/squeue in your shell: "
+          f"export SLURM_CONF={shlex.quote(str(status.conf))}")
+    return 0
+
+
+def _down(args: argparse.Namespace) -> int:
+    from ..local_cluster import LocalCluster
+
+    stopped = LocalCluster().down()
+    print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    from ..local_cluster import LocalCluster
+
+    status = LocalCluster().status()
+    print(status.describe())
+    return 0 if status.running else 3
+
+
+def _env(args: argparse.Namespace) -> int:
+    from ..local_cluster import LocalCluster
+
+    print(f"export SLURM_CONF={shlex.quote(str(LocalCluster().conf))}")
+    return 0
+
+
+def _jobs(args: argparse.Namespace) -> int:
+    from .. import cluster
+
+    jobs = [cluster.job_from_id(job_id, backend=args.backend) for job_id in args.job_ids]
+    infos = cluster.wait_for(jobs) if args.wait else [job.info() for job in jobs]
+    for info in infos:
+        print(info.describe())
+    return 0 if all(info.state == "COMPLETED" for info in infos) or not args.wait else 1

@@ -1,0 +1,68 @@
+"""`workshop memory` (memory summary of runs or logs) and `workshop collect` (a chapter's tables)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+
+from ..memory import DEFAULT_BUSY_FRACTION, format_memory_report, memory_summary
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    memory = subparsers.add_parser(
+        "memory",
+        help="peak / average / mode memory per GPU and of the CPU process, from runs or log files",
+        description="Summarize GPU memory (nvidia-smi CSV, one file per node) and CPU memory (psrecord) "
+        "logs, in the form the seeds' analyze_memory.py printed, plus the average over busy samples.",
+    )
+    memory.add_argument("paths", nargs="+", metavar="PATH",
+                        help="a run directory (runs/<experiment id>/) or memory log files")
+    only = memory.add_mutually_exclusive_group()
+    only.add_argument("--gpu-only", action="store_true", help="print the GPU part only")
+    only.add_argument("--cpu-only", action="store_true", help="print the CPU part only")
+    memory.add_argument("--busy-fraction", type=float, default=DEFAULT_BUSY_FRACTION, metavar="F",
+                        help="a sample is busy at or above F × that device's peak (default %(default)s)")
+    memory.add_argument("--json", action="store_true", help="print the summary as JSON")
+    memory.set_defaults(handler=run_memory)
+    _register_collect(subparsers)
+
+
+def run_memory(args: argparse.Namespace) -> int:
+    report = memory_summary(args.paths, busy_fraction=args.busy_fraction)
+    if args.json:
+        data = asdict(report)
+        if args.cpu_only:
+            data["gpus"] = []
+        if args.gpu_only:
+            data["cpus"] = []
+        print(json.dumps(data, indent=2))
+    else:
+        print(format_memory_report(report, show_gpu=not args.cpu_only, show_cpu=not args.gpu_only))
+    return 0
+
+
+def _register_collect(subparsers: argparse._SubParsersAction) -> None:
+    """`collect` needs workshop_lib.experiments; it is added once that module exists."""
+    try:
+        from .. import tables  # noqa: F401  (imports experiments)
+    except ImportError:
+        return
+    collect = subparsers.add_parser(
+        "collect",
+        help="print a chapter's tables, filled from its run directories",
+        description="Read every run of a chapter and print the seeds' tables with the scaling columns computed.",
+    )
+    collect.add_argument("--chapter", type=int, choices=(1, 2, 3, 4), help="one chapter (default: all)")
+    collect.add_argument("--format", choices=("md", "csv", "json"), default="md", help="output format")
+    collect.add_argument("--runs", default="runs", metavar="DIR", help="the folder holding run directories")
+    collect.set_defaults(handler=run_collect)
+
+
+def run_collect(args: argparse.Namespace) -> int:
+    from ..tables import chapter_tables, render_tables
+
+    chapters = [args.chapter] if args.chapter else [1, 2, 3, 4]
+    for chapter in chapters:
+        print(render_tables(chapter_tables(chapter, runs_dir=args.runs), args.format))
+    return 0

@@ -1,0 +1,442 @@
+"""A real SLURM cluster on this machine: munge, MariaDB, slurmdbd, slurmctld and one slurmd per node.
+
+Off Ibex the notebooks still submit with `sbatch`; this module starts the daemons that answer.
+Everything lives in one state folder (`.state/slurm` in the checkout, or $WORKSHOP_STATE_DIR);
+daemons are stopped by the PID files they wrote there, never by name.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jinja2
+
+from .errors import ClusterError
+
+CLUSTER_NAME = "workshop"
+GPUS_PER_NODE = 8
+CPUS_PER_NODE = 64
+MEMORY_MIB_PER_NODE = 512 * 1024
+APT_PACKAGES = ["slurmctld", "slurmd", "slurm-client", "munge"]
+APT_ACCOUNTING_PACKAGES = ["slurmdbd", "mariadb-server"]
+# The executables each daemon runs as; checked in /proc/PID/comm before any signal is sent.
+DAEMON_COMMANDS = {
+    "munged": "munged",
+    "mariadbd": "mariadbd",
+    "slurmdbd": "slurmdbd",
+    "slurmctld": "slurmctld",
+    "slurmd": "slurmd",
+}
+TEMPLATES = Path(__file__).resolve().parent.parent / "slurm" / "local"
+
+
+def default_state_dir() -> Path:
+    """Where the cluster keeps its configuration, logs and databases."""
+    if os.environ.get("WORKSHOP_STATE_DIR"):
+        return Path(os.environ["WORKSHOP_STATE_DIR"]).resolve() / "slurm"
+    checkout = Path(__file__).resolve().parent.parent
+    if (checkout / "pyproject.toml").exists():
+        return checkout / ".state" / "slurm"
+    return Path.home() / ".cache" / "workshop" / "slurm"
+
+
+@dataclass(frozen=True)
+class Ports:
+    """Loopback ports of the daemons; move them all with $WORKSHOP_SLURM_PORT_BASE."""
+
+    base: int = 16817
+
+    @property
+    def slurmctld(self) -> int:
+        return self.base
+
+    @property
+    def slurmdbd(self) -> int:
+        return self.base + 1
+
+    @property
+    def mariadb(self) -> int:
+        return self.base + 2
+
+    @property
+    def slurmd_first(self) -> int:
+        return self.base + 10
+
+    def slurmd(self, node_index: int) -> int:
+        return self.slurmd_first + node_index
+
+    @classmethod
+    def from_environment(cls) -> "Ports":
+        value = os.environ.get("WORKSHOP_SLURM_PORT_BASE", "16817")
+        if not value.isdigit() or not 1024 <= int(value) <= 65000:
+            raise ClusterError(
+                f"WORKSHOP_SLURM_PORT_BASE={value!r} is not a port number between 1024 and 65000; "
+                "unset it or pick a free range, e.g. export WORKSHOP_SLURM_PORT_BASE=26817"
+            )
+        return cls(int(value))
+
+
+@dataclass
+class DaemonState:
+    name: str  # e.g. "slurmd-node2"
+    pid: int | None
+    running: bool
+
+
+@dataclass
+class ClusterStatus:
+    state_dir: Path
+    conf: Path
+    daemons: list[DaemonState] = field(default_factory=list)
+    nodes: dict[str, str] = field(default_factory=dict)  # node -> sinfo state
+
+    @property
+    def running(self) -> bool:
+        names = {d.name for d in self.daemons if d.running}
+        return "slurmctld" in names and any(n.startswith("slurmd-") for n in names)
+
+    def describe(self) -> str:
+        lines = [f"state folder: {self.state_dir}", f"SLURM_CONF={self.conf}"]
+        for daemon in self.daemons:
+            mark = f"running (pid {daemon.pid})" if daemon.running else "stopped"
+            lines.append(f"  {daemon.name:<16} {mark}")
+        if self.nodes:
+            lines.append("nodes: " + ", ".join(f"{n} {s}" for n, s in sorted(self.nodes.items())))
+        return "\n".join(lines)
+
+
+class LocalCluster:
+    """Start, inspect and stop the project's own SLURM cluster."""
+
+    def __init__(self, state_dir: Path | None = None, ports: Ports | None = None):
+        self.state = (state_dir or default_state_dir()).resolve()
+        self.ports = ports or Ports.from_environment()
+
+    # ---- paths --------------------------------------------------------------------------
+    @property
+    def conf(self) -> Path:
+        return self.state / "etc" / "slurm.conf"
+
+    @property
+    def pid_dir(self) -> Path:
+        return self.state / "pids"
+
+    @property
+    def munge_socket(self) -> Path:
+        return self.state / "munge" / "munge.sock"
+
+    def environment(self) -> dict[str, str]:
+        """The environment a SLURM client (sbatch, squeue, sacct) needs to reach this cluster."""
+        return {**os.environ, "SLURM_CONF": str(self.conf)}
+
+    # ---- public -------------------------------------------------------------------------
+    def up(self, nodes: int = 2, accounting: bool = True, timeout: float = 60.0) -> ClusterStatus:
+        """Start whatever is not running yet and wait until every node is idle. Idempotent."""
+        if nodes < 1 or nodes > 16:
+            raise ClusterError(f"--nodes {nodes} is out of range: the local cluster runs 1 to 16 nodes")
+        self._require_root()
+        self._install_packages(accounting)
+        for folder in ("etc", "pids", "logs", "munge", "ctld", "dev", "spool"):
+            (self.state / folder).mkdir(parents=True, exist_ok=True)
+        self._make_fake_gpus()
+        changed = self._write_config(nodes, accounting)
+        if changed:
+            # A different node count or accounting choice: restart the SLURM daemons on the new config.
+            for name in self._slurm_daemon_names():
+                self._stop(name)
+        self._start_munge()
+        if accounting:
+            self._start_mariadb()
+            self._start_slurmdbd()
+        self._start_slurmctld()
+        for index in range(nodes):
+            self._start_slurmd(f"node{index + 1}", index)
+        self._wait_for_idle_nodes(nodes, timeout)
+        return self.status()
+
+    def down(self) -> list[str]:
+        """Cancel the cluster's jobs and stop every daemon this project started. Returns what was stopped."""
+        if self._pid_of("slurmctld"):
+            subprocess.run(["scancel", "--full", "--user", _username()], env=self.environment(),
+                           capture_output=True, timeout=30)
+        stopped = []
+        for name in self._slurm_daemon_names() + ["slurmdbd", "mariadbd", "munged"]:
+            if self._stop(name):
+                stopped.append(name)
+        return stopped
+
+    def status(self) -> ClusterStatus:
+        status = ClusterStatus(self.state, self.conf)
+        names = ["munged", "mariadbd", "slurmdbd", "slurmctld"] + self._slurmd_names()
+        for name in names:
+            pid = self._pid_of(name)
+            status.daemons.append(DaemonState(name, pid, pid is not None))
+        if status.running:
+            status.nodes = self._node_states()
+        return status
+
+    # ---- installation and configuration -------------------------------------------------
+    def _require_root(self) -> None:
+        if os.geteuid() != 0:
+            raise ClusterError(
+                "the local SLURM cluster needs root (it installs Debian's SLURM packages and runs slurmd, "
+                "which starts jobs). Run `sudo workshop cluster up`, or run the notebooks without a "
+                "scheduler: export WORKSHOP_BACKEND=local (jobs then run with bash on this machine)."
+            )
+
+    def _install_packages(self, accounting: bool) -> None:
+        needed = ["munged", "slurmctld", "slurmd", "sbatch"] + (["slurmdbd", "mariadbd"] if accounting else [])
+        missing = [tool for tool in needed if not _which(tool)]
+        if not missing:
+            return
+        if not shutil.which("apt-get"):
+            raise ClusterError(
+                f"{', '.join(missing)} not found and this is not a Debian/Ubuntu machine: install SLURM "
+                "(slurmctld, slurmd, slurm-client, munge; slurmdbd and mariadb for accounting) with your "
+                "package manager, or export WORKSHOP_BACKEND=local to run jobs without a scheduler."
+            )
+        packages = APT_PACKAGES + (APT_ACCOUNTING_PACKAGES if accounting else [])
+        print(f"installing {' '.join(packages)} (missing: {', '.join(missing)}) ...", flush=True)
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        for command in (["apt-get", "update", "-qq"],
+                        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages]):
+            result = subprocess.run(command, env=env, capture_output=True, text=True)
+            if result.returncode != 0:
+                raise ClusterError(f"`{' '.join(command)}` failed:\n{result.stderr[-2000:]}")
+
+    def _make_fake_gpus(self) -> None:
+        # SLURM tracks GPUs through device files; character devices with NVIDIA's major number stand in.
+        for index in range(GPUS_PER_NODE):
+            device = self.state / "dev" / f"nvidia{index}"
+            if not device.exists():
+                os.mknod(device, 0o600 | 0o020000, os.makedev(195, index))
+
+    def _write_config(self, nodes: int, accounting: bool) -> bool:
+        """Render slurm.conf, gres.conf (and slurmdbd.conf); True if slurm.conf changed."""
+        environment = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
+                                         keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
+        values = dict(
+            cluster_name=CLUSTER_NAME, hostname=socket.gethostname(), state=str(self.state), nodes=nodes,
+            gpus=GPUS_PER_NODE, cpus=CPUS_PER_NODE, memory_mib=MEMORY_MIB_PER_NODE, accounting=accounting,
+            ports=dict(slurmctld=self.ports.slurmctld, slurmdbd=self.ports.slurmdbd, mariadb=self.ports.mariadb,
+                       slurmd_first=self.ports.slurmd(0), slurmd_last=self.ports.slurmd(nodes - 1)),
+            db_password=self._db_password() if accounting else "",
+        )
+        new_conf = environment.get_template("slurm.conf.j2").render(**values)
+        old_conf = self.conf.read_text() if self.conf.exists() else None
+        self.conf.write_text(new_conf)
+        (self.state / "etc" / "gres.conf").write_text(environment.get_template("gres.conf.j2").render(**values))
+        if accounting:
+            dbd = self.state / "etc" / "slurmdbd.conf"
+            dbd.write_text(environment.get_template("slurmdbd.conf.j2").render(**values))
+            dbd.chmod(0o600)  # slurmdbd refuses a config others can read (it holds the DB password)
+        (self.state / "etc" / "nodes").write_text(str(nodes))
+        return old_conf is not None and old_conf != new_conf
+
+    def _db_password(self) -> str:
+        # Generated once per state folder; the database only listens on 127.0.0.1.
+        path = self.state / "etc" / "db_password"
+        if not path.exists():
+            path.write_text(secrets.token_hex(16))
+            path.chmod(0o600)
+        return path.read_text().strip()
+
+    # ---- daemons ------------------------------------------------------------------------
+    def _start_munge(self) -> None:
+        if self._pid_of("munged"):
+            return
+        key = self.state / "munge" / "munge.key"
+        if not key.exists():
+            _run(["mungekey", "--create", f"--keyfile={key}"], "creating the munge key")
+            key.chmod(0o600)
+        self._spawn("munged", ["munged", f"--key-file={key}", f"--socket={self.munge_socket}",
+                               f"--pid-file={self._pid_file('munged')}",
+                               f"--log-file={self.state / 'logs' / 'munged.log'}",
+                               f"--seed-file={self.state / 'munge' / 'seed'}", "--force"])
+
+    def _start_mariadb(self) -> None:
+        if self._pid_of("mariadbd"):
+            return
+        data = self.state / "db" / "data"
+        if not (data / "mysql").exists():
+            _run(["mariadb-install-db", "--no-defaults", f"--datadir={data}", "--user=root",
+                  "--auth-root-authentication-method=normal", "--skip-test-db"], "initialising MariaDB")
+        self._check_port_free(self.ports.mariadb, "MariaDB")
+        socket_path = self.state / "db" / "mysqld.sock"
+        self._spawn("mariadbd", ["mariadbd", "--no-defaults", f"--datadir={data}", f"--socket={socket_path}",
+                                 f"--pid-file={self._pid_file('mariadbd')}", f"--port={self.ports.mariadb}",
+                                 "--bind-address=127.0.0.1", "--user=root", "--innodb-buffer-pool-size=32M",
+                                 f"--log-error={self.state / 'logs' / 'mariadbd.log'}"], foreground=True)
+        _wait(lambda: socket_path.exists() and self._pid_of("mariadbd"), 30, "MariaDB to accept connections",
+              self.state / "logs" / "mariadbd.log")
+        password = self._db_password()
+        statements = "".join(
+            f"CREATE USER IF NOT EXISTS 'slurm'@'{host}' IDENTIFIED BY '{password}'; "
+            f"ALTER USER 'slurm'@'{host}' IDENTIFIED BY '{password}'; "
+            f"GRANT ALL ON slurm_acct_db.* TO 'slurm'@'{host}'; "
+            for host in ("127.0.0.1", "localhost"))
+        _run(["mariadb", "--no-defaults", f"--socket={socket_path}", "-u", "root", "-e", statements],
+             "creating the accounting database user")
+
+    def _start_slurmdbd(self) -> None:
+        if not self._pid_of("slurmdbd"):
+            self._check_port_free(self.ports.slurmdbd, "slurmdbd")
+            self._spawn("slurmdbd", ["slurmdbd"])
+            _wait(lambda: _port_open(self.ports.slurmdbd), 30, "slurmdbd to listen",
+                  self.state / "logs" / "slurmdbd.log")
+        # The controller registers with accounting only if the cluster exists there.
+        listed = subprocess.run(["sacctmgr", "-n", "-P", "list", "cluster", "format=cluster"],
+                                env=self.environment(), capture_output=True, text=True, timeout=30)
+        if CLUSTER_NAME not in listed.stdout.split():
+            _run(["sacctmgr", "-i", "add", "cluster", CLUSTER_NAME], "registering the cluster in accounting",
+                 env=self.environment())
+
+    def _start_slurmctld(self) -> None:
+        if self._pid_of("slurmctld"):
+            return
+        self._check_port_free(self.ports.slurmctld, "slurmctld")
+        self._spawn("slurmctld", ["slurmctld", "-i"])
+        _wait(lambda: _port_open(self.ports.slurmctld), 30, "slurmctld to listen",
+              self.state / "logs" / "slurmctld.log")
+
+    def _start_slurmd(self, node: str, index: int) -> None:
+        if self._pid_of(f"slurmd-{node}"):
+            return
+        self._check_port_free(self.ports.slurmd(index), f"slurmd of {node}")
+        (self.state / "spool" / node).mkdir(parents=True, exist_ok=True)
+        self._spawn(f"slurmd-{node}", ["slurmd", "-N", node])
+
+    def _spawn(self, name: str, command: list[str], foreground: bool = False) -> None:
+        """Start a daemon detached from this process (it outlives `workshop cluster up`)."""
+        log = self.state / "logs" / f"{name}.stdout"
+        with open(log, "ab") as output:
+            process = subprocess.Popen(command, env=self.environment(), stdin=subprocess.DEVNULL, stdout=output,
+                                       stderr=subprocess.STDOUT, start_new_session=True, cwd=self.state)
+        if foreground:
+            return  # it writes its own PID file; nothing to reap
+        # Forking daemons exit once their child is ready; a non-zero status means it never started.
+        try:
+            code = process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            return
+        if code != 0:
+            raise ClusterError(f"{name} failed to start (exit {code}); its log:\n{_tail(self._log_of(name))}")
+        _wait(lambda: self._pid_of(name), 15, f"{name} to write its PID file", self._log_of(name))
+
+    def _stop(self, name: str, timeout: float = 15.0) -> bool:
+        pid = self._pid_of(name)
+        if pid is None:
+            self._pid_file(name).unlink(missing_ok=True)
+            return False
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and _alive(pid):
+            time.sleep(0.1)
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+        self._pid_file(name).unlink(missing_ok=True)
+        return True
+
+    # ---- inspection ---------------------------------------------------------------------
+    def _pid_file(self, name: str) -> Path:
+        return self.pid_dir / f"{name}.pid"
+
+    def _log_of(self, name: str) -> Path:
+        log = self.state / "logs" / f"{name}.log"
+        return log if log.exists() else self.state / "logs" / f"{name}.stdout"
+
+    def _pid_of(self, name: str) -> int | None:
+        """The PID in NAME's PID file if that process is alive and is the expected program."""
+        try:
+            pid = int(self._pid_file(name).read_text().split()[0])
+            command = Path(f"/proc/{pid}/comm").read_text().strip()
+        except (OSError, ValueError, IndexError):
+            return None
+        expected = DAEMON_COMMANDS[name.split("-")[0]]
+        return pid if command == expected else None
+
+    def _slurmd_names(self) -> list[str]:
+        return sorted(p.stem for p in self.pid_dir.glob("slurmd-*.pid")) if self.pid_dir.exists() else []
+
+    def _slurm_daemon_names(self) -> list[str]:
+        return self._slurmd_names() + ["slurmctld"]
+
+    def _node_states(self) -> dict[str, str]:
+        result = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %T"], env=self.environment(),
+                                capture_output=True, text=True, timeout=30)
+        pairs = (line.split() for line in result.stdout.splitlines() if line.strip())
+        return {pair[0]: pair[1] for pair in pairs if len(pair) == 2}
+
+    def _wait_for_idle_nodes(self, nodes: int, timeout: float) -> None:
+        wanted = {f"node{i + 1}" for i in range(nodes)}
+
+        def all_idle() -> bool:
+            states = self._node_states()
+            return wanted <= states.keys() and all(states[n] in ("idle", "mixed", "allocated") for n in wanted)
+
+        _wait(all_idle, timeout, f"{nodes} node(s) to become idle in sinfo", self.state / "logs" / "slurmctld.log")
+
+    def _check_port_free(self, port: int, what: str) -> None:
+        if _port_open(port):
+            raise ClusterError(
+                f"port {port} on 127.0.0.1, needed by {what}, is already in use by another program. "
+                f"Stop that program, or move the local cluster's ports: export WORKSHOP_SLURM_PORT_BASE="
+                f"{self.ports.base + 1000} (then `workshop cluster up` again)."
+            )
+
+
+# ---- small helpers ----------------------------------------------------------------------
+def _username() -> str:
+    import pwd
+
+    return pwd.getpwuid(os.geteuid()).pw_name
+
+
+def _which(tool: str) -> str | None:
+    return shutil.which(tool) or shutil.which(tool, path="/usr/sbin:/sbin")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][:1]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.settimeout(0.2)
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return f"(no log at {path})"
+
+
+def _wait(condition, timeout: float, what: str, log: Path | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.1)
+    detail = f"\nlast lines of {log}:\n{_tail(log)}" if log else ""
+    raise ClusterError(f"timed out after {timeout:.0f} s waiting for {what}.{detail}")
+
+
+def _run(command: list[str], what: str, env: dict[str, str] | None = None) -> None:
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+    if result.returncode != 0:
+        raise ClusterError(f"{what} failed: `{command[0]}` exited {result.returncode}:\n"
+                           f"{(result.stderr or result.stdout)[-2000:]}")

@@ -1,0 +1,210 @@
+"""Run a job script with bash on this machine, the way SLURM would, where there is no scheduler.
+
+Each job gets a record (JSON) in the state folder and a detached runner process
+(`python -m workshop_lib.local_executor run ID`) that sets SLURM-like variables, honours
+--output, --time and the GPU count of the #SBATCH lines, and writes the final state.
+Only single-node jobs: a --nodes=2 job needs a real cluster (`workshop cluster up`).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from . import slurm_output
+from .errors import SubmitError, ClusterError
+from .slurm_output import JobInfo
+
+SHIMS = Path(__file__).resolve().parent / "local_shims"
+
+
+def jobs_dir() -> Path:
+    from .local_cluster import default_state_dir
+
+    folder = default_state_dir().parent / "local-jobs"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _record_path(job_id: str) -> Path:
+    return jobs_dir() / f"{job_id}.json"
+
+
+def _read(job_id: str) -> dict:
+    try:
+        return json.loads(_record_path(job_id).read_text())
+    except FileNotFoundError:
+        raise ClusterError(f"no local job {job_id} (records live in {jobs_dir()})") from None
+
+
+def _write(record: dict) -> None:
+    path = _record_path(record["job_id"])
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(record, indent=1))
+    os.replace(temporary, path)  # readers never see half a record
+
+
+def _next_job_id() -> str:
+    with open(jobs_dir() / "counter.lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        counter = jobs_dir() / "counter"
+        number = int(counter.read_text()) + 1 if counter.exists() else 1
+        counter.write_text(str(number))
+    return f"local-{number}"
+
+
+def submit(script: Path, workdir: Path, sbatch_args: Sequence[str] = ()):
+    """Start the script in the background; returns a cluster.Job with backend 'local'."""
+    from .cluster import Job
+
+    options = slurm_output.sbatch_directives(script.read_text(errors="replace")) + list(sbatch_args)
+    nodes = slurm_output.option_value(options, "nodes", "N") or "1"
+    if nodes.split("-")[0] != "1":
+        raise SubmitError(f"{script.name} asks for --nodes={nodes}; the local executor runs on this machine only. "
+                          "Start a multi-node cluster with `workshop cluster up --nodes 2` (needs root).")
+    try:
+        time_limit = slurm_output.parse_time_limit(slurm_output.option_value(options, "time", "t"))
+    except ValueError:
+        raise SubmitError(f"{script.name}: cannot read --time={slurm_output.option_value(options, 'time', 't')!r}; "
+                          "use MM, HH:MM:SS or D-HH:MM:SS") from None
+    job_id = _next_job_id()
+    name = slurm_output.option_value(options, "job-name", "J") or script.name
+    stdout = slurm_output.expected_stdout(script, workdir, job_id, sbatch_args)
+    if not stdout.parent.is_dir():
+        # SLURM fails such a job at launch; say so before it runs.
+        raise SubmitError(f"--output folder {stdout.parent} does not exist; create it before submitting "
+                          "(SLURM would fail the job at launch with JobLaunchFailure)")
+    record = {
+        "job_id": job_id, "name": name, "script": str(script), "workdir": str(workdir), "stdout": str(stdout),
+        "time_limit_s": time_limit, "gpus_per_node": slurm_output.gpus_per_node(options),
+        "ntasks_per_node": int(slurm_output.option_value(options, "ntasks-per-node") or 1),
+        "cpus_per_task": int(slurm_output.option_value(options, "cpus-per-task", "c") or 1),
+        "state": "PENDING", "submitted_at": time.time(),
+    }
+    _write(record)
+    subprocess.Popen([sys.executable, "-m", "workshop_lib.local_executor", "run", job_id],
+                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                     start_new_session=True, cwd=workdir)
+    return Job(job_id, "local", stdout_path=stdout, name=name)
+
+
+def job_info(job_id: str) -> JobInfo:
+    record = _read(job_id)
+    state = record["state"]
+    if state == "RUNNING" and not _alive(record.get("runner_pid")):
+        state = "NODE_FAIL"  # the runner vanished without writing an end state (machine rebooted, killed)
+    started = record.get("started_at")
+    ended = record.get("ended_at") or (time.time() if started else None)
+    return JobInfo(
+        job_id=job_id, state=state, exit_code=record.get("exit_code"), signal=record.get("signal"),
+        elapsed_s=(ended - started) if started else None, reason=record.get("reason"),
+        stdout_path=Path(record["stdout"]), name=record.get("name"), node_list=socket.gethostname(),
+    )
+
+
+def cancel(job_id: str) -> None:
+    record = _read(job_id)
+    if record["state"] in slurm_output.FINAL_STATES:
+        return
+    record["cancel_requested"] = True
+    _write(record)
+    if record.get("script_pgid"):
+        try:
+            os.killpg(record["script_pgid"], signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+
+
+def _alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _job_environment(record: dict) -> dict[str, str]:
+    host = socket.gethostname().split(".")[0]
+    gpus = record["gpus_per_node"]
+    env = {
+        **os.environ,
+        "PATH": f"{SHIMS}{os.pathsep}{os.environ.get('PATH', '')}",  # srun / scontrol for one node
+        "SLURM_JOB_ID": record["job_id"], "SLURM_JOBID": record["job_id"], "SLURM_JOB_NAME": record["name"],
+        "SLURM_SUBMIT_DIR": record["workdir"], "SLURM_JOB_NODELIST": host, "SLURM_NODELIST": host,
+        "SLURM_NNODES": "1", "SLURM_JOB_NUM_NODES": "1", "SLURM_NODEID": "0", "SLURM_PROCID": "0",
+        "SLURM_NTASKS_PER_NODE": str(record["ntasks_per_node"]), "SLURM_NTASKS": str(record["ntasks_per_node"]),
+        "SLURM_CPUS_PER_TASK": str(record["cpus_per_task"]), "SLURMD_NODENAME": host,
+        "WORKSHOP_BACKEND": "local",
+    }
+    if gpus:
+        env["SLURM_GPUS_ON_NODE"] = env["SLURM_GPUS_PER_NODE"] = str(gpus)
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(gpus))
+    return env
+
+
+def run(job_id: str) -> int:
+    """The runner: execute the job script, enforce its time limit, record how it ended."""
+    record = _read(job_id)
+    if record.get("cancel_requested"):
+        record.update(state="CANCELLED", ended_at=time.time())
+        _write(record)
+        return 0
+    with open(record["stdout"], "ab") as output:
+        process = subprocess.Popen(["bash", record["script"]], cwd=record["workdir"], env=_job_environment(record),
+                                   stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+    record.update(state="RUNNING", runner_pid=os.getpid(), script_pgid=process.pid, started_at=time.time())
+    _write(record)
+    timed_out = False
+    try:
+        process.wait(timeout=record["time_limit_s"])
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _terminate_group(process)
+    code = process.returncode
+    record = {**_read(job_id), "ended_at": time.time()}
+    if timed_out:
+        record.update(state="TIMEOUT", exit_code=0, signal=signal.SIGTERM.value, reason="TimeLimit")
+    elif record.get("cancel_requested"):
+        record.update(state="CANCELLED", exit_code=0, signal=-code if code < 0 else None)
+    elif code == 0:
+        record.update(state="COMPLETED", exit_code=0)
+    elif code < 0:
+        record.update(state="FAILED", exit_code=0, signal=-code, reason=f"killed by signal {-code}")
+    else:
+        record.update(state="FAILED", exit_code=code, reason="NonZeroExitCode")
+    _write(record)
+    return 0
+
+
+def _terminate_group(process: subprocess.Popen) -> None:
+    """SIGTERM the job's process group, then SIGKILL after a grace period, like slurmd's KillWait."""
+    for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(timeout=grace)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "run":
+        sys.exit(run(sys.argv[2]))
+    print("usage: python -m workshop_lib.local_executor run JOB_ID", file=sys.stderr)
+    sys.exit(2)

@@ -1,0 +1,81 @@
+"""The block a job script echoes around its work: start time, end time and `Total time : HH:MM:SS`."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+
+from .text import split_lines
+
+# `date "+%Y-%m-%d %H:%M:%S"` pads; the seeds' example ("2025-12-5 10:34:24") does not: accept both.
+_TIMESTAMP = r"(?P<stamp>\d{4}-\d{1,2}-\d{1,2}[ T]\d{1,2}:\d{2}:\d{2})"
+_START = re.compile(r"Start time\s*:\s*" + _TIMESTAMP)
+_END = re.compile(r"End time\s*:\s*" + _TIMESTAMP)
+# HH:MM:SS, hours may pass 24; SLURM-style D-HH:MM:SS also accepted.
+_TOTAL = re.compile(r"Total time\s*:\s*(?:(?P<days>\d+)-)?(?P<hours>\d+):(?P<minutes>\d{2}):(?P<seconds>\d{2})\b")
+_HINT = re.compile(r"(Start time|End time|Total time)\s*:")
+
+
+@dataclass(frozen=True)
+class JobFooter:
+    """Times a job printed about itself; None where the line is missing (a job killed early)."""
+
+    start_time: datetime | None = None
+    end_time: datetime | None = None
+    total_time_s: int | None = None
+    skipped_lines: int = 0
+
+    @property
+    def finished(self) -> bool:
+        """True when the job reached its closing block."""
+        return self.end_time is not None or self.total_time_s is not None
+
+    @property
+    def total_time_text(self) -> str | None:
+        return format_duration(self.total_time_s) if self.total_time_s is not None else None
+
+
+def _timestamp(text: str) -> datetime | None:
+    try:
+        return datetime.strptime(text.replace("T", " "), "%Y-%m-%d %H:%M:%S")
+    except ValueError:
+        return None
+
+
+def parse_duration(text: str) -> int | None:
+    """Seconds in `HH:MM:SS` or `D-HH:MM:SS`; None when the text is not a duration."""
+    match = _TOTAL.search(f"Total time : {text.strip()}")
+    if match is None or int(match["minutes"]) > 59 or int(match["seconds"]) > 59:
+        return None
+    days = int(match["days"] or 0)
+    return ((days * 24 + int(match["hours"])) * 60 + int(match["minutes"])) * 60 + int(match["seconds"])
+
+
+def format_duration(seconds: float) -> str:
+    """`HH:MM:SS` (hours may pass 24), the form the seeds' tables use."""
+    whole = int(round(seconds))
+    return f"{whole // 3600:02d}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
+
+
+def parse_footer(text: str) -> JobFooter:
+    """The last start, end and total time lines of a job's output; the total is computed from the
+    start and end when the job printed no `Total time` line."""
+    start = end = None
+    total = None
+    skipped = 0
+    for line in split_lines(text):
+        if not _HINT.search(line):
+            continue
+        read_something = False
+        if (match := _START.search(line)) and (stamp := _timestamp(match["stamp"])):
+            start, read_something = stamp, True
+        if (match := _END.search(line)) and (stamp := _timestamp(match["stamp"])):
+            end, read_something = stamp, True
+        if (match := _TOTAL.search(line)) and (seconds := parse_duration(match.group(0).split(":", 1)[1])) is not None:
+            total, read_something = seconds, True
+        if not read_something:
+            skipped += 1
+    if total is None and start is not None and end is not None and end >= start:
+        total = int((end - start).total_seconds())
+    return JobFooter(start_time=start, end_time=end, total_time_s=total, skipped_lines=skipped)

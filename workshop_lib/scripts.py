@@ -1,0 +1,379 @@
+"""Render an experiment into the SLURM job script a participant reads and submits.
+
+The templates in ``slurm/templates/`` hold the layout and the comments; this module decides what goes
+in them (directives, the launch command, which monitors run) so that templates stay free of logic.
+Every word of a command line passes through ``shlex.quote``: nothing user-given reaches the shell raw.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from .errors import WorkshopError
+from .experiments import GPT, HF, NEMO, Experiment
+from .profiles import SLURM_DIR, Profile, load_profile
+from .validate import raise_for_experiment
+
+TEMPLATES_DIR = SLURM_DIR / "templates"
+DS_CONFIGS_DIR = SLURM_DIR / "ds_configs"
+# Files every job writes into its run directory (the job's working directory); see workshop_lib.runs.
+STDOUT_PATTERN = "slurm-%j.out"
+TRAIN_DIR = "train"
+CPU_MEMORY_LOG = "cpu_memory.txt"
+NCCL_LOG = "nccl_allreduce.txt"
+GPU_QUERY = "timestamp,index,name,memory.used,memory.total"
+# The cache variables that would otherwise fill $HOME (seed 000's list plus TORCH_EXTENSIONS_DIR).
+CACHE_VARIABLES = {
+    "TORCH_HOME": "torch",
+    "TORCH_EXTENSIONS_DIR": "torch_extensions",
+    "HF_HOME": "hf_cache",
+    "HF_DATASETS_CACHE": "datasets_cache",
+    "NEMO_HOME": "nemo_cache",
+    "NEMO_DATASETS_CACHE": "nemo_datasets",
+    "TRITON_CACHE_DIR": "triton",
+    "TMPDIR": "tmp",
+}
+
+
+@dataclass(frozen=True)
+class Directive:
+    """One #SBATCH line and the short comment above it."""
+
+    option: str
+    value: str
+    comment: str
+
+    @property
+    def line(self) -> str:
+        return f"#SBATCH --{self.option}={self.value}"
+
+
+def template_for(experiment: Experiment, profile: Profile) -> str:
+    """Which template realises this experiment on this site."""
+    if experiment.engine == NEMO and profile.nemo.enabled:
+        return "nemo_finetune.sbatch.j2"
+    return "torchrun_multi_node.sbatch.j2" if experiment.multi_node else "torchrun_single_node.sbatch.j2"
+
+
+def render_script(experiment: Experiment, profile: Profile | str | None = None,
+                  deepspeed_config: str | None = None) -> str:
+    """The job script for one experiment on one site.
+
+    ``deepspeed_config`` is the path the job passes to ``--deepspeed``; by default the file in
+    slurm/ds_configs/. Submission copies the file into the run directory and passes its name instead,
+    so a later edit of the shared config cannot change a queued job.
+    """
+    profile = load_profile(profile) if not isinstance(profile, Profile) else profile
+    raise_for_experiment(experiment, profile)
+    uses_nemo = experiment.engine == NEMO and profile.nemo.enabled
+    context = {
+        "experiment": experiment,
+        "profile": profile,
+        "title": experiment.title,
+        "origin": (f"Experiment {experiment.id} (content hash {experiment.content_hash}), "
+                   f'site profile "{profile.name}", rendered by `workshop render`.'),
+        "directives": directives(experiment, profile),
+        "cache_exports": cache_exports(profile),
+        "setup_lines": profile.nemo.modules if uses_nemo else profile.python.setup,
+        "gpu_query": GPU_QUERY,
+        "train_dir": TRAIN_DIR,
+        "cpu_memory_log": CPU_MEMORY_LOG,
+        "nccl_log": NCCL_LOG,
+        "q": shlex.quote,
+    }
+    if uses_nemo:
+        context["nemo"] = nemo_context(experiment, profile)
+    else:
+        if experiment.zero_stage is not None and deepspeed_config is None:
+            deepspeed_config = str(DS_CONFIGS_DIR / experiment.deepspeed_config)
+        arguments = training_arguments(experiment, profile, deepspeed_config)
+        context["nproc_per_node"] = experiment.gpus_per_node
+        context["launch"] = torchrun_launch(experiment, profile, arguments)
+        if experiment.multi_node and profile.nccl_tests:
+            nccl_arguments = shlex.split(profile.nccl_tests.arguments) + ["-g", str(experiment.gpus_per_node)]
+            context["nccl_arguments"] = _join(nccl_arguments)
+    text = _environment().get_template(template_for(experiment, profile)).render(context)
+    return _tidy(text)
+
+
+def render_import_script(model: str, profile: Profile | str | None = None) -> str:
+    """The one-off job that converts a Hugging Face checkpoint for NeMo (`nemo llm import`)."""
+    profile = load_profile(profile) if not isinstance(profile, Profile) else profile
+    if not profile.nemo.enabled:
+        raise WorkshopError(f"profile {profile.name!r} does not run NeMo, so there is nothing to import; "
+                            "the tiny engines build their models on the spot")
+    if model not in profile.nemo.factories or model not in profile.nemo.hub_ids:
+        raise WorkshopError(f"profile {profile.name!r} has no NeMo factory or hub id for {model!r}: add it "
+                            "under nemo.factories and nemo.hub_ids")
+    context = {
+        "model": model,
+        "profile": profile,
+        "title": f"Import {model} from the Hugging Face hub into NeMo's checkpoint format",
+        "origin": f'Site profile "{profile.name}", rendered by `workshop render --import-model`.',
+        "factory": profile.nemo.factories[model],
+        "hub_id": profile.nemo.hub_ids[model],
+        "directives": [
+            Directive("job-name", f"import-{model}", "a CPU-heavy conversion; one GPU keeps the container happy"),
+            Directive("nodes", "1", "one node"),
+            Directive("ntasks-per-node", "1", "one task runs the conversion"),
+            Directive("gpus-per-node", "1", "one GPU"),
+            Directive("cpus-per-task", "8", "tokenizer and weight conversion use the CPUs"),
+            Directive("mem", "256G", "the whole checkpoint passes through host memory"),
+            *_site_directives(profile, time_limit="02:00:00"),
+            Directive("output", STDOUT_PATTERN, "the log lands in the directory sbatch is called from"),
+        ],
+        "cache_exports": cache_exports(profile),
+        "container": _container_prefix(profile),
+        "q": shlex.quote,
+    }
+    return _tidy(_environment().get_template("nemo_import.sbatch.j2").render(context))
+
+
+def directives(experiment: Experiment, profile: Profile) -> list[Directive]:
+    """The #SBATCH lines: the experiment's resources, then the site's placement and limits."""
+    if experiment.engine == NEMO:
+        # Lightning starts one rank per SLURM task: tasks per node must equal the GPUs per node.
+        tasks = Directive("ntasks-per-node", str(experiment.gpus_per_node),
+                          "Lightning/NeMo start one process per task: one task per GPU (never --ntasks)")
+    else:
+        tasks = Directive("ntasks-per-node", "1", "one task per node: torchrun starts one process per GPU")
+    return [
+        Directive("job-name", experiment.job_name, "the name squeue and the log show"),
+        Directive("nodes", str(experiment.nodes), "nodes of the job"),
+        tasks,
+        Directive("gpus-per-node", str(experiment.gpus_per_node), "GPUs on each node (not --gpus-per-task)"),
+        Directive("cpus-per-task", str(experiment.cpus_per_task), "CPU cores per task: data loading, offload"),
+        Directive("mem", experiment.memory, "host memory per node"),
+        *_site_directives(profile, time_limit=profile.time_limit(experiment.chapter)),
+        Directive("output", STDOUT_PATTERN, "stdout and stderr, in the run directory sbatch is called from"),
+    ]
+
+
+def _site_directives(profile: Profile, time_limit: str) -> list[Directive]:
+    scheduler = profile.scheduler
+    lines = []
+    if scheduler.constraint:
+        lines.append(Directive("constraint", scheduler.constraint, "node feature: the GPU type (NeMo needs A100)"))
+    if scheduler.partition:
+        lines.append(Directive("partition", scheduler.partition, "partition of this site"))
+    if scheduler.account:
+        lines.append(Directive("account", scheduler.account, "account charged for the job"))
+    if scheduler.reservation:
+        lines.append(Directive("reservation", scheduler.reservation, "the workshop's reserved nodes"))
+    lines.append(Directive("time", time_limit, "wall-clock limit"))
+    return lines
+
+
+def torchrun_launch(experiment: Experiment, profile: Profile, arguments: list[str]) -> str:
+    """The torchrun command line, one flag per line so that a reader can follow it."""
+    torchrun = shlex.quote(profile.python.torchrun)
+    if experiment.multi_node:
+        # Static rendezvous on the head node; each node says which one it is with --node_rank.
+        launcher = [torchrun, '--nnodes="$SLURM_NNODES"', f"--nproc_per_node={experiment.gpus_per_node}",
+                    '--node_rank="$SLURM_NODEID"', '--master_addr="$MASTER_ADDR"', '--master_port="$MASTER_PORT"']
+    else:
+        launcher = [torchrun, "--standalone", f"--nproc_per_node={experiment.gpus_per_node}"]
+    words = [shlex.quote(argument) for argument in arguments]
+    lines = [" ".join(launcher), " ".join(words[:2])]
+    # Pair each --flag with its value on one line.
+    rest, index = words[2:], 0
+    while index < len(rest):
+        if index + 1 < len(rest) and not rest[index + 1].startswith("--"):
+            lines.append(f"{rest[index]} {rest[index + 1]}")
+            index += 2
+        else:
+            lines.append(rest[index])
+            index += 1
+    launch = " \\\n    ".join(lines)
+    if experiment.multi_node and "'" in launch:
+        # The multi-node launch sits inside bash -c '...': a single quote would end it early.
+        raise WorkshopError(f"an argument of {experiment.id} contains a quote or space ({launch!r}); "
+                            "use plain paths and names in the profile")
+    return launch
+
+
+def cache_exports(profile: Profile) -> list[tuple[str, str]]:
+    """(variable, shell value) pairs redirecting caches under the profile's cache root, if it has one."""
+    if not profile.cache_root:
+        return []
+    _double_quoted(profile.cache_root)
+    return [(name, f'"$CACHE_ROOT/{folder}"') for name, folder in CACHE_VARIABLES.items()]
+
+
+def nemo_context(experiment: Experiment, profile: Profile) -> dict:
+    """The NeMo Factory command: factory name and the overrides, one per line in the script."""
+    factory = profile.nemo.factories.get(experiment.model)
+    if not factory:
+        raise WorkshopError(f"profile {profile.name!r} has no NeMo factory for model {experiment.model!r}: "
+                            f"add it under nemo.factories")
+    return {"factory": factory, "overrides": nemo_overrides(experiment), "container": _container_prefix(profile)}
+
+
+def nemo_overrides(experiment: Experiment) -> list[str]:
+    """NeMo Factory `key=value` overrides for an experiment, in the order the seeds explain them."""
+    overrides = [
+        f"trainer.num_nodes={experiment.nodes}",
+        f"trainer.devices={experiment.gpus_per_node}",
+    ]
+    for key, value in (("trainer.max_steps", experiment.max_steps),
+                       ("data.global_batch_size", experiment.global_batch),
+                       ("optim.lr_scheduler.warmup_steps", experiment.warmup_steps),
+                       ("trainer.limit_val_batches", experiment.limit_val_batches)):
+        if value is not None:
+            overrides.append(f"{key}={value}")
+    if experiment.tensor_parallel > 1:
+        overrides.append(f"trainer.strategy.tensor_model_parallel_size={experiment.tensor_parallel}")
+    if experiment.pipeline_parallel > 1:
+        overrides.append(f"trainer.strategy.pipeline_model_parallel_size={experiment.pipeline_parallel}")
+    if experiment.expert_parallel is not None:
+        overrides.append(f"trainer.strategy.expert_model_parallel_size={experiment.expert_parallel}")
+    if experiment.sequence_parallel:
+        overrides.append("trainer.strategy.sequence_parallel=True")
+    if experiment.peft == "none":
+        overrides.append("peft=none")
+    # LoRA is the recipe's default PEFT scheme (rank 32, on linear_qkv and linear_proj): nothing to add.
+    return overrides
+
+
+def _container_prefix(profile: Profile) -> str:
+    # The image and bind paths are shell text from the profile ($USER expands in the job): kept in
+    # double quotes rather than shlex-quoted, and refused when they could break out of those quotes.
+    parts = ["singularity", "exec", "--nv"]
+    for bind in profile.nemo.binds:
+        parts += ["--bind", _double_quoted(bind)]
+    parts.append('"$NEMO_IMAGE"')
+    return " ".join(parts)
+
+
+def _double_quoted(shell_text: str) -> str:
+    if any(character in shell_text for character in '"`\\\n'):
+        raise WorkshopError(f"profile path {shell_text!r} contains a quote, backquote or backslash; "
+                            "use a plain path (variables like $USER are fine)")
+    return f'"{shell_text}"'
+
+
+def training_arguments(experiment: Experiment, profile: Profile, deepspeed_config: str | None = None) -> list[str]:
+    """`-m workshop_lib.train.<engine> ...` for torchrun, realised for the profile."""
+    training = profile.training
+    precision = training.precision or experiment.precision
+    arguments = ["-m", f"workshop_lib.train.{_entry_point(experiment)}",
+                 "--output-dir", TRAIN_DIR,
+                 "--model", profile.model_name(experiment.model),
+                 "--data", training.data,
+                 "--precision", precision]
+    max_steps = _smallest(experiment.max_steps, training.max_steps)
+    if max_steps is not None:
+        arguments += ["--max-steps", str(max_steps)]
+    if experiment.epochs is not None:
+        arguments += ["--epochs", str(experiment.epochs)]
+    if experiment.engine == NEMO:
+        arguments += _nemo_stand_in_arguments(experiment)
+    elif experiment.engine == HF:
+        arguments += _hf_arguments(experiment, profile, deepspeed_config)
+    elif experiment.engine == GPT:
+        arguments += _gpt_arguments(experiment, profile)
+    return arguments
+
+
+def _entry_point(experiment: Experiment) -> str:
+    if experiment.engine == NEMO:
+        return "lora" if experiment.peft == "lora" else "parallel"
+    return experiment.engine
+
+
+def _nemo_stand_in_arguments(experiment: Experiment) -> list[str]:
+    # Off a NeMo site, the LoRA and tensor/expert-parallel engines stand in for NeMo Factory.
+    arguments = ["--global-batch", str(experiment.global_batch or 8)]
+    if experiment.peft == "lora":
+        arguments += ["--lora-rank", str(experiment.lora_rank or 32)]
+        if experiment.warmup_steps is not None:
+            arguments += ["--warmup-steps", str(experiment.warmup_steps)]
+        return arguments
+    arguments += ["--tp", str(experiment.tensor_parallel)]
+    if experiment.expert_parallel:
+        arguments += ["--ep", str(experiment.expert_parallel)]
+    if experiment.sequence_parallel:
+        arguments.append("--sp")
+    return arguments
+
+
+def _hf_arguments(experiment: Experiment, profile: Profile, deepspeed_config: str | None) -> list[str]:
+    arguments = []
+    if experiment.per_device_batch is not None:
+        arguments += ["--per-device-batch", str(experiment.per_device_batch)]
+    if experiment.grad_accum is not None:
+        arguments += ["--grad-accum", str(experiment.grad_accum)]
+    if experiment.samples_per_gpu is not None:
+        arguments += ["--samples-per-gpu", str(experiment.samples_per_gpu)]
+    elif experiment.samples is not None:
+        arguments += ["--samples", str(experiment.samples)]
+    eval_samples = _smallest(experiment.eval_samples, profile.training.eval_samples)
+    if eval_samples is not None:
+        arguments += ["--eval-samples", str(eval_samples)]
+    if experiment.zero_stage is not None:
+        arguments += ["--deepspeed", deepspeed_config or str(DS_CONFIGS_DIR / experiment.deepspeed_config)]
+    if experiment.fsdp:
+        arguments += ["--fsdp", experiment.fsdp]
+        if experiment.offload:
+            arguments.append("--offload")
+    return arguments
+
+
+def _gpt_arguments(experiment: Experiment, profile: Profile) -> list[str]:
+    shape = experiment.gpt.__dict__ if experiment.gpt else {}
+    # The profile may shrink the width of the model; depth and batch are the experiment's knobs.
+    shape = {**shape, **{key: value for key, value in profile.training.gpt_shape.items() if key != "layers"}}
+    arguments = []
+    for key in ("layers", "hidden", "heads", "ffn", "vocab", "seq_len"):
+        if key in shape:
+            arguments += [f"--{key.replace('_', '-')}", str(shape[key])]
+    if experiment.per_device_batch is not None:
+        arguments += ["--per-device-batch", str(experiment.per_device_batch)]
+    if experiment.samples_per_gpu is not None:
+        arguments += ["--samples-per-gpu", str(experiment.samples_per_gpu)]
+    if experiment.fsdp:
+        arguments += ["--fsdp", experiment.fsdp]
+        if experiment.offload:
+            arguments.append("--offload")
+    return arguments
+
+
+def _smallest(*values: int | None) -> int | None:
+    present = [value for value in values if value is not None]
+    return min(present) if present else None
+
+
+def _join(arguments: list[str]) -> str:
+    return " ".join(shlex.quote(argument) for argument in arguments)
+
+
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,  # shell, not HTML: quoting is done with shlex.quote
+    )
+
+
+def _tidy(text: str) -> str:
+    # Templates leave runs of blank lines where optional blocks were skipped; keep one.
+    lines, previous_blank = [], False
+    for line in text.splitlines():
+        blank = not line.strip()
+        if not (blank and previous_blank):
+            lines.append(line.rstrip())
+        previous_blank = blank
+    return "\n".join(lines).strip() + "\n"
+
+
+def write_script(text: str, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path

@@ -1,0 +1,282 @@
+"""Reading what SLURM's tools print (scontrol, sacct) and what a job script asks for (--output)."""
+
+from __future__ import annotations
+
+import getpass
+import re
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+# States after which a job never runs again.
+FINAL_STATES = frozenset({
+    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED",
+    "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT",
+})
+ACTIVE_STATES = frozenset({
+    "PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING", "STAGE_OUT",
+    "SIGNALING", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "STOPPED",
+})
+SACCT_FIELDS = "JobID,JobName,State,ExitCode,ElapsedRaw,NodeList,Reason"
+# What a failed state usually means, for the error message.
+STATE_HINTS = {
+    "FAILED": "the script exited non-zero; read the end of its log below",
+    "TIMEOUT": "it ran past --time; raise --time or shorten the run (fewer steps or samples)",
+    "OUT_OF_MEMORY": "it used more memory than --mem; raise --mem or lower the batch size",
+    "CANCELLED": "it was cancelled (scancel, or the time limit of a reservation)",
+    "NODE_FAIL": "a node died under it; resubmit, and tell the admins if it repeats",
+}
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """One look at a job: its state, how it ended, where its output is."""
+
+    job_id: str
+    state: str
+    exit_code: int | None = None
+    signal: int | None = None
+    elapsed_s: float | None = None
+    reason: str | None = None
+    stdout_path: Path | None = None
+    name: str | None = None
+    node_list: str | None = None
+    tasks: tuple["JobInfo", ...] = ()  # array tasks, if this is a job array
+
+    @property
+    def finished(self) -> bool:
+        return self.state in FINAL_STATES
+
+    def with_stdout(self, path: Path | None) -> "JobInfo":
+        return replace(self, stdout_path=path)
+
+    def describe(self) -> str:
+        parts = [f"job {self.job_id}", self.state]
+        if self.exit_code is not None:
+            parts.append(f"exit {self.exit_code}" + (f" (signal {self.signal})" if self.signal else ""))
+        if self.elapsed_s is not None:
+            parts.append(f"{format_duration(self.elapsed_s)} elapsed")
+        if self.reason and self.reason not in ("None", "NonZeroExitCode"):
+            parts.append(f"reason {self.reason}")
+        if self.stdout_path:
+            parts.append(f"log {self.stdout_path}")
+        return ", ".join(parts)
+
+    def failure_message(self, log_tail: str) -> str:
+        hint = STATE_HINTS.get(self.state, "see the log below")
+        return f"{self.describe()}\n{self.state}: {hint}.\n--- last lines of the log ---\n{log_tail}"
+
+
+def normalise_state(raw: str) -> str:
+    """'CANCELLED by 0' -> 'CANCELLED'; 'COMPLETED+' -> 'COMPLETED'."""
+    word = raw.strip().split(" ")[0] if raw.strip() else "UNKNOWN"
+    return word.rstrip("+").upper()
+
+
+def parse_exit_code(raw: str | None) -> tuple[int | None, int | None]:
+    """SLURM's 'EXIT:SIGNAL' -> (exit code, signal or None)."""
+    if not raw or ":" not in raw:
+        return None, None
+    code, signal = raw.split(":", 1)
+    try:
+        return int(code), (int(signal) or None)
+    except ValueError:
+        return None, None
+
+
+def parse_elapsed(raw: str | None) -> float | None:
+    """'1-02:03:04', '02:03:04', '03:04' or seconds -> seconds."""
+    if not raw or raw in ("UNLIMITED", "INVALID", "Partition_Limit"):
+        return None
+    if raw.isdigit():
+        return float(raw)
+    days = 0
+    if "-" in raw:
+        day_part, raw = raw.split("-", 1)
+        days = int(day_part)
+    try:
+        numbers = [int(part) for part in raw.split(":")]
+    except ValueError:
+        return None
+    while len(numbers) < 3:
+        numbers.insert(0, 0)
+    hours, minutes, seconds = numbers[-3:]
+    return float(days * 86400 + hours * 3600 + minutes * 60 + seconds)
+
+
+def format_duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 3600:02d}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+def parse_scontrol_record(line: str) -> dict[str, str]:
+    """One line of `scontrol show job -o` -> {key: value}. Values may contain spaces (e.g. Command)."""
+    fields: dict[str, str] = {}
+    key = None
+    for token in line.strip().split(" "):
+        if "=" in token and re.match(r"^[A-Za-z][A-Za-z0-9_:/]*=", token):
+            key, value = token.split("=", 1)
+            fields[key] = value
+        elif key is not None:
+            fields[key] += " " + token
+    return fields
+
+
+def job_info_from_scontrol(job_id: str, output: str) -> JobInfo:
+    """scontrol's answer for a job (one line per array task) -> JobInfo (aggregated for arrays)."""
+    records = [parse_scontrol_record(line) for line in output.splitlines() if line.strip()]
+    infos = [_info_from_scontrol_fields(r) for r in records if "JobId" in r]
+    if len(infos) == 1 and not records[0].get("ArrayTaskId"):
+        return infos[0]
+    return aggregate_array(job_id, infos)
+
+
+def _info_from_scontrol_fields(fields: dict[str, str]) -> JobInfo:
+    exit_code, signal = parse_exit_code(fields.get("ExitCode"))
+    task = fields.get("ArrayTaskId")
+    job_id = f"{fields['ArrayJobId']}_{task}" if task and fields.get("ArrayJobId") else fields["JobId"]
+    stdout = fields.get("StdOut")
+    return JobInfo(
+        job_id=job_id,
+        state=normalise_state(fields.get("JobState", "UNKNOWN")),
+        exit_code=exit_code,
+        signal=signal,
+        elapsed_s=parse_elapsed(fields.get("RunTime")),
+        reason=fields.get("Reason"),
+        stdout_path=Path(stdout) if stdout and stdout != "(null)" else None,
+        name=fields.get("JobName"),
+        node_list=fields.get("NodeList") if fields.get("NodeList") not in (None, "(null)") else None,
+    )
+
+
+def job_infos_from_sacct(output: str) -> dict[str, JobInfo]:
+    """`sacct -n -P -X -o SACCT_FIELDS` -> {job id: JobInfo}; array tasks also roll up under their array id."""
+    infos: dict[str, JobInfo] = {}
+    for line in output.splitlines():
+        parts = line.split("|")
+        if len(parts) < 5 or not parts[0]:
+            continue
+        job_id, name, state, exit_raw, elapsed = parts[:5]
+        node_list = parts[5] if len(parts) > 5 else None
+        reason = parts[6] if len(parts) > 6 else None
+        exit_code, signal = parse_exit_code(exit_raw)
+        infos[job_id] = JobInfo(
+            job_id=job_id, state=normalise_state(state), exit_code=exit_code, signal=signal,
+            elapsed_s=parse_elapsed(elapsed), name=name or None,
+            node_list=node_list if node_list not in (None, "", "None assigned") else None,
+            reason=reason or None,
+        )
+    arrays: dict[str, list[JobInfo]] = {}
+    for job_id, info in infos.items():
+        match = re.match(r"^(\d+)_(\d+|\[.*\])$", job_id)
+        if match:
+            arrays.setdefault(match.group(1), []).append(info)
+    for array_id, tasks in arrays.items():
+        infos[array_id] = aggregate_array(array_id, tasks)
+    return infos
+
+
+def aggregate_array(array_id: str, tasks: Sequence[JobInfo]) -> JobInfo:
+    """One state for a whole array: active while any task is; COMPLETED only if all are."""
+    if not tasks:
+        return JobInfo(job_id=array_id, state="UNKNOWN")
+    states = [t.state for t in tasks]
+    if any(s in ACTIVE_STATES for s in states):
+        state = "RUNNING" if any(s != "PENDING" for s in states) else "PENDING"
+    elif all(s == "COMPLETED" for s in states):
+        state = "COMPLETED"
+    else:
+        state = next(s for s in states if s != "COMPLETED")
+    worst_exit = max((t.exit_code for t in tasks if t.exit_code is not None), default=None)
+    longest = max((t.elapsed_s for t in tasks if t.elapsed_s is not None), default=None)
+    return JobInfo(job_id=array_id, state=state, exit_code=worst_exit, elapsed_s=longest,
+                   name=tasks[0].name, tasks=tuple(sorted(tasks, key=lambda t: t.job_id)))
+
+
+# ---- what the script asks for ----------------------------------------------------------------
+def sbatch_directives(script_text: str) -> list[str]:
+    """The options of the #SBATCH lines that SLURM reads (those before the first command)."""
+    options: list[str] = []
+    for line in script_text.splitlines()[1:]:
+        stripped = line.strip()
+        if stripped.startswith("#SBATCH"):
+            body = stripped[len("#SBATCH"):].split("#", 1)[0]
+            try:
+                options.extend(shlex.split(body))
+            except ValueError:
+                options.extend(body.split())
+        elif stripped and not stripped.startswith("#"):
+            break
+    return options
+
+
+def option_value(options: Sequence[str], long: str, short: str | None = None) -> str | None:
+    """The last value given for --long=V, --long V, -s V or -sV."""
+    value = None
+    for index, option in enumerate(options):
+        if option.startswith(f"--{long}="):
+            value = option.split("=", 1)[1]
+        elif option == f"--{long}" or (short and option == f"-{short}"):
+            value = options[index + 1] if index + 1 < len(options) else None
+        elif short and option.startswith(f"-{short}") and not option.startswith("--") and len(option) > 2:
+            value = option[2:]
+    return value
+
+
+def expand_filename_pattern(pattern: str, job_id: str, job_name: str, node: str = "node1") -> str:
+    """SLURM's %j %x %u %N %A %a %% replacements in --output names."""
+    array_id, _, task = job_id.partition("_")
+    replacements = {"j": job_id, "J": job_id, "x": job_name, "u": getpass.getuser(), "N": node, "n": "0",
+                    "A": array_id, "a": task or "4294967294", "%": "%"}
+    return re.sub(r"%(\w|%)", lambda m: replacements.get(m.group(1), m.group(0)), pattern)
+
+
+def expected_stdout(script: Path, workdir: Path, job_id: str, sbatch_args: Sequence[str] = ()) -> Path:
+    """Where SLURM writes the job's stdout: --output if given (command line wins), else slurm-%j.out."""
+    options = sbatch_directives(script.read_text(errors="replace")) + list(sbatch_args)
+    pattern = option_value(options, "output", "o") or "slurm-%j.out"
+    name = option_value(options, "job-name", "J") or script.name
+    path = Path(expand_filename_pattern(pattern, job_id, name))
+    return path if path.is_absolute() else workdir / path
+
+
+def tail(path: Path | None, lines: int = 20) -> str:
+    if path is None:
+        return "(no log file known for this job)"
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError:
+        return f"(log {path} does not exist yet)"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def parse_time_limit(raw: str | None) -> float | None:
+    """--time values (MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS) -> seconds; None for no limit."""
+    if not raw or raw.upper() in ("UNLIMITED", "INFINITE"):
+        return None
+    days = 0
+    if "-" in raw:
+        day_part, raw = raw.split("-", 1)
+        days = int(day_part)
+        parts = [int(p) for p in raw.split(":")]
+        hours, minutes, seconds = (parts + [0, 0])[:3]
+    else:
+        parts = [int(p) for p in raw.split(":")]
+        if len(parts) == 1:
+            hours, minutes, seconds = 0, parts[0], 0
+        elif len(parts) == 2:
+            hours, minutes, seconds = 0, parts[0], parts[1]
+        else:
+            hours, minutes, seconds = parts[:3]
+    return float(days * 86400 + hours * 3600 + minutes * 60 + seconds)
+
+
+def gpus_per_node(options: Sequence[str]) -> int:
+    """GPUs a script asks for on each node, from --gpus-per-node, --gres=gpu[:type]:N or --gpus."""
+    for long, short in (("gpus-per-node", None), ("gres", None), ("gpus", "G")):
+        value = option_value(options, long, short)
+        if value:
+            match = re.search(r"(\d+)$", value.split(",")[0])
+            return int(match.group(1)) if match else 1
+    return 0

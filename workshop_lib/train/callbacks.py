@@ -1,0 +1,43 @@
+"""HF Trainer callbacks that feed ``metrics.jsonl`` (seed 003's speed and memory callbacks, folded
+into the one metrics writer)."""
+
+from __future__ import annotations
+
+import time
+
+from transformers import TrainerCallback
+
+from workshop_lib.train.metrics import MetricsWriter
+
+
+class MetricsCallback(TrainerCallback):
+    """Times each optimizer step and writes step and eval records as the Trainer logs them."""
+
+    def __init__(self, writer: MetricsWriter, global_batch: int, device_kind: str):
+        self.writer = writer
+        self.global_batch = global_batch
+        self.device_kind = device_kind
+        self.step_started = None
+        self.last_step_time = None
+
+    def _synchronize(self):
+        if self.device_kind == "cuda":  # CUDA work is asynchronous; time what actually ran
+            import torch
+
+            torch.cuda.synchronize()
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self._synchronize()
+        self.step_started = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self._synchronize()
+        self.last_step_time = time.perf_counter() - self.step_started
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        logs = logs or {}
+        if "loss" in logs and self.last_step_time is not None:
+            self.writer.step(state.global_step, logs["loss"], logs.get("learning_rate", 0.0),
+                             self.last_step_time, self.global_batch, logs.get("epoch", state.epoch or 0.0))
+        if "eval_loss" in logs:
+            self.writer.evaluation(state.global_step, logs["eval_loss"])

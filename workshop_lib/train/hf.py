@@ -1,0 +1,198 @@
+"""Hugging Face Trainer fine-tuning (chapters 3 and 4): plain / DDP, DeepSpeed ZeRO, FSDP.
+
+    torchrun --nproc_per_node=N -m workshop_lib.train.hf --output-dir DIR [--deepspeed CONFIG.json
+        | --fsdp FULL_SHARD|SHARD_GRAD_OP|HYBRID_SHARD [--offload]] [--samples-per-gpu 500] ...
+
+On a GPU, FSDP is the Trainer's own. On a CPU the Trainer would silently run plain DDP instead,
+so ``--fsdp`` there wraps the model by hand (FSDP1) and trains it with the workshop's loop;
+either way every rank's local parameter count lands in the summary, so the sharding shows.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from workshop_lib.errors import WorkshopError
+from workshop_lib.train.cli import check_positive, common_parser, resolve_precision
+from workshop_lib.train.common import answer_quality, load_tokenizer, prepare_data, print_header
+from workshop_lib.train.metrics import MetricsWriter, summary_fields
+from workshop_lib.train.models import build_model, count_parameters, model_spec
+from workshop_lib.train.runtime import Runtime, start_runtime, stop_runtime
+from workshop_lib.train.sharding import STRATEGIES, local_parameter_count, wrap_fsdp
+
+
+def parse_args(argv=None):
+    parser = common_parser(__doc__.splitlines()[0])
+    parser.add_argument("--samples-per-gpu", type=int, default=500,
+                        help="weak scaling: the train subset is this × world size")
+    parser.add_argument("--per-device-batch", type=int, default=4)
+    parser.add_argument("--grad-accum", type=int, default=4)
+    parser.add_argument("--eval-samples", type=int, default=100)
+    parser.add_argument("--generation-samples", type=int, default=20,
+                        help="validation examples answered by greedy generation for EM/F1 (0: skip)")
+    engine = parser.add_mutually_exclusive_group()
+    engine.add_argument("--deepspeed", metavar="CONFIG.json", help="a DeepSpeed JSON (slurm/ds_configs/)")
+    engine.add_argument("--fsdp", choices=STRATEGIES, help="FSDP sharding strategy")
+    parser.add_argument("--offload", action="store_true", help="with --fsdp: keep parameters on the CPU")
+    parser.add_argument("--save-checkpoints", action="store_true",
+                        help="save a checkpoint every epoch as the seeds do (off: runs stay small)")
+    args = parser.parse_args(argv)
+    check_positive(samples_per_gpu=args.samples_per_gpu, per_device_batch=args.per_device_batch,
+                   grad_accum=args.grad_accum, eval_samples=args.eval_samples)
+    if args.offload and not args.fsdp:
+        raise WorkshopError("--offload goes with --fsdp; for DeepSpeed pick an *_offload.json config")
+    if args.deepspeed and not Path(args.deepspeed).is_file():
+        raise WorkshopError(f"--deepspeed {args.deepspeed}: no such file; the configs live in slurm/ds_configs/")
+    return args
+
+
+def engine_of(args) -> str:
+    return "deepspeed" if args.deepspeed else "fsdp" if args.fsdp else "hf"
+
+
+def deepspeed_settings(path: str) -> dict:
+    config = json.loads(Path(path).read_text())
+    zero = config.get("zero_optimization", {})
+    optimizer_offload = zero.get("offload_optimizer", {})
+    param_offload = zero.get("offload_param", {})
+    return {"config": Path(path).name, "zero_stage": int(zero.get("stage", 0)),
+            "offload_optimizer": optimizer_offload.get("device", "none"),
+            "offload_param": param_offload.get("device", "none"),
+            "pin_memory": bool(optimizer_offload.get("pin_memory") or param_offload.get("pin_memory"))}
+
+
+def engine_settings(args, fsdp_implementation: str | None) -> dict:
+    settings = {"per_device_batch": args.per_device_batch, "grad_accum": args.grad_accum,
+                "samples_per_gpu": args.samples_per_gpu, "epochs": args.epochs,
+                "max_steps": args.max_steps, "learning_rate": args.learning_rate,
+                "max_length": args.max_length}
+    if args.deepspeed:
+        settings.update(deepspeed_settings(args.deepspeed))
+    if args.fsdp:
+        settings.update({"strategy": args.fsdp, "offload": args.offload,
+                         "implementation": fsdp_implementation})
+    return settings
+
+
+def trainer_fsdp_arguments(args, layer_class: str) -> dict:
+    """The Trainer's FSDP options, as in seed 003's fsdp_cfg."""
+    options = [args.fsdp.lower(), "auto_wrap"] + (["offload"] if args.offload else [])
+    return {"fsdp": " ".join(options),
+            "fsdp_config": {"transformer_layer_cls_to_wrap": [layer_class],
+                            "backward_prefetch": "backward_post", "forward_prefetch": True,
+                            "sync_module_states": True}}
+
+
+def train_with_trainer(args, runtime: Runtime, spec, tokenizer, data, precision: str, writer):
+    from transformers import Trainer, TrainingArguments
+
+    from workshop_lib.train.callbacks import MetricsCallback
+
+    extra = {}
+    if args.deepspeed:
+        extra["deepspeed"] = args.deepspeed
+    if args.fsdp:
+        extra.update(trainer_fsdp_arguments(args, spec.layer_class))
+    # TrainingArguments first: with ZeRO-3 it makes from_config build the model already partitioned.
+    training_args = TrainingArguments(
+        output_dir=args.output_dir, eval_strategy="epoch",
+        save_strategy="epoch" if args.save_checkpoints else "no",
+        per_device_train_batch_size=args.per_device_batch, per_device_eval_batch_size=args.per_device_batch,
+        gradient_accumulation_steps=args.grad_accum, num_train_epochs=args.epochs, max_steps=args.max_steps,
+        learning_rate=args.learning_rate, weight_decay=args.weight_decay,
+        bf16=precision == "bf16", fp16=precision == "fp16", use_cpu=runtime.device_kind == "cpu",
+        logging_steps=1, report_to="none", seed=args.seed, disable_tqdm=True,
+        dataloader_drop_last=True, **extra)
+    model = build_model(spec, args.random_init, args.seed)
+    trainable, total = count_parameters(model)
+    print_header(runtime, engine_of(args), args.model, trainable, total, precision=precision,
+                 **({"deepspeed": Path(args.deepspeed).name} if args.deepspeed else {}),
+                 **({"fsdp": args.fsdp, "offload": args.offload} if args.fsdp else {}))
+    global_batch = args.per_device_batch * args.grad_accum * runtime.world_size
+    trainer = Trainer(model=model, args=training_args, train_dataset=data.train, eval_dataset=data.validation,
+                      callbacks=[MetricsCallback(writer, global_batch, runtime.device_kind)])
+    result = trainer.train()
+    trainer.save_state()  # trainer_state.json then carries the final train_* metrics
+    eval_loss = next((entry["eval_loss"] for entry in reversed(trainer.state.log_history)
+                      if "eval_loss" in entry), None)
+    em = f1 = None
+    if data.generation_examples:
+        em, f1 = answer_quality(trainer.model_wrapped, trainer.model, tokenizer, data.generation_examples,
+                                runtime, precision, args.max_length)
+        writer.evaluation(trainer.state.global_step, eval_loss if eval_loss is not None else float("nan"), em, f1)
+    return {"train_runtime_s": result.metrics["train_runtime"],
+            "final_loss": writer.last_loss if writer.last_loss is not None else result.training_loss,
+            "samples_processed": trainer.state.global_step * global_batch,
+            "trainable_params": trainable, "total_params": total,
+            "local_params": local_parameter_count(trainer.model_wrapped),
+            "step_times": writer.step_times, "eval_loss": eval_loss, "eval_em": em, "eval_f1": f1}
+
+
+def train_with_manual_fsdp(args, runtime: Runtime, spec, tokenizer, data, precision: str, writer):
+    from workshop_lib.train.loop import LoopSettings, run_loop
+
+    model = build_model(spec, args.random_init, args.seed)
+    trainable, total = count_parameters(model)
+    print_header(runtime, "fsdp", args.model, trainable, total, precision=precision, fsdp=args.fsdp,
+                 offload=args.offload, implementation="fsdp1-manual (Trainer's fsdp= does not shard on CPU)")
+    wrapped = wrap_fsdp(model, args.fsdp, spec.layer_class, runtime.device, args.offload)
+    optimizer = torch.optim.AdamW(wrapped.parameters(), lr=args.learning_rate, weight_decay=args.weight_decay)
+    settings = LoopSettings(epochs=args.epochs, max_steps=args.max_steps, micro_batch=args.per_device_batch,
+                            grad_accum=args.grad_accum, learning_rate=args.learning_rate,
+                            weight_decay=args.weight_decay, warmup_steps=0, precision=precision,
+                            seed=args.seed, data_rank=runtime.rank, data_world=runtime.world_size)
+    local_params = local_parameter_count(wrapped)  # between steps: only the shard is resident
+    quality = None
+    if data.generation_examples:
+        quality = lambda: answer_quality(wrapped, model, tokenizer, data.generation_examples,  # noqa: E731
+                                         runtime, precision, args.max_length)
+    result = run_loop(wrapped, optimizer, data.train, data.validation, runtime, writer, settings,
+                      clip=wrapped.clip_grad_norm_, answer_quality=quality)
+    return {"train_runtime_s": result.train_runtime_s, "final_loss": result.final_loss,
+            "samples_processed": result.samples_processed, "trainable_params": trainable,
+            "total_params": total, "local_params": local_params, "step_times": result.step_times,
+            "eval_loss": result.eval_loss, "eval_em": result.eval_em, "eval_f1": result.eval_f1}
+
+
+def run(args, runtime: Runtime) -> dict:
+    spec = model_spec(args.model)
+    if spec.family == "gpt":
+        raise WorkshopError("--model gpt runs with `-m workshop_lib.train.gpt`")
+    precision = resolve_precision(args.precision, runtime.device_kind)
+    writer = MetricsWriter(args.output_dir, enabled=runtime.is_main)
+    tokenizer = load_tokenizer(spec, args.random_init, runtime)
+    data = prepare_data(args.data, runtime, tokenizer, 0, args.eval_samples, args.generation_samples,
+                        args.max_length, per_gpu=args.samples_per_gpu)
+    manual_fsdp = bool(args.fsdp) and runtime.device_kind == "cpu"
+    train = train_with_manual_fsdp if manual_fsdp else train_with_trainer
+    outcome = train(args, runtime, spec, tokenizer, data, precision, writer)
+    fsdp_implementation = ("fsdp1-manual" if manual_fsdp else "trainer") if args.fsdp else None
+    summary = summary_fields(runtime=runtime, engine=engine_of(args),
+                             settings=engine_settings(args, fsdp_implementation), model=args.model,
+                             precision=precision, samples=len(data.train), **outcome)
+    return writer.summary(**summary)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    runtime = start_runtime(deepspeed=bool(args.deepspeed))
+    try:
+        summary = run(args, runtime)
+        if runtime.is_main:
+            print(f"== summary: {summary['samples_per_s']:.2f} samples/s, final loss {summary['final_loss']:.4f}, "
+                  f"peak memory {max(summary['peak_memory_mib_per_rank']):.0f} MiB "
+                  f"({summary['peak_memory_kind']})", flush=True)
+    except WorkshopError as error:
+        print(f"error: {error}", file=sys.stderr, flush=True)
+        return 2
+    finally:
+        stop_runtime()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

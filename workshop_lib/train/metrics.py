@@ -1,0 +1,159 @@
+"""The one ``metrics.jsonl`` writer every entry point uses (rank 0 writes).
+
+Records, one JSON object per line:
+
+* ``step``    — step, loss, lr, step_time_s, samples_per_s, epoch
+* ``eval``    — step, eval_loss, eval_em, eval_f1 (EM/F1 may be null)
+* ``summary`` — one at the end: engine and its settings, world size, throughput, losses,
+  parameter counts and every rank's local parameter count and peak memory.
+
+:data:`SUMMARY_FIELDS` and :func:`validate_record` state the schema; the results side of the
+workshop reads runs through it, so change both together.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import resource
+import sys
+from pathlib import Path
+
+ENGINES = ("hf", "deepspeed", "fsdp", "lora", "parallel", "gpt")
+MEMORY_KINDS = ("cuda_max_allocated", "cpu_max_rss")
+
+_NUMBER = (int, float)
+_OPTIONAL_NUMBER = (int, float, type(None))
+STEP_FIELDS = {"kind": str, "step": int, "loss": _NUMBER, "lr": _NUMBER, "step_time_s": _NUMBER,
+               "samples_per_s": _NUMBER, "epoch": _NUMBER}
+EVAL_FIELDS = {"kind": str, "step": int, "eval_loss": _NUMBER, "eval_em": _OPTIONAL_NUMBER,
+               "eval_f1": _OPTIONAL_NUMBER}
+SUMMARY_FIELDS = {"kind": str, "engine": str, "settings": dict, "model": str, "world_size": int,
+                  "nodes": int, "precision": str, "device": str, "samples": int,
+                  "train_runtime_s": _NUMBER, "samples_per_s": _NUMBER, "mean_step_time_s": _NUMBER,
+                  "final_loss": _NUMBER, "eval_loss": _OPTIONAL_NUMBER, "eval_em": _OPTIONAL_NUMBER,
+                  "eval_f1": _OPTIONAL_NUMBER, "trainable_params": int, "total_params": int,
+                  "local_params_per_rank": list, "peak_memory_mib_per_rank": list,
+                  "peak_memory_kind": str}
+FIELDS_BY_KIND = {"step": STEP_FIELDS, "eval": EVAL_FIELDS, "summary": SUMMARY_FIELDS}
+
+
+class SchemaError(ValueError):
+    """A metrics record does not follow the schema (a bug in the writer, not a user error)."""
+
+
+def validate_record(record: dict) -> None:
+    """Raise :class:`SchemaError` unless ``record`` has exactly the fields and types of its kind."""
+    fields = FIELDS_BY_KIND.get(record.get("kind"))
+    if fields is None:
+        raise SchemaError(f"unknown record kind {record.get('kind')!r}")
+    missing = set(fields) - set(record)
+    extra = set(record) - set(fields)
+    if missing or extra:
+        raise SchemaError(f"{record['kind']} record: missing {sorted(missing)}, unexpected {sorted(extra)}")
+    for name, types in fields.items():
+        value = record[name]
+        if isinstance(value, bool) or not isinstance(value, types):
+            raise SchemaError(f"{record['kind']}.{name} = {value!r} is not {types}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise SchemaError(f"{record['kind']}.{name} is {value}")
+    if record["kind"] == "summary":
+        if record["engine"] not in ENGINES:
+            raise SchemaError(f"summary.engine {record['engine']!r} not in {ENGINES}")
+        if record["peak_memory_kind"] not in MEMORY_KINDS:
+            raise SchemaError(f"summary.peak_memory_kind {record['peak_memory_kind']!r}")
+        if record["device"] not in ("cpu", "cuda"):
+            raise SchemaError(f"summary.device {record['device']!r}")
+        for name in ("local_params_per_rank", "peak_memory_mib_per_rank"):
+            if len(record[name]) != record["world_size"]:
+                raise SchemaError(f"summary.{name} has {len(record[name])} entries for "
+                                  f"world size {record['world_size']}")
+
+
+def read_metrics(path: Path | str) -> list[dict]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+# ---------------------------------------------------------------- memory
+
+def peak_memory_mib(device_kind: str) -> tuple[float, str]:
+    """This process's peak memory: CUDA allocations on a GPU, resident set size on a CPU."""
+    if device_kind == "cuda":
+        import torch
+
+        return torch.cuda.max_memory_allocated() / 2**20, "cuda_max_allocated"
+    max_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    divisor = 2**20 if sys.platform == "darwin" else 2**10  # bytes on macOS, KiB on Linux
+    return max_rss / divisor, "cpu_max_rss"
+
+
+# ---------------------------------------------------------------- the writer
+
+class MetricsWriter:
+    """Appends records to ``<output_dir>/metrics.jsonl``. On ranks other than 0 it does nothing."""
+
+    def __init__(self, output_dir: Path | str, enabled: bool):
+        self.path = Path(output_dir) / "metrics.jsonl"
+        self.enabled = enabled
+        self.step_times: list[float] = []
+        self.last_loss: float | None = None
+        if enabled:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.write_text("")  # a rerun into the same folder starts a fresh file
+
+    def _write(self, record: dict) -> None:
+        validate_record(record)
+        if self.enabled:
+            with self.path.open("a", encoding="utf-8") as stream:
+                stream.write(json.dumps(record) + "\n")
+
+    def step(self, step: int, loss: float, lr: float, step_time_s: float, samples: int, epoch: float) -> None:
+        """One optimizer step; ``samples`` is the global batch (all ranks, all accumulation steps)."""
+        self.step_times.append(step_time_s)
+        self.last_loss = float(loss)
+        self._write({"kind": "step", "step": int(step), "loss": float(loss), "lr": float(lr),
+                     "step_time_s": float(step_time_s),
+                     "samples_per_s": samples / step_time_s if step_time_s > 0 else 0.0,
+                     "epoch": float(epoch)})
+
+    def evaluation(self, step: int, eval_loss: float, eval_em: float | None = None,
+                   eval_f1: float | None = None) -> None:
+        self._write({"kind": "eval", "step": int(step), "eval_loss": float(eval_loss),
+                     "eval_em": None if eval_em is None else float(eval_em),
+                     "eval_f1": None if eval_f1 is None else float(eval_f1)})
+
+    def summary(self, **fields) -> dict:
+        record = {"kind": "summary", **fields}
+        self._write(record)
+        return record
+
+
+def summary_fields(*, runtime, engine: str, settings: dict, model: str, precision: str, samples: int,
+                   train_runtime_s: float, final_loss: float, trainable_params: int, total_params: int,
+                   local_params: int, step_times: list[float], samples_processed: int, eval_loss=None,
+                   eval_em=None, eval_f1=None) -> dict:
+    """Collect the summary. Collective: every rank must call it (it gathers per-rank values).
+
+    ``samples`` is the size of the training subset, ``samples_processed`` how many samples the
+    optimizer steps consumed in ``train_runtime_s`` (epochs × subset, or fewer with --max-steps).
+    """
+    from workshop_lib.train.runtime import gather_from_ranks
+
+    peak, kind = peak_memory_mib(runtime.device_kind)
+    per_rank = gather_from_ranks((int(local_params), float(peak)))
+    # The first step carries one-off costs (allocation, compilation, NCCL setup): leave it out
+    # of the mean when there are others.
+    timed = step_times[1:] if len(step_times) > 1 else step_times
+    return {"engine": engine, "settings": settings, "model": model,
+            "world_size": runtime.world_size, "nodes": runtime.nodes, "precision": precision,
+            "device": runtime.device_kind, "samples": int(samples),
+            "train_runtime_s": float(train_runtime_s),
+            "samples_per_s": samples_processed / train_runtime_s if train_runtime_s > 0 else 0.0,
+            "mean_step_time_s": float(sum(timed) / len(timed)) if timed else 0.0,
+            "final_loss": float(final_loss),
+            "eval_loss": None if eval_loss is None else float(eval_loss),
+            "eval_em": None if eval_em is None else float(eval_em),
+            "eval_f1": None if eval_f1 is None else float(eval_f1),
+            "trainable_params": int(trainable_params), "total_params": int(total_params),
+            "local_params_per_rank": [count for count, _ in per_rank],
+            "peak_memory_mib_per_rank": [mib for _, mib in per_rank], "peak_memory_kind": kind}

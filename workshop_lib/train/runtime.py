@@ -1,0 +1,103 @@
+"""The distributed runtime every entry point shares: process group, device, rank helpers.
+
+Every entry point is started by torchrun, even for one process, so RANK, WORLD_SIZE,
+LOCAL_RANK and LOCAL_WORLD_SIZE are always set. The same code picks NCCL on CUDA and gloo on CPU.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from workshop_lib.errors import WorkshopError
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """Where this process sits in the job."""
+
+    rank: int
+    local_rank: int
+    world_size: int
+    local_world_size: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def is_local_main(self) -> bool:
+        return self.local_rank == 0
+
+    @property
+    def nodes(self) -> int:
+        return max(1, self.world_size // max(1, self.local_world_size))
+
+    @property
+    def device_kind(self) -> str:
+        return self.device.type
+
+
+def start_runtime(deepspeed: bool = False) -> Runtime:
+    """Join the process group torchrun prepared; bind this process to its GPU if there is one.
+
+    With ``deepspeed`` the group is made through DeepSpeed, whose communication layer otherwise
+    does not see a group created before it (it then believes the world has one rank).
+    """
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        raise WorkshopError(
+            "this entry point must be launched by torchrun (RANK/WORLD_SIZE are not set): use "
+            "`torchrun --nproc_per_node=1 -m workshop_lib.train.<name> ...` even for one process"
+        )
+    rank = int(os.environ["RANK"])
+    world_size = int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+        backend = "nccl"
+    else:
+        device = torch.device("cpu")
+        backend = "gloo"
+    # The long timeout covers rank 0 generating data or a tokenizer while the others wait.
+    timeout = datetime.timedelta(minutes=30)
+    if deepspeed:
+        import deepspeed as deepspeed_module
+
+        deepspeed_module.init_distributed(dist_backend=backend, timeout=timeout)
+    elif not dist.is_initialized():
+        dist.init_process_group(backend=backend, timeout=timeout)
+    return Runtime(rank, local_rank, world_size, local_world_size, device)
+
+
+def barrier() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
+def gather_from_ranks(value):
+    """Every rank's ``value`` as a list in rank order (on every rank)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return [value]
+    gathered = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, value)
+    return gathered
+
+
+def stop_runtime() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def print_main(runtime: Runtime, *lines: str) -> None:
+    """Print on rank 0 only, flushed so SLURM logs interleave sensibly."""
+    if runtime.is_main:
+        for line in lines:
+            print(line, flush=True)

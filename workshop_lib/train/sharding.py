@@ -1,0 +1,59 @@
+"""FSDP that really shards on CPU as well as on GPU (hand-written FSDP1 wrapping).
+
+HF Trainer's ``fsdp=`` quietly falls back to plain DDP on a CPU, so the CPU path wraps the
+model here: each transformer block is one FSDP unit, as the seeds' ``transformer_layer_cls_to_wrap``.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch.distributed.fsdp import BackwardPrefetch, CPUOffload, ShardingStrategy
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+
+from workshop_lib.errors import WorkshopError
+
+STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD")
+
+
+def block_classes(model, class_name: str) -> set[type]:
+    found = {type(module) for module in model.modules() if type(module).__name__ == class_name}
+    if not found:
+        raise WorkshopError(f"no {class_name} layers in {type(model).__name__}: cannot wrap for FSDP")
+    return found
+
+
+def wrap_fsdp(model, strategy: str, layer_class: str, device: torch.device, offload: bool = False):
+    """The model as FSDP units; parameters stay sharded between forward/backward passes."""
+    if strategy not in STRATEGIES:
+        raise WorkshopError(f"--fsdp {strategy!r}: choose one of {', '.join(STRATEGIES)}")
+    policy = functools.partial(transformer_auto_wrap_policy,
+                               transformer_layer_cls=block_classes(model, layer_class))
+    return FSDP(model, auto_wrap_policy=policy, sharding_strategy=ShardingStrategy[strategy],
+                cpu_offload=CPUOffload(offload_params=offload), device_id=device,
+                backward_prefetch=BackwardPrefetch.BACKWARD_POST, forward_prefetch=True,
+                sync_module_states=True, use_orig_params=True)
+
+
+def local_parameter_count(model) -> int:
+    """Parameters this rank actually stores: FSDP flat shards, DTensor local shards, or everything."""
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(model, FSDP):
+        # Between steps FSDP holds only each unit's flat shard (padding included, as stored).
+        return sum(handle.flat_param._local_shard.numel() for handle in
+                   (m._handle for m in FSDP.fsdp_modules(model)) if handle is not None)
+    seen, total = set(), 0
+    for parameter in model.parameters():
+        if id(parameter) in seen:
+            continue
+        seen.add(id(parameter))
+        if isinstance(parameter, DTensor):
+            total += parameter.to_local().numel()
+        elif hasattr(parameter, "ds_tensor"):  # DeepSpeed ZeRO-3 keeps only this partition
+            total += parameter.ds_tensor.numel()
+        else:
+            total += parameter.numel()
+    return total
