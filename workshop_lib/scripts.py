@@ -310,7 +310,9 @@ def _hf_arguments(experiment: Experiment, profile: Profile, deepspeed_config: st
     if experiment.samples_per_gpu is not None:
         arguments += ["--samples-per-gpu", str(experiment.samples_per_gpu)]
     elif experiment.samples is not None:
-        arguments += ["--samples", str(experiment.samples)]
+        # On one GPU a fixed set and a per-GPU share are the same number.
+        flag = "--samples-per-gpu" if experiment.gpus == 1 else "--samples"
+        arguments += [flag, str(experiment.samples)]
     eval_samples = _smallest(experiment.eval_samples, profile.training.eval_samples)
     if eval_samples is not None:
         arguments += ["--eval-samples", str(eval_samples)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from dataclasses import asdict
 
 from ..memory import DEFAULT_BUSY_FRACTION, format_memory_report, memory_summary
@@ -55,7 +56,8 @@ def _register_collect(subparsers: argparse._SubParsersAction) -> None:
     )
     collect.add_argument("--chapter", type=int, choices=(1, 2, 3, 4), help="one chapter (default: all)")
     collect.add_argument("--format", choices=("md", "csv", "json"), default="md", help="output format")
-    collect.add_argument("--runs", default="runs", metavar="DIR", help="the folder holding run directories")
+    collect.add_argument("--runs", default=os.environ.get("WORKSHOP_RUNS_DIR", "runs"), metavar="DIR",
+                         help="the folder holding run directories (default: $WORKSHOP_RUNS_DIR or ./runs)")
     collect.set_defaults(handler=run_collect)
 
 

@@ -34,7 +34,9 @@ def wrap_fsdp(model, strategy: str, layer_class: str, device: torch.device, offl
     return FSDP(model, auto_wrap_policy=policy, sharding_strategy=ShardingStrategy[strategy],
                 cpu_offload=CPUOffload(offload_params=offload), device_id=device,
                 backward_prefetch=BackwardPrefetch.BACKWARD_POST, forward_prefetch=True,
-                sync_module_states=True, use_orig_params=True)
+                # On CPU FSDP refuses to broadcast from rank 0; every rank builds the same
+                # seeded weights anyway, so the broadcast only matters for loaded checkpoints on GPUs.
+                sync_module_states=device.type == "cuda", use_orig_params=True)
 
 
 def local_parameter_count(model) -> int:
@@ -42,9 +44,10 @@ def local_parameter_count(model) -> int:
     from torch.distributed.tensor import DTensor
 
     if isinstance(model, FSDP):
-        # Between steps FSDP holds only each unit's flat shard (padding included, as stored).
-        return sum(handle.flat_param._local_shard.numel() for handle in
-                   (m._handle for m in FSDP.fsdp_modules(model)) if handle is not None)
+        # Each FSDP unit keeps one flat parameter; once wrapped it holds only this rank's shard
+        # (padding included, as stored). After the first forward the shard also sits in _local_shard.
+        flat_params = [m._handle.flat_param for m in FSDP.fsdp_modules(model) if m._handle is not None]
+        return sum(getattr(flat, "_local_shard", flat).numel() for flat in flat_params)
     seen, total = set(), 0
     for parameter in model.parameters():
         if id(parameter) in seen:

@@ -1,0 +1,116 @@
+"""Run directories → records → the seeds' tables: values come from the runs' own files, derived
+columns are computed, and runs that are missing or failed show their state."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from workshop_lib.cli import main
+from workshop_lib.memory import memory_summary
+from workshop_lib.results import chapter_results, read_run
+from workshop_lib.tables import chapter_tables, long_form, render_tables
+
+SAMPLES = Path(__file__).parent / "samples"
+CH1_COLUMNS = ["GPUs", "Batch per GPU", "Total job time (HH:MM:SS)", "Train step time (s)", "Last reduced_train_loss",
+               "GPU 0 Peak (MiB)", "GPU 0 Avg (MiB)", "GPU 0 Mode (MiB)", "Time scaling vs 1 GPU",
+               "Peak memory scaling vs 1 GPU"]
+
+
+def _nemo_run(folder: Path, total: str, gpu_log: str, job_id: int) -> None:
+    folder.mkdir(parents=True)
+    text = (SAMPLES / "nemo" / "llama_lora_2gpus.out").read_text().replace("00:09:55", total)
+    (folder / f"slurm-{job_id}.out").write_text(text)
+    shutil.copy(SAMPLES / "nvidia_smi" / gpu_log, folder / "gpu_memory_node1.csv")
+    (folder / "job.json").write_text(json.dumps({"job_id": job_id, "experiment_id": folder.name}))
+
+
+@pytest.fixture
+def chapter_1_runs(tmp_path):
+    runs = tmp_path / "runs"
+    _nemo_run(runs / "lora/llama/1-gpu", "00:09:55", "h200x2_nounits.csv", 101)
+    _nemo_run(runs / "lora/llama/2-gpus", "00:05:00", "h200x2_units.csv", 102)
+    failed = runs / "lora/llama/4-gpus"
+    failed.mkdir(parents=True)
+    (failed / "job.json").write_text(json.dumps({"job_id": "103", "final_state": "FAILED", "exit_code": 1}))
+    return runs  # 8 GPUs and every Mixtral run: never submitted
+
+
+def test_chapter_1_table_from_runs(chapter_1_runs):
+    table = chapter_tables(1, chapter_1_runs)[0].frame
+    assert list(table.columns) == CH1_COLUMNS
+    one, two, four, eight = table.to_dict("records")
+    gpu0 = memory_summary([chapter_1_runs / "lora/llama/1-gpu"]).gpu(0)
+    assert one["Total job time (HH:MM:SS)"] == "00:09:55" and one["Train step time (s)"] == 1.608
+    assert one["Last reduced_train_loss"] == 0.1058
+    assert one["GPU 0 Peak (MiB)"] == gpu0.stats.peak == 6251
+    assert one["GPU 0 Avg (MiB)"] == round(gpu0.stats.average, 2) and one["GPU 0 Mode (MiB)"] == 0
+    assert one["Time scaling vs 1 GPU"] == 1.0 and one["Peak memory scaling vs 1 GPU"] == 1.0
+    assert two["Batch per GPU"] == 4 and four["Batch per GPU"] == 2
+    assert two["Time scaling vs 1 GPU"] == round(595 / 300, 2)
+    assert two["Peak memory scaling vs 1 GPU"] == 1.0  # both logs peak at 6251 MiB on GPU 0
+    assert set(list(four.values())[2:]) == {"FAILED"}
+    assert set(list(eight.values())[2:]) == {"MISSING"}
+    assert 0 not in list(four.values())[2:] + list(eight.values())[2:]
+
+
+def test_mixtral_table_uses_two_gpus_as_baseline(chapter_1_runs):
+    table = chapter_tables(1, chapter_1_runs)[1].frame
+    assert "Time scaling vs 2 GPU" in table.columns and list(table["GPUs"]) == [2, 4, 8]
+
+
+def _hf_run(folder: Path, samples_per_s: float) -> None:
+    (folder / "train").mkdir(parents=True)
+    metrics = (SAMPLES / "metrics" / "metrics.jsonl").read_text().replace('"samples_per_s": 22.54',
+                                                                          f'"samples_per_s": {samples_per_s}')
+    (folder / "train" / "metrics.jsonl").write_text(metrics)
+    shutil.copy(SAMPLES / "hf" / "trainer_state.json", folder / "train" / "trainer_state.json")
+    shutil.copy(SAMPLES / "psrecord" / "cpu_memory.txt", folder / "cpu_memory.txt")
+
+
+def test_chapter_3_tables_from_runs(tmp_path):
+    runs = tmp_path / "runs"
+    _hf_run(runs / "zero/baseline", 30.0)
+    _hf_run(runs / "zero/two-gpus/zero2-offload", 12.5)
+    record = read_run(runs / "zero/baseline")
+    assert record.state == "COMPLETED" and record.eval_loss_by_epoch == {1: 1.2965, 2: 1.581, 3: 1.779}
+    tables = {table.title: table.frame for table in chapter_tables(3, runs)}
+    baseline = tables["Baseline: HF Trainer without DeepSpeed"].set_index("Metric")["Value"]
+    assert baseline["Final Train Loss"] == 0.7039 and baseline["Eval Loss (Epoch 2)"] == 1.581
+    assert baseline["Train Samples/sec"] == 30.0 and baseline["Steps per Epoch"] == 32
+    assert baseline["Peak Usage (MB)"] == 262.46
+    assert baseline["Peak Usage (MiB)"] == "n/a"  # a CPU run has no nvidia-smi log: not 0
+    offload = tables["2-GPU ZeRO stage comparison, with CPU offload"]
+    assert list(offload.columns) == ["Metric", "Stage 1", "Stage 2", "Stage 3"]
+    stage = offload.set_index("Metric")
+    assert stage.loc["Train Samples/sec", "Stage 2"] == 12.5
+    assert stage.loc["Train Samples/sec", "Stage 1"] == "MISSING"
+    assert list(tables["Multi-node weak scaling (250 samples per GPU)"].columns) == [
+        "Metric", "2 nodes", "4 nodes", "8 nodes"]
+
+
+def test_weak_scaling_efficiency_and_long_form(tmp_path):
+    runs = tmp_path / "runs"
+    for gpus, runtime in ((2, 10.0), (4, 12.5)):
+        folder = runs / f"fsdp/weak-scaling/{gpus}-gpus/train"
+        folder.mkdir(parents=True)
+        summary = {"kind": "summary", "engine": "gpt", "train_runtime_s": runtime, "samples_per_s": 8.0,
+                   "final_loss": 2.0, "total_params": 1000 * gpus, "world_size": gpus}
+        (folder / "metrics.jsonl").write_text(json.dumps(summary) + "\n")
+    table = chapter_tables(4, runs)[-1].frame
+    assert list(table["Efficiency (%)"])[:2] == [100.0, 80.0]
+    assert list(table["Num Layers"]) == [3, 6, 12, 24] and list(table["Per-GPU Batch"]) == [8, 4, 2, 1]
+    assert list(table["Efficiency (%)"])[2:] == ["MISSING", "MISSING"]
+    tidy = long_form(chapter_results(4, runs))
+    assert set(tidy["id"]) == {"fsdp/weak-scaling/2-gpus", "fsdp/weak-scaling/4-gpus"}
+
+
+def test_collect_command_formats(chapter_1_runs, capsys):
+    assert main(["collect", "--chapter", "1", "--runs", str(chapter_1_runs)]) == 0
+    out = capsys.readouterr().out
+    assert "| 1 | 8 | 00:09:55 | 1.608 | 0.1058 | 6251 |" in out
+    assert main(["collect", "--chapter", "2", "--format", "json", "--runs", str(chapter_1_runs)]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["rows"][0]["Total job time (HH:MM:SS)"] == "MISSING"
+    text = render_tables(chapter_tables(1, chapter_1_runs), "csv")
+    assert text.startswith("# Llama 3.1 8B + LoRA, data parallel\nGPUs,Batch per GPU")

@@ -1,0 +1,30 @@
+"""Figures are drawn from completed runs only, with labelled axes."""
+
+import json
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+from workshop_lib.plots import efficiency_plot, loss_curves, memory_plot, speedup_plot  # noqa: E402
+from workshop_lib.results import chapter_results  # noqa: E402
+
+
+def test_plots_from_weak_scaling_runs(tmp_path):
+    runs = tmp_path / "runs"
+    for gpus, runtime in ((2, 10.0), (4, 12.5)):
+        folder = runs / f"fsdp/weak-scaling/{gpus}-gpus/train"
+        folder.mkdir(parents=True)
+        lines = [json.dumps({"kind": "step", "step": s, "loss": 3.0 - s / 10}) for s in range(1, 4)]
+        lines.append(json.dumps({"kind": "summary", "train_runtime_s": runtime, "final_loss": 2.7}))
+        (folder / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    results = chapter_results(4, runs)
+    weak = results[results["group"] == "weak-scaling"]
+    efficiency = efficiency_plot(weak).axes[0]
+    measured = efficiency.lines[-1]
+    assert list(measured.get_ydata()) == [100.0, 80.0]
+    assert efficiency.get_ylabel() == "efficiency (%)" and efficiency.get_xlabel() == "GPUs"
+    assert len(loss_curves(weak).axes[0].lines) == 2
+    speedup = speedup_plot(weak, metric="train_runtime_s").axes[0]
+    assert list(speedup.lines[0].get_ydata()) == [1.0, 2.0]  # ideal
+    assert len(memory_plot(weak).axes[0].patches) == 0  # no memory was recorded: nothing drawn, not zeros

@@ -1,0 +1,154 @@
+"""`workshop experiments | render | check | submit | status`: experiments, their scripts, their runs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    listing = subparsers.add_parser("experiments", help="list the experiments of every chapter (or one)")
+    listing.add_argument("--chapter", type=int, help="only this chapter (1-4)")
+    listing.add_argument("--format", choices=["table", "json"], default="table")
+    listing.add_argument("--profile", help="mark the experiments this profile does not run (e.g. tiny)")
+    listing.set_defaults(handler=_experiments)
+
+    render = subparsers.add_parser("render", help="print or write the job script of an experiment")
+    render.add_argument("experiment_id", metavar="ID", nargs="?", help="experiment id, e.g. zero/single-gpu/zero2")
+    render.add_argument("--profile", help="site profile: a name in slurm/profiles/ or a YAML path "
+                        "(default $WORKSHOP_PROFILE or ibex)")
+    render.add_argument("-o", "--output", type=Path, help="write the script here instead of printing it")
+    render.add_argument("--import-model", metavar="MODEL",
+                        help="render the NeMo checkpoint import job for MODEL (e.g. llama-3.1-8b) instead")
+    render.set_defaults(handler=_render)
+
+    check = subparsers.add_parser("check", help="lint sbatch scripts for the pitfalls SLURM and NeMo punish")
+    check.add_argument("scripts", nargs="+", type=Path, metavar="SCRIPT")
+    check.set_defaults(handler=_check)
+
+    submit = subparsers.add_parser("submit", help="render experiments into runs/<id>/ and submit them")
+    submit.add_argument("experiment_ids", nargs="*", metavar="ID")
+    submit.add_argument("--chapter", type=int, help="every experiment of this chapter")
+    submit.add_argument("--profile", help="site profile (default $WORKSHOP_PROFILE or ibex)")
+    submit.add_argument("--runs-dir", type=Path, help="root of the run directories (default $WORKSHOP_RUNS_DIR "
+                        "or ./runs)")
+    submit.add_argument("--force", action="store_true", help="resubmit even when a completed run exists")
+    submit.add_argument("--wait", action="store_true", help="wait until every job has ended")
+    submit.add_argument("--timeout", type=float, help="with --wait: give up after this many seconds")
+    submit.add_argument("--backend", choices=["slurm", "local"], help="job control backend (default: auto)")
+    submit.set_defaults(handler=_submit)
+
+    status = subparsers.add_parser("status", help="the state of each experiment's run")
+    status.add_argument("experiment_ids", nargs="*", metavar="ID")
+    status.add_argument("--chapter", type=int)
+    status.add_argument("--runs-dir", type=Path)
+    status.set_defaults(handler=_status)
+
+
+def _experiments(args: argparse.Namespace) -> int:
+    from ..experiments import all_experiments, chapter_experiments, summary_row
+    from ..profiles import load_profile
+
+    experiments = chapter_experiments(args.chapter) if args.chapter else all_experiments()
+    profile = load_profile(args.profile) if args.profile else None
+    rows = []
+    for experiment in experiments:
+        row = summary_row(experiment)
+        if profile is not None:
+            row["runs_on_" + profile.name] = profile.supports(experiment)
+        rows.append(row)
+    if args.format == "json":
+        print(json.dumps([{**row, "experiment": experiment.to_dict()} for row, experiment in zip(rows, experiments)],
+                         indent=2))
+        return 0
+    _print_table(rows)
+    counts = {}
+    for experiment in experiments:
+        counts[experiment.chapter] = counts.get(experiment.chapter, 0) + 1
+    print("\n" + ", ".join(f"chapter {chapter}: {count}" for chapter, count in sorted(counts.items()))
+          + f" ({len(experiments)} experiments)")
+    return 0
+
+
+def _render(args: argparse.Namespace) -> int:
+    from ..errors import WorkshopError
+    from ..experiments import get_experiment
+    from ..scripts import render_import_script, render_script
+
+    if args.import_model:
+        text = render_import_script(args.import_model, args.profile)
+    elif args.experiment_id:
+        text = render_script(get_experiment(args.experiment_id), args.profile)
+    else:
+        raise WorkshopError("give an experiment id (`workshop experiments` lists them) or --import-model MODEL")
+    if args.output:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(text)
+        print(f"wrote {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    from ..validate import lint_file
+
+    errors = 0
+    for script in args.scripts:
+        findings = lint_file(script)
+        for finding in findings:
+            print(finding.format(str(script)))
+        errors += sum(finding.is_error for finding in findings)
+        if not findings:
+            print(f"{script}: no findings")
+    return 1 if errors else 0
+
+
+def _submit(args: argparse.Namespace) -> int:
+    from ..experiments import select_experiments
+    from ..profiles import load_profile
+    from ..runs import submit_experiments, wait_for_runs
+
+    experiments = select_experiments(args.experiment_ids, args.chapter)
+    profile = load_profile(args.profile)
+    runs = submit_experiments(experiments, profile, root=args.runs_dir, force=args.force, backend=args.backend)
+    for run in runs:
+        print(f"{run.experiment.id:45s} {run.note}")
+    submitted = sum(run.submitted_now for run in runs)
+    print(f"{submitted} submitted, {len(runs) - submitted} reused, active or skipped (profile {profile.name})")
+    if not args.wait:
+        return 0
+    infos = wait_for_runs(runs, timeout=args.timeout, progress=True)
+    failed = [info for info in infos if info.state != "COMPLETED"]
+    for run in runs:
+        if run.record is not None:
+            print(f"{run.experiment.id:45s} {run.info().state}")
+    return 1 if failed else 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    from ..experiments import select_experiments
+    from ..runs import run_status
+
+    experiments = select_experiments(args.experiment_ids, args.chapter) if (args.experiment_ids or args.chapter) \
+        else None
+    statuses = run_status(experiments, root=args.runs_dir)
+    rows = [{"id": status.experiment_id, "state": status.state + ("" if status.current or not status.job_id
+                                                                    else " (older version)"),
+             "job": status.job_id, "profile": status.profile} for status in statuses]
+    _print_table(rows)
+    return 0
+
+
+def _print_table(rows: list[dict]) -> None:
+    if not rows:
+        print("(nothing)")
+        return
+    columns = list(rows[0])
+    widths = {column: max(len(column), *(len(str(row[column])) for row in rows)) for column in columns}
+    print("  ".join(column.ljust(widths[column]) for column in columns))
+    print("  ".join("-" * widths[column] for column in columns))
+    for row in rows:
+        print("  ".join(str(row[column]).ljust(widths[column]) for column in columns))

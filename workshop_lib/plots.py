@@ -1,0 +1,97 @@
+"""Matplotlib figures of a chapter's results: speedup against ideal, efficiency, peak memory, loss curves.
+
+Each function takes the DataFrame of `workshop_lib.results.chapter_results` (or a part of it) and returns
+a Figure; only completed runs are drawn. matplotlib is imported when a plot is asked for."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from .parse.metrics import parse_metrics
+from .parse.text import read_text
+from .results import COMPLETED
+
+
+def _figure(title: str, xlabel: str, ylabel: str):
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(6, 4), constrained_layout=True)
+    axes.set_title(title)
+    axes.set_xlabel(xlabel)
+    axes.set_ylabel(ylabel)
+    axes.grid(alpha=0.3)
+    return figure, axes
+
+
+def _completed(results: pd.DataFrame, metric: str) -> pd.DataFrame:
+    done = results[(results["state"] == COMPLETED) & results[metric].notna()]
+    return done.sort_values("gpus")
+
+
+def speedup_plot(results: pd.DataFrame, metric: str = "total_time_s", title: str = "Speedup"):
+    """Speedup = time on the fewest GPUs / time on N GPUs, with the ideal (linear) line."""
+    done = _completed(results, metric)
+    figure, axes = _figure(title, "GPUs", "speedup (×)")
+    if done.empty:
+        return figure
+    base = done.iloc[0]
+    ideal = done["gpus"] / base["gpus"]
+    axes.plot(done["gpus"], ideal, "--", color="grey", label="ideal")
+    axes.plot(done["gpus"], base[metric] / done[metric], "o-", label="measured")
+    axes.set_xticks(list(done["gpus"]))
+    axes.legend()
+    return figure
+
+
+def efficiency_plot(results: pd.DataFrame, metric: str = "train_runtime_s", title: str = "Weak scaling efficiency"):
+    """Weak scaling efficiency (%) = runtime on the fewest GPUs / runtime on N GPUs × 100."""
+    done = _completed(results, metric)
+    figure, axes = _figure(title, "GPUs", "efficiency (%)")
+    if not done.empty:
+        axes.axhline(100, linestyle="--", color="grey", label="ideal")
+        axes.plot(done["gpus"], 100 * done[metric].iloc[0] / done[metric], "o-", label="measured")
+        axes.set_xticks(list(done["gpus"]))
+        axes.legend()
+    return figure
+
+
+def memory_plot(results: pd.DataFrame, by: str = "gpus", metric: str = "gpu0_peak_mib",
+                title: str = "Peak GPU memory per GPU", ylabel: str = "peak memory (MiB)"):
+    """A bar per run of `metric` against `by` (gpus, zero_stage, fsdp, or the run title)."""
+    done = results[(results["state"] == COMPLETED) & results[metric].notna()]
+    figure, axes = _figure(title, by.replace("_", " "), ylabel)
+    if not done.empty:
+        labels = [str(value) for value in (done[by] if by in done else done["id"])]
+        axes.bar(range(len(done)), done[metric])
+        axes.set_xticks(range(len(done)), labels, rotation=30, ha="right")
+    return figure
+
+
+def cpu_memory_plot(results: pd.DataFrame, title: str = "CPU memory under offload"):
+    """Peak and average CPU memory (psrecord) of each run that recorded it."""
+    done = results[(results["state"] == COMPLETED) & results["cpu_peak_mib"].notna()]
+    figure, axes = _figure(title, "run", "CPU memory (MiB)")
+    if not done.empty:
+        positions = range(len(done))
+        axes.bar([p - 0.2 for p in positions], done["cpu_peak_mib"], width=0.4, label="peak")
+        axes.bar([p + 0.2 for p in positions], done["cpu_avg_mib"], width=0.4, label="average")
+        axes.set_xticks(list(positions), list(done["id"].str.split("/").str[-1]), rotation=30, ha="right")
+        axes.legend()
+    return figure
+
+
+def loss_curves(results: pd.DataFrame, title: str = "Training loss"):
+    """Loss against step for every completed run with a metrics.jsonl."""
+    figure, axes = _figure(title, "step", "loss")
+    for row in results[results["state"] == COMPLETED].itertuples():
+        path = Path(str(row.run_dir)) / "train" / "metrics.jsonl"
+        if not path.exists():
+            continue
+        steps = parse_metrics(read_text(path)).steps
+        if steps:
+            axes.plot([s.step for s in steps], [s.loss for s in steps], label=str(row.id).split("/")[-1])
+    if axes.lines:
+        axes.legend(fontsize="small")
+    return figure

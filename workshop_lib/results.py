@@ -1,0 +1,221 @@
+"""A run directory → one tidy record (the experiment's fields + every metric); a chapter → a DataFrame.
+
+A run directory (`runs/<experiment id>/`) holds job.json, the job's stdout `slurm-<jobid>.out`, the
+memory monitors (`gpu_memory_<node>.csv`, `cpu_memory.txt`), `nccl_allreduce.txt` and `train/`
+(metrics.jsonl, trainer_state.json). Any of these may be missing: the record then says so through
+its `state` and leaves the value empty, never zero.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from .experiments import Experiment, chapter_experiments
+from .memory import MemoryLogError, memory_summary
+from .parse.footer import parse_footer
+from .parse.hf import TrainerLog, parse_trainer_output, parse_trainer_state
+from .parse.metrics import parse_metrics
+from .parse.nccl import parse_nccl_allreduce
+from .parse.nemo import parse_nemo_log
+from .parse.text import read_text
+
+# States a record can have besides SLURM's own (COMPLETED, FAILED, TIMEOUT, CANCELLED, ...).
+MISSING = "MISSING"  # no run directory: never submitted
+INCOMPLETE = "INCOMPLETE"  # a run directory without a final metrics record and no recorded state
+COMPLETED = "COMPLETED"
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Every number the tables need from one run; None where the run did not produce it."""
+
+    experiment_id: str
+    state: str
+    run_dir: str | None = None
+    job_id: str | None = None
+    total_time_s: int | None = None  # from the job footer
+    train_step_time_s: float | None = None  # last logged step
+    mean_step_time_s: float | None = None
+    last_loss: float | None = None  # last logged training loss (NeMo: reduced_train_loss)
+    train_loss: float | None = None  # Trainer's final train_loss (mean over the run)
+    eval_loss: float | None = None
+    eval_loss_by_epoch: dict[int, float] = field(default_factory=dict)
+    eval_em: float | None = None
+    eval_f1: float | None = None
+    train_samples_per_s: float | None = None  # the trainer's own figure
+    step_samples_per_s: float | None = None  # mean of the per-step figures (seed 003's "callback")
+    eval_samples_per_s: float | None = None
+    train_runtime_s: float | None = None
+    steps_per_epoch: int | None = None
+    trainable_params: int | None = None
+    total_params: int | None = None
+    world_size: int | None = None
+    gpu0_peak_mib: float | None = None  # GPU 0 of the first node, from nvidia-smi
+    gpu0_avg_mib: float | None = None
+    gpu0_mode_mib: float | None = None
+    gpu0_busy_avg_mib: float | None = None
+    gpu_peak_max_mib: float | None = None  # the largest peak of any GPU of any node
+    allocated_peak_mib: float | None = None  # the engine's own per-rank peak (max over ranks)
+    allocated_kind: str | None = None  # cuda_max_allocated or cpu_max_rss
+    cpu_peak_mib: float | None = None
+    cpu_avg_mib: float | None = None
+    cpu_mode_mib: float | None = None
+    nccl_bus_bandwidth_gbps: float | None = None
+    skipped_lines: int = 0
+
+
+def run_directory(experiment_id: str, runs_dir: str | Path = "runs") -> Path:
+    return Path(runs_dir) / experiment_id
+
+
+def _first(folder: Path, pattern: str) -> Path | None:
+    found = sorted(folder.glob(pattern))
+    return found[-1] if found else None  # the latest job when a run was resubmitted
+
+
+def _job_info(folder: Path) -> dict:
+    path = folder / "job.json"
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def read_run(folder: str | Path, experiment_id: str | None = None) -> RunResult:
+    """Read everything a run directory holds into one RunResult."""
+    folder = Path(folder)
+    experiment_id = experiment_id or folder.name
+    if not folder.is_dir():
+        return RunResult(experiment_id=experiment_id, state=MISSING)
+    job = _job_info(folder)
+    values: dict = {"experiment_id": experiment_id, "run_dir": str(folder),
+                    "job_id": str(job["job_id"]) if job.get("job_id") is not None else None}
+    skipped = 0
+
+    named = folder / job["stdout"] if isinstance(job.get("stdout"), str) else None
+    stdout_path = named if named and named.is_file() else _first(folder, "slurm-*.out")
+    stdout = read_text(stdout_path) if stdout_path else ""
+    footer = parse_footer(stdout)
+    values["total_time_s"] = footer.total_time_s
+    nemo = parse_nemo_log(stdout)
+    printed = parse_trainer_output(stdout)
+    skipped += footer.skipped_lines + nemo.skipped_lines + printed.skipped_lines
+
+    metrics_path = folder / "train" / "metrics.jsonl"
+    metrics = parse_metrics(read_text(metrics_path)) if metrics_path.exists() else None
+    if metrics:
+        skipped += metrics.skipped_lines
+        _from_metrics(values, metrics)
+    if nemo.last_step:  # NeMo's own step lines are what seeds 000/001 read
+        values["train_step_time_s"] = nemo.last_step.train_step_timing_s
+        values["last_loss"] = nemo.last_step.reduced_train_loss
+        if nemo.after_lora:
+            _fill(values, "trainable_params", nemo.after_lora.trainable_params)
+    state_path = folder / "train" / "trainer_state.json"
+    trainer_log = printed
+    if state_path.exists():
+        try:
+            state = parse_trainer_state(read_text(state_path))
+            values["steps_per_epoch"] = state.steps_per_epoch
+            trainer_log = state.log if state.log.evals or state.log.summary else printed
+        except ValueError:
+            skipped += 1
+    _from_trainer_log(values, trainer_log)
+
+    gpu_logs = sorted(folder.glob("gpu_memory*.csv"))
+    cpu_logs = sorted(folder.glob("cpu_memory*.txt"))
+    if gpu_logs or cpu_logs:
+        try:
+            report = memory_summary(gpu_logs + cpu_logs)
+        except MemoryLogError:
+            report = None  # monitors started but wrote nothing readable: the values stay empty
+        if report:
+            skipped += report.skipped_lines
+            if report.gpus:
+                first = report.gpus[0]  # GPU 0 of the first node: what the seeds' tables use
+                values.update(gpu0_peak_mib=first.stats.peak, gpu0_avg_mib=first.stats.average,
+                              gpu0_mode_mib=first.stats.mode, gpu0_busy_avg_mib=first.stats.busy_average,
+                              gpu_peak_max_mib=max(gpu.stats.peak for gpu in report.gpus))
+            if report.cpus:
+                cpu = report.cpus[0].stats
+                values.update(cpu_peak_mib=cpu.peak, cpu_avg_mib=cpu.average, cpu_mode_mib=cpu.mode)
+    nccl_path = folder / "nccl_allreduce.txt"
+    if nccl_path.exists():
+        nccl = parse_nccl_allreduce(read_text(nccl_path))
+        values["nccl_bus_bandwidth_gbps"] = nccl.avg_bus_bandwidth_gbps
+        skipped += nccl.skipped_lines
+
+    finished = bool(metrics and metrics.summary) or (nemo.last_step is not None and footer.finished)
+    # job.json's final_state is what the scheduler said (runs.py writes it); the files decide otherwise.
+    recorded = job.get("final_state") or job.get("state")
+    values["state"] = str(recorded or (COMPLETED if finished else INCOMPLETE)).split()[0]
+    values["skipped_lines"] = skipped
+    return RunResult(**{key: value for key, value in values.items() if value is not None or key == "job_id"})
+
+
+def _fill(values: dict, key: str, value) -> None:
+    """Set a value only where no better source gave one."""
+    if values.get(key) is None:
+        values[key] = value
+
+
+def _from_metrics(values: dict, metrics) -> None:
+    if metrics.steps:
+        last = metrics.steps[-1]
+        values["train_step_time_s"] = last.step_time_s
+        values["last_loss"] = last.loss
+        per_step = [step.samples_per_s for step in metrics.steps if step.samples_per_s is not None]
+        if per_step:
+            values["step_samples_per_s"] = sum(per_step) / len(per_step)
+    summary = metrics.summary
+    if summary is None:
+        return
+    values.update(
+        mean_step_time_s=summary.mean_step_time_s, train_samples_per_s=summary.samples_per_s,
+        train_runtime_s=summary.train_runtime_s, eval_loss=summary.eval_loss, eval_em=summary.eval_em,
+        eval_f1=summary.eval_f1, trainable_params=summary.trainable_params, total_params=summary.total_params,
+        world_size=summary.world_size, allocated_peak_mib=summary.peak_memory_mib,
+        allocated_kind=summary.peak_memory_kind,
+    )
+    if summary.final_loss is not None:
+        _fill(values, "last_loss", summary.final_loss)
+
+
+def _from_trainer_log(values: dict, log: TrainerLog) -> None:
+    if log.summary:
+        values["train_loss"] = log.summary.train_loss
+        _fill(values, "train_samples_per_s", log.summary.train_samples_per_second)
+        _fill(values, "train_runtime_s", log.summary.train_runtime)
+    epochs = {}
+    for entry in log.evals:
+        if entry.epoch is not None and abs(entry.epoch - round(entry.epoch)) < 0.05:
+            epochs.setdefault(int(round(entry.epoch)), entry.eval_loss)
+    if epochs:
+        values["eval_loss_by_epoch"] = epochs
+    if log.final_eval:
+        _fill(values, "eval_loss", log.final_eval.eval_loss)
+        values["eval_samples_per_s"] = log.evals[0].eval_samples_per_second
+
+
+def run_record(experiment: Experiment, runs_dir: str | Path = "runs") -> dict:
+    """One flat row: the experiment's fields (gpt shape as gpt_*), `gpus`, then every RunResult field."""
+    row = {key: value for key, value in experiment.to_dict().items() if key != "gpt"}
+    shape = experiment.gpt
+    for key, value in (asdict(shape) if shape else {}).items():
+        row[f"gpt_{key}"] = value
+    row["gpus"] = experiment.gpus
+    result = read_run(run_directory(experiment.id, runs_dir), experiment.id)
+    row.update({key: value for key, value in asdict(result).items() if key != "experiment_id"})
+    return row
+
+
+def chapter_results(chapter: int, runs_dir: str | Path = "runs") -> pd.DataFrame:
+    """One row per experiment of the chapter, in the order of its matrix, missing runs included."""
+    return pd.DataFrame([run_record(experiment, runs_dir) for experiment in chapter_experiments(chapter)])
