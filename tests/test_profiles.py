@@ -13,7 +13,7 @@ def test_both_profiles_load():
     assert {"ibex", "tiny"} <= set(available_profiles())
     ibex, tiny = load_profile("ibex"), load_profile("tiny")
     assert ibex.scheduler.constraint == "a100" and ibex.nemo.enabled and ibex.has_nvidia_smi
-    assert {"TORCH_HOME", "HF_HOME"} and ibex.cache_root
+    assert ibex.cache_root and "$HOME" not in ibex.cache_root
     assert not tiny.nemo.enabled and not tiny.has_nvidia_smi and tiny.rendezvous_host == "127.0.0.1"
     assert tiny.training.data == "synthetic" and tiny.model_name("mixtral-8x7b") == "tiny-mixtral"
     assert ibex.model_name("bloom-560m") == "bloom-560m"
@@ -24,8 +24,10 @@ def test_tiny_grid_is_cut_to_four_gpus_and_two_nodes():
     for experiment in all_experiments():
         assert ibex.supports(experiment)
         assert tiny.supports(experiment) == (experiment.gpus <= 4 and experiment.nodes <= 2)
-    with pytest.raises(ProfileError, match="8 nodes.*at most 2"):
+    with pytest.raises(ProfileError, match="16 GPUs.*at most 4"):
         tiny.require(get_experiment("zero/multi-node/8-nodes"))
+    with pytest.raises(ProfileError, match="4 nodes.*at most 2"):
+        tiny.require(get_experiment("fsdp/multi-node/4-nodes"))
 
 
 def test_unknown_profile_lists_the_known_ones():

@@ -21,7 +21,7 @@ from workshop_lib.train.cli import check_positive, common_parser, resolve_precis
 from workshop_lib.train.common import answer_quality, load_tokenizer, prepare_data, print_header
 from workshop_lib.train.metrics import MetricsWriter, summary_fields
 from workshop_lib.train.models import build_model, count_parameters, model_spec
-from workshop_lib.train.runtime import Runtime, start_runtime, stop_runtime
+from workshop_lib.train.runtime import Runtime, print_main, start_runtime, stop_runtime
 from workshop_lib.train.sharding import STRATEGIES, local_parameter_count, wrap_fsdp
 
 
@@ -74,7 +74,9 @@ def engine_settings(args, fsdp_implementation: str | None) -> dict:
         settings.update(deepspeed_settings(args.deepspeed))
     if args.fsdp:
         settings.update({"strategy": args.fsdp, "offload": args.offload,
-                         "implementation": fsdp_implementation})
+                         "implementation": fsdp_implementation,
+                         # FSDP1 offload needs an accelerator; on a CPU it is recorded but not applied
+                         "offload_applied": args.offload and fsdp_implementation != "fsdp1-manual"})
     return settings
 
 
@@ -139,7 +141,10 @@ def train_with_manual_fsdp(args, runtime: Runtime, spec, tokenizer, data, precis
     trainable, total = count_parameters(model)
     print_header(runtime, "fsdp", args.model, trainable, total, precision=precision, fsdp=args.fsdp,
                  offload=args.offload, implementation="fsdp1-manual (Trainer's fsdp= does not shard on CPU)")
-    wrapped = wrap_fsdp(model, args.fsdp, spec.layer_class, runtime.device, args.offload)
+    if args.offload:
+        print_main(runtime, "== note: --offload is a no-op on a CPU (parameters already live in host memory)")
+    wrapped = wrap_fsdp(model, args.fsdp, spec.layer_class, runtime.device, args.offload,
+                        runtime.nodes, runtime.local_world_size)
     optimizer = torch.optim.AdamW(wrapped.parameters(), lr=args.learning_rate, weight_decay=args.weight_decay)
     settings = LoopSettings(epochs=args.epochs, max_steps=args.max_steps, micro_batch=args.per_device_batch,
                             grad_accum=args.grad_accum, learning_rate=args.learning_rate,

@@ -25,14 +25,31 @@ def block_classes(model, class_name: str) -> set[type]:
     return found
 
 
-def wrap_fsdp(model, strategy: str, layer_class: str, device: torch.device, offload: bool = False):
-    """The model as FSDP units; parameters stay sharded between forward/backward passes."""
+def hybrid_mesh(device: torch.device, nodes: int, ranks_per_node: int):
+    """HYBRID_SHARD's 2-D layout: replicate across nodes (dim 0), shard within a node (dim 1).
+
+    FSDP would otherwise guess the node size from the GPU count, which is 0 on a CPU.
+    """
+    from torch.distributed.device_mesh import init_device_mesh
+
+    return init_device_mesh(device.type, (nodes, ranks_per_node), mesh_dim_names=("replicate", "shard"))
+
+
+def wrap_fsdp(model, strategy: str, layer_class: str, device: torch.device, offload: bool = False,
+              nodes: int = 1, ranks_per_node: int = 1):
+    """The model as FSDP units; parameters stay sharded between forward/backward passes.
+
+    ``offload`` moves parameters to host memory between uses; on a CPU they already live there
+    and FSDP1 refuses the option without an accelerator, so it is a no-op there.
+    """
     if strategy not in STRATEGIES:
         raise WorkshopError(f"--fsdp {strategy!r}: choose one of {', '.join(STRATEGIES)}")
     policy = functools.partial(transformer_auto_wrap_policy,
                                transformer_layer_cls=block_classes(model, layer_class))
+    mesh = hybrid_mesh(device, nodes, ranks_per_node) if strategy == "HYBRID_SHARD" else None
     return FSDP(model, auto_wrap_policy=policy, sharding_strategy=ShardingStrategy[strategy],
-                cpu_offload=CPUOffload(offload_params=offload), device_id=device,
+                cpu_offload=CPUOffload(offload_params=offload and device.type == "cuda"),
+                device_id=device, device_mesh=mesh,
                 backward_prefetch=BackwardPrefetch.BACKWARD_POST, forward_prefetch=True,
                 # On CPU FSDP refuses to broadcast from rank 0; every rank builds the same
                 # seeded weights anyway, so the broadcast only matters for loaded checkpoints on GPUs.

@@ -1,0 +1,120 @@
+"""Submission into run directories: render, submit, record, reuse, never double, never lose a result.
+
+These tests run the real rendered scripts through the local executor (job control without a scheduler).
+The profile's launcher is swapped for a short shell command so that each job takes about a second;
+the scripts, job control and the bookkeeping are the real ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import stat
+
+import pytest
+import yaml
+
+from workshop_lib.cli import main
+from workshop_lib.experiments import get_experiment
+from workshop_lib.profiles import PROFILES_DIR, load_profile
+from workshop_lib.runs import (NOT_SUBMITTED, RunRecord, run_status, runs_root, submit_experiment,
+                               submit_experiments, wait_for_runs)
+
+EXPERIMENT = get_experiment("fsdp/baseline")
+
+
+@pytest.fixture
+def isolated(tmp_path, monkeypatch):
+    """Local job control with its own state folder and runs root."""
+    monkeypatch.setenv("WORKSHOP_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("WORKSHOP_BACKEND", "local")
+    monkeypatch.setenv("WORKSHOP_RUNS_DIR", str(tmp_path / "runs"))
+    return tmp_path
+
+
+def quick_profile(tmp_path, seconds: float = 0.2, status: int = 0):
+    """The tiny profile with a launcher that sleeps, records its arguments and exits with ``status``."""
+    launcher = tmp_path / "launcher"
+    launcher.write_text(f"#!/bin/bash\nsleep {seconds}\necho \"$@\" > launched_with.txt\nexit {status}\n")
+    launcher.chmod(launcher.stat().st_mode | stat.S_IXUSR)
+    data = yaml.safe_load((PROFILES_DIR / "tiny.yml").read_text())
+    data["python"]["torchrun"] = str(launcher)
+    path = tmp_path / f"quick{status}.yml"
+    path.write_text(yaml.safe_dump(data))
+    profile = load_profile(path)
+    return dataclasses.replace(profile, name="tiny")
+
+
+def test_runs_root_prefers_argument_then_environment(isolated, tmp_path):
+    assert runs_root(tmp_path / "elsewhere") == (tmp_path / "elsewhere").resolve()
+    assert runs_root() == (isolated / "runs").resolve()
+
+
+def test_submit_records_the_job_and_a_completed_run_is_reused(isolated):
+    profile = quick_profile(isolated)
+    run = submit_experiment(EXPERIMENT, profile)
+    assert run.submitted_now
+    directory = isolated / "runs" / "fsdp" / "baseline"
+    assert run.directory == directory.resolve()
+    record = json.loads((directory / "job.json").read_text())
+    assert record["experiment_id"] == EXPERIMENT.id and record["content_hash"] == EXPERIMENT.content_hash
+    assert record["profile"] == "tiny" and record["job_id"] and record["backend"] == "local"
+    assert (directory / "job.sbatch").read_text().startswith("#!/bin/bash")
+    [info] = wait_for_runs([run], timeout=60, progress=False)
+    assert info.state == "COMPLETED"
+    assert "--output-dir train" in (directory / "launched_with.txt").read_text()
+    assert (directory / run.record.stdout).is_file() and "Job finished" in (directory / run.record.stdout).read_text()
+    assert RunRecord.load(directory).final_state == "COMPLETED"
+
+    again = submit_experiment(EXPERIMENT, profile)
+    assert not again.submitted_now and again.record.job_id == run.record.job_id and "reused" in again.note
+
+    forced = submit_experiment(EXPERIMENT, profile, force=True)
+    assert forced.submitted_now and forced.record.job_id != run.record.job_id
+    archived = directory / "attempts" / run.record.job_id
+    assert (archived / "job.json").is_file() and (archived / run.record.stdout).is_file()
+    wait_for_runs([forced], timeout=60, progress=False)
+
+
+def test_a_changed_experiment_or_a_failed_run_is_submitted_again(isolated):
+    failing = quick_profile(isolated, status=3)
+    first = submit_experiment(EXPERIMENT, failing)
+    assert wait_for_runs([first], timeout=60, progress=False)[0].state == "FAILED"
+    retried = submit_experiment(EXPERIMENT, quick_profile(isolated))
+    assert retried.submitted_now
+    wait_for_runs([retried], timeout=60, progress=False)
+    changed = dataclasses.replace(EXPERIMENT, per_device_batch=2)
+    assert submit_experiment(changed, quick_profile(isolated)).submitted_now
+
+
+def test_an_active_run_is_never_doubled_even_with_force(isolated):
+    slow = quick_profile(isolated, seconds=5)
+    first = submit_experiment(EXPERIMENT, slow)
+    second = submit_experiment(EXPERIMENT, slow, force=True)
+    assert not second.submitted_now and second.record.job_id == first.record.job_id
+    assert "not doubled" in second.note
+    first.job.cancel()
+    wait_for_runs([first], timeout=60, progress=False)
+
+
+def test_status_and_skipping_experiments_outside_the_grid(isolated, capsys):
+    profile = quick_profile(isolated)
+    outside = get_experiment("fsdp/multi-node/8-nodes")
+    runs = submit_experiments([EXPERIMENT, outside], profile)
+    assert runs[0].submitted_now and not runs[1].submitted_now and "skipped" in runs[1].note
+    wait_for_runs(runs, timeout=60, progress=False)
+    states = {status.experiment_id: status.state for status in run_status([EXPERIMENT, outside])}
+    assert states == {EXPERIMENT.id: "COMPLETED", outside.id: NOT_SUBMITTED}
+    assert main(["status", "--chapter", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "fsdp/baseline" in out and "COMPLETED" in out and NOT_SUBMITTED in out
+
+
+def test_the_notebook_side_never_imports_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys, workshop_lib.runs, workshop_lib.scripts, workshop_lib.validate, "
+            "workshop_lib.commands.experiments; print('torch' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False"

@@ -1,0 +1,150 @@
+"""Rendered job scripts: valid shell, clean for shellcheck and the linter, accepted by SLURM."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from workshop_lib.cli import main
+from workshop_lib.errors import WorkshopError
+from workshop_lib.experiments import all_experiments, get_experiment
+from workshop_lib.profiles import load_profile
+from workshop_lib.scripts import render_import_script, render_script
+from workshop_lib.validate import lint_script
+
+PROFILES = {name: load_profile(name) for name in ("ibex", "tiny")}
+CASES = [pytest.param(name, experiment, id=f"{name}:{experiment.id}")
+         for name, profile in PROFILES.items() for experiment in all_experiments() if profile.supports(experiment)]
+SHAPE_OPTIONS = ("nodes", "ntasks-per-node", "gpus-per-node", "cpus-per-task", "mem", "constraint")
+
+
+def directives(text: str) -> dict[str, str]:
+    return dict(re.findall(r"^#SBATCH --([a-z-]+)=(\S+)", text, re.MULTILINE))
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory):
+    """Every supported (profile, experiment) script, written once for the whole module."""
+    folder = tmp_path_factory.mktemp("rendered")
+    paths = {}
+    for name, profile in PROFILES.items():
+        for experiment in all_experiments():
+            if profile.supports(experiment):
+                path = folder / f"{name}-{experiment.job_name}.sbatch"
+                path.write_text(render_script(experiment, profile))
+                paths[(name, experiment.id)] = path
+    return paths
+
+
+@pytest.mark.parametrize("profile_name, experiment", CASES)
+def test_render_passes_bash_shellcheck_and_linter(rendered, profile_name, experiment):
+    path = rendered[(profile_name, experiment.id)]
+    subprocess.run(["bash", "-n", str(path)], check=True)
+    if shutil.which("shellcheck"):
+        result = subprocess.run(["shellcheck", "--severity=error", str(path)], capture_output=True, text=True)
+        assert result.returncode == 0, result.stdout
+    assert [finding for finding in lint_script(path.read_text()) if finding.is_error] == []
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("profile_name, experiment", CASES)
+def test_render_is_accepted_by_sbatch_test_only(local_cluster, rendered, profile_name, experiment):
+    from workshop_lib.cluster import test_only
+
+    path = rendered[(profile_name, experiment.id)]
+    if experiment.nodes > 2:
+        pytest.skip("the local cluster has 2 nodes; Ibex-sized multi-node jobs are checked by the linter only")
+    # The ibex profile names no partition: on the local cluster, its default partition answers.
+    assert "to start at" in test_only(path)
+
+
+def test_tiny_and_ibex_scripts_share_the_request_shape():
+    for experiment in all_experiments():
+        if not PROFILES["tiny"].supports(experiment):
+            continue
+        ibex = directives(render_script(experiment, "ibex"))
+        tiny = directives(render_script(experiment, "tiny"))
+        assert {key: ibex.get(key) for key in SHAPE_OPTIONS} == {key: tiny.get(key) for key in SHAPE_OPTIONS}
+        assert ibex["output"] == tiny["output"] == "slurm-%j.out"
+
+
+def test_nemo_script_uses_the_container_and_every_override():
+    text = render_script(get_experiment("model-parallel/mixtral/tp4-ep2-sp"), "ibex")
+    assert "srun singularity exec --nv" in text and "nemo llm finetune --factory mixtral_8x7b" in text
+    for override in ("trainer.devices=8", "trainer.max_steps=250", "data.global_batch_size=8",
+                     "optim.lr_scheduler.warmup_steps=50", "trainer.limit_val_batches=10",
+                     "trainer.strategy.tensor_model_parallel_size=4",
+                     "trainer.strategy.expert_model_parallel_size=2",
+                     "trainer.strategy.sequence_parallel=True", "peft=none"):
+        assert override in text
+    assert directives(text)["ntasks-per-node"] == "8" and "--ntasks=" not in text
+    assert "export HF_HOME=" in text and "module load singularity" in text
+
+
+def test_tiny_realises_nemo_rows_with_the_stand_in_engines():
+    lora = render_script(get_experiment("lora/llama/2-gpus"), "tiny")
+    assert "-m workshop_lib.train.lora" in lora and "--model tiny-llama" in lora and "nemo llm" not in lora
+    parallel = render_script(get_experiment("model-parallel/mixtral/tp2-ep2-sp"), "tiny")
+    assert "-m workshop_lib.train.parallel" in parallel
+    assert re.search(r"--tp 2 \\\n\s+--ep 2 \\\n\s+--sp", parallel)
+
+
+def test_monitors_follow_the_profile_and_the_experiment():
+    offload = get_experiment("zero/single-gpu/zero3-offload")
+    ibex, tiny = render_script(offload, "ibex"), render_script(offload, "tiny")
+    assert "nvidia-smi --query-gpu=timestamp,index,name,memory.used,memory.total --format=csv,nounits" in ibex
+    assert "nvidia-smi --query" not in tiny and "no GPU memory monitor" in tiny
+    assert "--log cpu_memory.txt" in ibex and "--log cpu_memory.txt" in tiny
+    assert "psrecord" not in render_script(get_experiment("fsdp/multi-gpu/2-gpus"), "ibex")
+    assert "--deepspeed" in ibex and "zero3_offload.json" in ibex
+
+
+def test_multi_node_script_rendezvous_and_per_node_monitors():
+    text = render_script(get_experiment("fsdp/strategies/hybrid-shard-offload"), "ibex")
+    assert 'scontrol show hostnames "$SLURM_JOB_NODELIST"' in text and "getent ahostsv4" in text
+    assert '--node_rank="$SLURM_NODEID"' in text and 'srun --nodes="$SLURM_NNODES" --ntasks-per-node=1' in text
+    assert "all_reduce_perf" in text and "exit 46" in text and "-g 2" in text
+    per_node = text.split("bash -c '", 1)[1].split("' || TRAIN_STATUS", 1)[0]
+    assert "gpu_monitor_pid=$!" in per_node and 'kill "$gpu_monitor_pid"' in per_node
+    tiny = render_script(get_experiment("fsdp/strategies/hybrid-shard-offload"), "tiny")
+    assert "MASTER_ADDR=127.0.0.1" in tiny and "all_reduce_perf" not in tiny
+
+
+def test_weak_scaling_reaches_the_trainer_as_flags():
+    for gpus, layers, batch in ((2, 3, 8), (4, 6, 4)):
+        text = render_script(get_experiment(f"fsdp/weak-scaling/{gpus}-gpus"), "tiny")
+        assert f"--layers {layers}" in text and f"--per-device-batch {batch}" in text
+        assert "--hidden 64" in text  # the tiny profile narrows the model, not its depth
+
+
+def test_footer_returns_the_training_status():
+    text = render_script(get_experiment("fsdp/baseline"), "tiny")
+    assert text.rstrip().endswith('exit "$TRAIN_STATUS"')
+    assert "Job finished" in text and "Total time" in text
+
+
+def test_unsupported_experiment_and_import_script_errors():
+    with pytest.raises(WorkshopError, match="16 GPUs"):
+        render_script(get_experiment("fsdp/weak-scaling/16-gpus"), "tiny")
+    with pytest.raises(WorkshopError, match="does not run NeMo"):
+        render_import_script("llama-3.1-8b", "tiny")
+
+
+def test_import_script_takes_the_token_from_the_environment():
+    text = render_import_script("mixtral-8x7b", "ibex")
+    assert 'nemo llm import model=mixtral_8x7b source=hf://mistralai/Mixtral-8x7B-v0.1 -y' in text
+    assert '${HF_TOKEN:?' in text and "hf_" not in text.lower().replace("hf_home", "").replace("hf_token", "") \
+        .replace("hf_cache", "").replace("hf_datasets", "")
+    assert lint_script(text) == []
+
+
+def test_render_command_prints_and_writes(tmp_path, capsys):
+    assert main(["render", "zero/two-gpus/zero2", "--profile", "tiny"]) == 0
+    assert "#SBATCH --gpus-per-node=2" in capsys.readouterr().out
+    target = tmp_path / "out" / "job.sbatch"
+    assert main(["render", "zero/two-gpus/zero2", "--profile", "tiny", "-o", str(target)]) == 0
+    assert target.read_text() == render_script(get_experiment("zero/two-gpus/zero2"), "tiny")
+    assert main(["render", "zero/nope"]) == 2

@@ -1,0 +1,82 @@
+"""Fixtures for the training-engine tests: launch an entry point under torchrun, read its metrics."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from workshop_lib.train.metrics import read_metrics, validate_record
+
+REPO = Path(__file__).resolve().parents[2]
+DS_CONFIGS = REPO / "slurm" / "ds_configs"
+# Small enough for 2 cores: 128-token samples, a few optimizer steps.
+SMALL = ["--max-length", "128", "--epochs", "1"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class Run:
+    records: list[dict]
+    output_dir: Path
+    log: str
+
+    @property
+    def summary(self) -> dict:
+        return self.records[-1]
+
+    @property
+    def steps(self) -> list[dict]:
+        return [r for r in self.records if r["kind"] == "step"]
+
+
+@pytest.fixture(scope="session")
+def data_dir(tmp_path_factory) -> Path:
+    """One synthetic data set and tokenizer for the whole session (made by the first run)."""
+    return tmp_path_factory.mktemp("workshop-data")
+
+
+@pytest.fixture
+def launch(tmp_path, data_dir):
+    """``launch(module, nproc, *args)`` runs ``torchrun -m workshop_lib.train.<module>`` and checks
+    that metrics.jsonl ends with a summary and that every record follows the schema."""
+
+    def run(module: str, nproc: int, *args: str, name: str = "run") -> Run:
+        output_dir = tmp_path / name
+        command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
+                   "--master_addr=127.0.0.1", f"--master_port={free_port()}",
+                   "-m", f"workshop_lib.train.{module}", "--output-dir", str(output_dir), *args]
+        env = {**os.environ, "WORKSHOP_DATA_DIR": str(data_dir), "OMP_NUM_THREADS": "1",
+               "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(REPO)}
+        done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        log = done.stdout + done.stderr
+        assert done.returncode == 0, f"{' '.join(command)} failed:\n{log[-6000:]}"
+        records = read_metrics(output_dir / "metrics.jsonl")
+        for record in records:
+            validate_record(record)
+        assert records and records[-1]["kind"] == "summary", records[-3:]
+        assert sum(r["kind"] == "summary" for r in records) == 1
+        assert records[-1]["world_size"] == nproc
+        assert len([r for r in records if r["kind"] == "step"]) >= 1
+        return Run(records, output_dir, log)
+
+    return run
+
+
+def assert_sharded(summary: dict, world_size: int) -> None:
+    """Each rank holds about total/world parameters (FSDP pads flat shards slightly)."""
+    local = summary["local_params_per_rank"]
+    total = summary["total_params"]
+    assert len(local) == world_size
+    for count in local:
+        assert abs(count - total / world_size) <= 0.02 * total, (local, total)
