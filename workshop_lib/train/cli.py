@@ -29,6 +29,26 @@ def common_parser(description: str) -> argparse.ArgumentParser:
     return parser
 
 
+def add_sample_count_flags(parser: argparse.ArgumentParser, per_gpu_default: int = 500) -> None:
+    """--samples-per-gpu (weak scaling, the seeds' default) or --samples (one fixed set shared by all GPUs)."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--samples-per-gpu", type=int, default=None,
+                       help=f"weak scaling: the train subset is this × world size (default {per_gpu_default})")
+    group.add_argument("--samples", type=int, default=None,
+                       help="strong scaling: this many train samples in all, split across the GPUs")
+    parser.set_defaults(per_gpu_default=per_gpu_default)
+
+
+def sample_counts(args: argparse.Namespace) -> tuple[int, int | None]:
+    """(fixed total, per-GPU share): exactly one is meaningful; per-GPU wins when neither flag was given."""
+    if args.samples is not None:
+        check_positive(samples=args.samples)
+        return args.samples, None
+    per_gpu = args.samples_per_gpu if args.samples_per_gpu is not None else args.per_gpu_default
+    check_positive(samples_per_gpu=per_gpu)
+    return 0, per_gpu
+
+
 def resolve_precision(requested: str, device_kind: str) -> str:
     """``auto`` means bf16 on a GPU that has it, fp16 on an older GPU, fp32 on a CPU."""
     import torch

@@ -15,7 +15,7 @@ import sys
 import torch
 
 from workshop_lib.errors import WorkshopError
-from workshop_lib.train.cli import check_positive, common_parser, resolve_precision
+from workshop_lib.train.cli import add_sample_count_flags, check_positive, common_parser, resolve_precision, sample_counts
 from workshop_lib.train.common import answer_quality, prepare_data, print_header
 from workshop_lib.train.data import LOCAL_TOKENIZER_VOCAB, local_tokenizer
 from workshop_lib.train.gpt_model import GPT, GPTConfig
@@ -37,15 +37,15 @@ def parse_args(argv=None):
     parser.add_argument("--seq-len", type=int, default=512)
     parser.add_argument("--per-device-batch", type=int, default=1)
     parser.add_argument("--grad-accum", type=int, default=4)
-    parser.add_argument("--samples-per-gpu", type=int, default=500)
+    add_sample_count_flags(parser)
     parser.add_argument("--eval-samples", type=int, default=100)
     parser.add_argument("--generation-samples", type=int, default=20)
     parser.add_argument("--fsdp", choices=STRATEGIES, help="FSDP strategy (default: DDP)")
     parser.add_argument("--offload", action="store_true")
     args = parser.parse_args(argv)
+    args.samples_total, args.samples_per_gpu = sample_counts(args)
     check_positive(layers=args.layers, hidden=args.hidden, heads=args.heads, ffn=args.ffn,
-                   per_device_batch=args.per_device_batch, grad_accum=args.grad_accum,
-                   samples_per_gpu=args.samples_per_gpu)
+                   per_device_batch=args.per_device_batch, grad_accum=args.grad_accum)
     if args.model != "gpt":
         raise WorkshopError(f"workshop_lib.train.gpt trains the custom GPT only (got --model {args.model}); "
                             "use workshop_lib.train.hf for Hugging Face models")
@@ -76,7 +76,7 @@ def run(args, runtime: Runtime) -> dict:
     precision = resolve_precision(args.precision, runtime.device_kind)
     writer = MetricsWriter(args.output_dir, enabled=runtime.is_main)
     tokenizer = local_tokenizer(runtime)
-    data = prepare_data(args.data, runtime, tokenizer, 0, args.eval_samples, args.generation_samples,
+    data = prepare_data(args.data, runtime, tokenizer, args.samples_total, args.eval_samples, args.generation_samples,
                         args.max_length, per_gpu=args.samples_per_gpu)
     config = GPTConfig(vocab=args.vocab, hidden=args.hidden, layers=args.layers, heads=args.heads,
                        ffn=args.ffn, seq_len=args.seq_len)
@@ -106,7 +106,7 @@ def run(args, runtime: Runtime) -> dict:
                        "fsdp": args.fsdp, "offload": args.offload,
                        "offload_applied": bool(args.offload and runtime.device_kind == "cuda"),
                        "per_device_batch": args.per_device_batch, "grad_accum": args.grad_accum,
-                       "samples_per_gpu": args.samples_per_gpu, "max_length": args.max_length}
+                       "samples_per_gpu": args.samples_per_gpu, "samples_total": args.samples_total or None, "max_length": args.max_length}
     summary = summary_fields(runtime=runtime, engine="gpt", settings=engine_settings, model="gpt",
                              precision=precision, samples=len(data.train), train_runtime_s=result.train_runtime_s,
                              final_loss=result.final_loss, trainable_params=trainable, total_params=total,

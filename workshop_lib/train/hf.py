@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from workshop_lib.errors import WorkshopError
-from workshop_lib.train.cli import check_positive, common_parser, resolve_precision
+from workshop_lib.train.cli import add_sample_count_flags, check_positive, common_parser, resolve_precision, sample_counts
 from workshop_lib.train.common import answer_quality, load_tokenizer, prepare_data, print_header
 from workshop_lib.train.metrics import MetricsWriter, summary_fields
 from workshop_lib.train.models import build_model, count_parameters, model_spec
@@ -27,8 +27,7 @@ from workshop_lib.train.sharding import STRATEGIES, local_parameter_count, wrap_
 
 def parse_args(argv=None):
     parser = common_parser(__doc__.splitlines()[0])
-    parser.add_argument("--samples-per-gpu", type=int, default=500,
-                        help="weak scaling: the train subset is this × world size")
+    add_sample_count_flags(parser)
     parser.add_argument("--per-device-batch", type=int, default=4)
     parser.add_argument("--grad-accum", type=int, default=4)
     parser.add_argument("--eval-samples", type=int, default=100)
@@ -41,7 +40,8 @@ def parse_args(argv=None):
     parser.add_argument("--save-checkpoints", action="store_true",
                         help="save a checkpoint every epoch as the seeds do (off: runs stay small)")
     args = parser.parse_args(argv)
-    check_positive(samples_per_gpu=args.samples_per_gpu, per_device_batch=args.per_device_batch,
+    args.samples_total, args.samples_per_gpu = sample_counts(args)
+    check_positive(per_device_batch=args.per_device_batch,
                    grad_accum=args.grad_accum, eval_samples=args.eval_samples)
     if args.offload and not args.fsdp:
         raise WorkshopError("--offload goes with --fsdp; for DeepSpeed pick an *_offload.json config")
@@ -67,7 +67,7 @@ def deepspeed_settings(path: str) -> dict:
 
 def engine_settings(args, fsdp_implementation: str | None) -> dict:
     settings = {"per_device_batch": args.per_device_batch, "grad_accum": args.grad_accum,
-                "samples_per_gpu": args.samples_per_gpu, "epochs": args.epochs,
+                "samples_per_gpu": args.samples_per_gpu, "samples_total": args.samples_total or None, "epochs": args.epochs,
                 "max_steps": args.max_steps, "learning_rate": args.learning_rate,
                 "max_length": args.max_length}
     if args.deepspeed:
@@ -170,7 +170,7 @@ def run(args, runtime: Runtime) -> dict:
     precision = resolve_precision(args.precision, runtime.device_kind)
     writer = MetricsWriter(args.output_dir, enabled=runtime.is_main)
     tokenizer = load_tokenizer(spec, args.random_init, runtime)
-    data = prepare_data(args.data, runtime, tokenizer, 0, args.eval_samples, args.generation_samples,
+    data = prepare_data(args.data, runtime, tokenizer, args.samples_total, args.eval_samples, args.generation_samples,
                         args.max_length, per_gpu=args.samples_per_gpu)
     manual_fsdp = bool(args.fsdp) and runtime.device_kind == "cpu"
     train = train_with_manual_fsdp if manual_fsdp else train_with_trainer
