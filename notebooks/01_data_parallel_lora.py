@@ -7,7 +7,168 @@
 # ---
 
 # %% [markdown]
-# # Chapter 1: Data parallel fine-tuning with LoRA (NeMo)
+# # Chapter 1: Data parallel fine-tuning with LoRA
 #
-# This chapter is being written. Until it lands, the pages under *Before you start* explain the
-# cluster side, and {doc}`../book/answers` collects the questions this chapter will ask.
+# In this chapter you fine-tune two very different models, the dense **Llama 3.1 8B** and the sparse
+# mixture-of-experts **Mixtral 8×7B**, on more and more GPUs while keeping everything else fixed.
+# Every GPU holds a full copy of the model and works on its own share of each batch: that is *data
+# parallelism*. What makes an 8-billion-parameter model fit on one GPU at all is **LoRA**, which
+# freezes the model and trains two small matrices per adapted layer instead.
+#
+# The notebook does the whole exercise: it writes a SLURM script per run, checks it, submits it,
+# waits, reads the logs and fills the scaling tables that the original material asked you to fill in
+# by hand. Then it asks the questions those tables were built to answer.
+#
+# ```{admonition} Where this runs
+# :class: important
+# On Ibex (`profile = "ibex"`) each run is NeMo Factory's `nemo llm finetune` inside the NeMo
+# container on A100 GPUs, exactly as in the scripts shown below. Everywhere else the chapter runs on
+# the **tiny profile**: CPU processes stand in for GPUs, and **NeMo is replaced by a small
+# PyTorch/PEFT stand-in** (`workshop_lib.train.lora`) that trains tiny, randomly initialised Llama
+# and Mixtral models on synthetic question–answer data. The stand-in keeps what the chapter is about
+# (LoRA on the attention projections, rank 32, the same global batch split over DDP ranks, the same
+# log quantities) and drops what needs real hardware: no container, no Megatron kernels, no
+# checkpoint download, no GPU memory monitor, and only a few steps. Its times and losses show the
+# *shape* of the results, not the numbers an A100 gives.
+# ```
+
+# %% tags=["parameters"]
+profile = "tiny"  # "ibex" on the cluster, "tiny" anywhere else
+experiments = None  # None: every experiment of the chapter that the profile can run; or a list of ids
+wait_timeout_s = 1800  # stop waiting after this long (jobs keep running; re-run the cell to pick them up)
+runs_dir = None  # None: <repository>/runs (or $WORKSHOP_RUNS_DIR)
+
+# %%
+from workshop_lib import notebook as nb
+
+selection = nb.chapter_header(1, profile, experiments, runs_dir)
+nb.experiments_overview(selection);
+
+# %% [markdown]
+# ## The ideas
+#
+# **Data parallelism.** Start *N* identical copies of the training program, one per GPU. Each copy
+# holds the whole model, reads a different slice of the batch, and computes its own gradients. Before
+# the optimizer step the copies average their gradients with an *all-reduce*, so every copy applies
+# the same update and the models stay identical. The benefit is throughput: *N* GPUs process *N*
+# times as many samples per second, minus the time spent communicating. The cost is memory: nothing
+# is divided, every GPU still holds all weights, gradients and optimizer states. A model that does not
+# fit on one GPU does not fit on eight either.
+#
+# **The global batch.** NeMo's recipe fixes the *global* batch (8 sequences per optimizer step) and
+# the *micro* batch (1 sequence per forward pass). With *N* data-parallel GPUs each GPU gets
+# 8 / *N* sequences per step, and runs that many micro-batches, accumulating gradients, before the
+# all-reduce. So adding GPUs does not change what the model learns per step; it changes how long a
+# step takes.
+#
+# **LoRA.** Fine-tuning all 8 B parameters of Llama with Adam in mixed precision needs about 16 bytes
+# per parameter (16-bit weights and gradients, fp32 master weights, two fp32 Adam moments), over
+# 120 GB before any activation: more than an 80 GB A100. LoRA freezes the pretrained weight *W* and
+# learns a low-rank correction: for a layer *y = Wx* it trains *A* (*r × k*) and *B* (*d × r*) and
+# computes *y = Wx + (α/r)·BAx*. With rank *r* = 32 on the attention projections that is a few tens
+# of millions of trainable parameters, a fraction of a percent of the model. The frozen weights cost
+# only their 2 bytes each (about 16 GB for Llama), the adapters' gradients and Adam states are tiny,
+# and the whole fine-tune fits on one GPU. Because *B* starts at zero, training starts exactly from
+# the pretrained model.
+#
+# **Mixtral and expert parallelism.** Mixtral replaces each feed-forward block by 8 *experts* and a
+# router that sends every token to 2 of them: about 46.7 B parameters in total, about 12.9 B used per
+# token. Its bf16 weights alone (about 93 GB) exceed one A100, even with LoRA, so Mixtral starts at
+# 2 GPUs and spreads the experts over them with *expert parallelism* (EP): with EP = *N* each GPU
+# keeps 8/*N* experts of every layer, and tokens travel to the GPU that holds their expert
+# (an all-to-all exchange) and back. NeMo refuses to start Mixtral without an expert-parallel size, so
+# every Mixtral run here sets EP to its GPU count. Everything that is not an expert (attention,
+# norms, router, embeddings) is still replicated, so these runs are data parallel *and* expert
+# parallel.
+#
+# **What the tables measure.** The *total job time* (from the job's footer) includes starting the
+# container, loading the checkpoint and saving the adapters; the *train step time* is NeMo's own
+# timing of the last step. *Time scaling* is time(baseline) / time(*N* GPUs): 2.0 on 2 GPUs would be
+# perfect. *Peak memory scaling* divides the baseline's GPU 0 peak by the *N*-GPU one: under pure
+# data parallelism expect about 1.0, because nothing is sharded.
+
+# %% [markdown]
+# ## The job scripts
+#
+# Below, each experiment's script as this profile submits it, folded (click to open), with what the
+# checker says about it: the experiment rules (GPUs, parallel sizes, LoRA) and the script linter
+# (`--ntasks` instead of `--ntasks-per-node`, `--gpus-per-task`, devices that do not match the
+# tasks, a monitor that is never stopped). The same checks run on your own scripts with
+# `workshop check SCRIPT`. Experiments that need more GPUs than this profile offers are shown as Ibex
+# would run them.
+
+# %%
+nb.show_scripts(selection);
+
+# %% [markdown]
+# On Ibex the same experiment becomes a NeMo Factory run in the Singularity container. Read it even if
+# you run the tiny profile: the overrides (`trainer.devices`, `peft=lora`, the batch sizes, and for
+# Mixtral `trainer.strategy.expert_model_parallel_size`) are what this chapter is about.
+
+# %%
+nb.show_reference_script("lora/mixtral/2-gpus", "ibex");
+
+# %% [markdown]
+# ## Submit and wait
+#
+# The next cell submits every experiment that has no completed run yet and waits for all of them,
+# showing a progress line. Each run gets its own folder `runs/<experiment id>/` with the script as
+# submitted, the job's log, the monitors and the trainer's metrics. Executing the cell again does not
+# submit anything that already completed (the run is recognised by a hash of the experiment): it only
+# re-reads the results.
+
+# %%
+runs = nb.run_experiments(selection, runs_dir, wait_timeout_s)
+
+# %% [markdown]
+# ## Results
+#
+# The tables of the original material, filled from the logs. A cell shows the run's state (FAILED,
+# TIMEOUT, …) instead of a number when the run did not complete, and `n/a` when the run did not
+# record that value: on the tiny profile there is no `nvidia-smi`, so the GPU memory columns stay
+# `n/a` and the memory plot uses each process's own peak (its resident set size) instead.
+
+# %%
+nb.show_tables(selection, runs_dir);
+
+# %%
+nb.show_plots(selection, runs_dir);
+
+# %% [markdown]
+# **Reading the tiny results.** The stand-in models are so small that a training step takes a few
+# milliseconds of arithmetic and much more of process start-up and communication, and the "GPUs"
+# share two CPU cores. So the tiny tables show the overheads of data parallelism, not its benefit:
+# the total time is dominated by starting Python and `torchrun`, and more ranks often mean a slower
+# job. The loss, on the other hand, behaves as it should on any hardware: with the same global batch,
+# learning rate and seed, the last loss is nearly the same on every GPU count, because data
+# parallelism changes who computes the gradient, not the gradient itself. On A100s the training part
+# is large enough for the step time to fall as GPUs are added.
+
+# %% [markdown]
+# ## Questions
+#
+# Answer them from your own tables first; the answers are folded in {doc}`../book/answers`
+# (section *Chapter 1*).
+#
+# 1. With a global batch of 8, what is the batch per GPU on 1, 2, 4 and 8 GPUs?
+# 2. How should the train step time change from 1 to 8 GPUs, and why not by a factor of 8?
+# 3. Why does the total job time scale worse than the step time?
+# 4. Does the peak memory per GPU go down when you add GPUs (Llama)?
+# 5. Why can Llama 3.1 8B be fine-tuned on one 80 GB A100 with LoRA, but not without it?
+# 6. Why does Mixtral start at 2 GPUs, and why must the expert-parallel size be set?
+# 7. Why is GPU 0's mode 1 MiB, and its average so far below the peak?
+# 8. Should the last `reduced_train_loss` be the same on every GPU count?
+#
+# ## Where the original material was wrong
+#
+# - It described `expert_model_parallel_size=N` as "every GPU holds all experts". Only EP = 1 means
+#   that; EP = *N* divides the experts over *N* GPUs, which is why the Mixtral runs here set EP to the
+#   GPU count.
+# - It called the 24.2 B in the LoRA summary "the full Mixtral model". Mixtral 8×7B has about 46.7 B
+#   parameters; 24.2 B is what one GPU holds with EP = 2.
+# - Its `nvidia-smi` monitor line was broken over two lines without a `\`, so the second half ran as
+#   a separate command; the scripts above keep the command on continued lines and stop the monitor
+#   at the end.
+#
+# The complete list, for every chapter, is in {doc}`../book/seed_corrections`; how to read NeMo's
+# log (resolved arguments, LoRA summaries, the harmless `SIGTERM` lines) is in {doc}`../book/reading_logs`.

@@ -1,0 +1,430 @@
+"""The glue the chapter notebooks share: show scripts and findings, submit and wait, show tables and plots.
+
+Each function does one visible thing in a notebook cell and returns what it showed, so tests can call it
+outside a kernel. Nothing here imports torch (a chapter starts fast on a login node).
+
+Where results live: ``resolve_runs_dir`` gives one absolute folder whichever way a chapter is run
+(JupyterLab, papermill from the repository root, or Jupyter Book executing it from ``notebooks/``), so a
+re-run or a book build finds the runs of the first execution and submits nothing that already completed.
+Set ``WORKSHOP_SUBMIT=0`` to make a chapter read results only (the book build does): it then never talks
+to a scheduler.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+
+from . import tables as tables_module
+from .errors import WorkshopError
+from .experiments import CHAPTERS, Experiment, chapter_experiments, get_experiment
+from .profiles import Profile, load_profile
+from .results import COMPLETED, chapter_results
+from .runs import RUNS_VARIABLE, Run, load_run, submit_experiments, wait_for_runs
+from .scripts import render_script
+from .tables import Table
+from .validate import Finding, lint_script, validate_experiment
+
+ROOT_VARIABLE = "WORKSHOP_ROOT"
+SUBMIT_VARIABLE = "WORKSHOP_SUBMIT"
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+_TABLE_BUILDERS = {1: tables_module.chapter_1_tables, 2: tables_module.chapter_2_tables,
+                   3: tables_module.chapter_3_tables, 4: tables_module.chapter_4_tables}
+
+
+# ---- where things are ---------------------------------------------------------------------------
+def repository_root(start: Path | str | None = None) -> Path:
+    """The workshop's folder: $WORKSHOP_ROOT, else the first parent of ``start`` (default: the current
+    folder) holding the workshop's pyproject.toml, else the folder this library was installed from."""
+    if os.environ.get(ROOT_VARIABLE):
+        return Path(os.environ[ROOT_VARIABLE]).expanduser().resolve()
+    here = Path(start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if _is_workshop_root(folder):
+            return folder
+    if _is_workshop_root(PACKAGE_ROOT):
+        return PACKAGE_ROOT
+    raise WorkshopError(f"cannot find the workshop folder above {here}: start the notebook inside the "
+                        f"repository, or set {ROOT_VARIABLE}=/path/to/the/repository")
+
+
+def _is_workshop_root(folder: Path) -> bool:
+    project = folder / "pyproject.toml"
+    return project.is_file() and 'name = "workshop-lib"' in project.read_text(errors="replace")
+
+
+def resolve_runs_dir(runs_dir: Path | str | None = None) -> Path:
+    """Absolute run folder: the argument, else $WORKSHOP_RUNS_DIR, else <repository>/runs."""
+    chosen = runs_dir or os.environ.get(RUNS_VARIABLE) or repository_root() / "runs"
+    return Path(chosen).expanduser().resolve()
+
+
+def submitting_enabled() -> bool:
+    """False when $WORKSHOP_SUBMIT is 0/false/no: the chapter only reads results that exist."""
+    return os.environ.get(SUBMIT_VARIABLE, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+# ---- which experiments --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Selection:
+    """The experiments a chapter execution covers, split by whether the profile realises them."""
+
+    chapter: int
+    profile: Profile
+    chosen: tuple[Experiment, ...]  # what the parameters cell asked for, in matrix order
+    runnable: tuple[Experiment, ...]  # the part the profile realises
+    left_out: tuple[tuple[Experiment, str], ...]  # (experiment, why) for the rest
+
+
+def select(chapter: int, profile: Profile | str = "tiny", experiments: Sequence[str] | str | None = None) -> Selection:
+    """The chapter's experiments named in ``experiments`` (ids, or None for all), checked against the profile."""
+    profile = load_profile(profile)
+    matrix = chapter_experiments(chapter)
+    if experiments is None:
+        chosen = matrix
+    else:
+        wanted = [experiments] if isinstance(experiments, str) else list(experiments)
+        foreign = [get_experiment(i).id for i in wanted if get_experiment(i).chapter != chapter]
+        if foreign:
+            raise WorkshopError(f"{', '.join(foreign)} belong(s) to another chapter than {chapter}: "
+                                f"list ids of chapter {chapter} (`workshop experiments --chapter {chapter}`)")
+        chosen = [experiment for experiment in matrix if experiment.id in set(wanted)]
+    runnable, left_out = [], []
+    for experiment in chosen:
+        reason = profile.unsupported_reason(experiment)
+        if reason:
+            left_out.append((experiment, reason))
+        else:
+            runnable.append(experiment)
+    return Selection(chapter, profile, tuple(chosen), tuple(runnable), tuple(left_out))
+
+
+# ---- display helpers ------------------------------------------------------------------------------
+def _display(obj) -> None:
+    """IPython's display inside a kernel; a plain print of the text elsewhere (tests, scripts)."""
+    try:
+        from IPython import get_ipython
+        from IPython.display import display
+    except ImportError:
+        get_ipython = None
+    if get_ipython is not None and get_ipython() is not None:
+        display(obj)
+    else:
+        print(getattr(obj, "data", obj))
+
+
+def _html(text: str):
+    from IPython.display import HTML
+
+    return HTML(text)
+
+
+def _escape(text: str) -> str:
+    return html.escape(str(text), quote=False)
+
+
+def message(text: str, kind: str = "note") -> str:
+    """A short boxed note (kind: note, warning, error) as HTML; returns the HTML."""
+    colours = {"note": ("#e8f1fb", "#2b6cb0"), "warning": ("#fff7e0", "#b7791f"), "error": ("#fdecea", "#c53030")}
+    background, border = colours.get(kind, colours["note"])
+    block = (f'<div class="workshop-{kind}" style="background:{background};border-left:4px solid {border};'
+             f'padding:0.5em 0.8em;margin:0.5em 0">{_escape(text)}</div>')
+    _display(_html(block))
+    return block
+
+
+def script_block(title: str, script: str, findings: Sequence[Finding] = (), open_: bool = False) -> str:
+    """A folded <details> block with a job script and, under it, what the checker found."""
+    summary = f"<summary><code>{_escape(title)}</code>{_findings_badge(findings)}</summary>"
+    body = f'<pre style="font-size:0.8em;overflow-x:auto">{_escape(script)}</pre>'
+    return f"<details{' open' if open_ else ''}>{summary}{body}{findings_html(findings)}</details>"
+
+
+def _findings_badge(findings: Sequence[Finding]) -> str:
+    errors = sum(finding.is_error for finding in findings)
+    warnings = len(findings) - errors
+    if not findings:
+        return " &nbsp;✔ checks passed"
+    return f" &nbsp;⚠ {errors} error(s), {warnings} warning(s)"
+
+
+def findings_html(findings: Sequence[Finding], source: str = "") -> str:
+    """The checker's findings as an HTML list (or one line saying there are none)."""
+    if not findings:
+        return "<p><em>Checker: no finding (experiment rules and script linter).</em></p>"
+    items = "".join(f"<li><b>{finding.severity}</b> [{_escape(finding.rule)}] {_escape(finding.message)} "
+                    f"<i>Fix:</i> {_escape(finding.fix)}" + (f" (line {finding.line})" if finding.line else "")
+                    + "</li>" for finding in findings)
+    return f"<ul>{items}</ul>"
+
+
+# ---- scripts and validation ---------------------------------------------------------------------
+def check_experiment(experiment: Experiment, profile: Profile) -> tuple[str, list[Finding]]:
+    """The rendered script and every finding of the experiment rules plus the script linter."""
+    findings = validate_experiment(experiment, profile)
+    if any(finding.is_error for finding in findings):
+        return "", findings
+    script = render_script(experiment, profile)
+    return script, findings + lint_script(script)
+
+
+def show_scripts(selection: Selection, reference_profile: str | None = "ibex") -> list[str]:
+    """One folded block per experiment: the script this profile submits and the checker's findings.
+
+    Experiments the profile does not realise get the script of ``reference_profile`` instead, labelled so."""
+    blocks = []
+    for experiment in selection.runnable:
+        script, findings = check_experiment(experiment, selection.profile)
+        blocks.append(script_block(f"{experiment.id} — {experiment.title} (profile {selection.profile.name})",
+                                   script or "(not rendered: the experiment breaks a rule below)", findings))
+    for experiment, reason in selection.left_out:
+        if reference_profile and reference_profile != selection.profile.name:
+            reference = load_profile(reference_profile)
+            script, findings = check_experiment(experiment, reference)
+            blocks.append(script_block(f"{experiment.id} — {experiment.title} (not on {selection.profile.name}: "
+                                       f"shown as profile {reference.name} renders it)", script, findings))
+    page = "\n".join(blocks)
+    _display(_html(page))
+    if selection.left_out:
+        message(f"Not run on profile {selection.profile.name!r}: "
+                + "; ".join(reason for _, reason in selection.left_out) + ".")
+    return blocks
+
+
+def show_reference_script(experiment_id: str, profile: str = "ibex", open_: bool = False) -> str:
+    """One experiment's script as another site renders it (e.g. the NeMo script Ibex runs), folded."""
+    experiment = get_experiment(experiment_id)
+    reference = load_profile(profile)
+    script, findings = check_experiment(experiment, reference)
+    block = script_block(f"{experiment.id} on profile {reference.name}", script, findings, open_=open_)
+    _display(_html(block))
+    return block
+
+
+# ---- submit and wait ------------------------------------------------------------------------------
+def _jobs_find_this_python() -> None:
+    """Jobs inherit the submitter's PATH (profile tiny): put this kernel's environment first, so that the
+    job's `torchrun`, `python` and `workshop` are the ones of the environment that submitted it."""
+    bin_dir = str(Path(sys.executable).parent)
+    parts = os.environ.get("PATH", "").split(os.pathsep)
+    if bin_dir not in parts:
+        os.environ["PATH"] = os.pathsep.join([bin_dir, *parts])
+
+
+def run_experiments(selection: Selection, runs_dir: Path | str | None = None,
+                    wait_timeout_s: float | None = 1800, progress: bool = True) -> list[Run]:
+    """Submit what has not completed yet, wait with a progress line, and show how each run ended.
+
+    Completed runs of the same experiment (same content hash, same profile) are reused, never resubmitted.
+    With $WORKSHOP_SUBMIT=0 nothing is submitted: the runs on disk are only listed."""
+    root = resolve_runs_dir(runs_dir)
+    if not selection.runnable:
+        message(f"No experiment of this selection runs on profile {selection.profile.name!r}; nothing to submit.",
+                "warning")
+        return []
+    if not submitting_enabled():
+        runs = [load_run(experiment, root) for experiment in selection.runnable]
+        for run in runs:
+            run.note = "read only ($WORKSHOP_SUBMIT=0)"
+        _show_run_table(runs, read_only=True)
+        return runs
+    _jobs_find_this_python()
+    runs = submit_experiments(selection.runnable, selection.profile, root=root)
+    fresh = sum(run.submitted_now for run in runs)
+    message(f"{fresh} job(s) submitted, {len(runs) - fresh} reused or already queued; run folders under {root}.")
+    wait_for_runs(runs, timeout=wait_timeout_s, progress=progress)
+    _show_run_table(runs)
+    return runs
+
+
+def _show_run_table(runs: Sequence[Run], read_only: bool = False) -> pd.DataFrame:
+    rows = []
+    for run in runs:
+        record = run.record
+        state = (record.final_state if read_only else run.info().state) if record else "NOT SUBMITTED"
+        rows.append({"experiment": run.experiment.id, "job": record.job_id if record else "",
+                     "state": state or "UNKNOWN", "note": run.note})
+    frame = pd.DataFrame(rows)
+    _display(_html(frame.to_html(index=False, border=0, classes="workshop-runs")))
+    unfinished = [row for row in rows if row["state"] != COMPLETED]
+    if unfinished and not read_only:
+        for run in runs:
+            if run.record and run.info().state not in (COMPLETED,) and run.stdout_path and run.stdout_path.exists():
+                tail = "\n".join(run.stdout_path.read_text(errors="replace").splitlines()[-15:])
+                _display(_html(script_block(f"last lines of {run.experiment.id}'s log "
+                                            f"({run.info().state})", tail)))
+        message(f"{len(unfinished)} run(s) did not complete: their table cells show the state instead of "
+                "numbers. Still running? Re-run this cell later; completed runs are reused.", "warning")
+    elif unfinished:
+        message(f"{len(unfinished)} run(s) have no completed result on disk; execute the chapter with "
+                f"{SUBMIT_VARIABLE}=1 (the default) to run them.", "warning")
+    return frame
+
+
+# ---- tables and plots ------------------------------------------------------------------------------
+def chapter_results_for(selection: Selection, runs_dir: Path | str | None = None) -> pd.DataFrame:
+    """The chapter's results restricted to the selection's runnable experiments."""
+    results = chapter_results(selection.chapter, resolve_runs_dir(runs_dir))
+    ids = {experiment.id for experiment in selection.runnable}
+    return results[results["id"].isin(ids)].reset_index(drop=True)
+
+
+def selection_tables(selection: Selection, runs_dir: Path | str | None = None) -> list[Table]:
+    """The seeds' tables of the chapter, one row (or column) per runnable experiment of the selection."""
+    results = chapter_results_for(selection, runs_dir)
+    built = _TABLE_BUILDERS[selection.chapter](results)
+    return [table for table in built if not table.frame.empty and len(table.frame.columns) > 1]
+
+
+def show_tables(selection: Selection, runs_dir: Path | str | None = None) -> list[Table]:
+    """Every seed table of the chapter as HTML, filled from the runs; a clear note when nothing completed."""
+    results = chapter_results_for(selection, runs_dir)
+    if results.empty or not (results["state"] == COMPLETED).any():
+        message(f"No completed run of chapter {selection.chapter} in {resolve_runs_dir(runs_dir)} yet, so the "
+                "tables below would be empty. Execute the submission cell above (or `workshop submit --chapter "
+                f"{selection.chapter} --profile {selection.profile.name}`) and run this cell again.", "warning")
+        return []
+    tables = selection_tables(selection, runs_dir)
+    for table in tables:
+        _display(_html(table_html(table)))
+    return tables
+
+
+def table_html(table: Table) -> str:
+    """One table: a heading, the frame (numbers as numbers, empty cells blank) and its note."""
+    frame = table.frame.copy()
+    text = frame.to_html(index=False, border=0, na_rep="", classes="workshop-table",
+                         float_format=lambda value: f"{value:g}")
+    note = f"<p><small>{_escape(table.note)}</small></p>" if table.note else ""
+    return f"<h4>{_escape(table.title)}</h4>{text}{note}"
+
+
+def _has_data(figure) -> bool:
+    return any(axes.lines or axes.patches or axes.collections for axes in figure.axes)
+
+
+def show_figure(figure, empty_message: str = "no completed run recorded this value yet") -> bool:
+    """Show a matplotlib figure inline (once) and close it; a note instead when it has nothing drawn."""
+    import matplotlib.pyplot as plt
+
+    drawn = _has_data(figure)
+    if drawn:
+        _display(figure)
+    else:
+        title = figure.axes[0].get_title() if figure.axes else "plot"
+        message(f"{title}: {empty_message}.")
+    plt.close(figure)
+    return drawn
+
+
+def show_plots(selection: Selection, runs_dir: Path | str | None = None) -> int:
+    """The chapter's plots (speedup, efficiency, memory, loss); returns how many had data."""
+    from . import plots
+
+    results = chapter_results_for(selection, runs_dir)
+    if results.empty or not (results["state"] == COMPLETED).any():
+        message("No completed run yet: nothing to plot.", "warning")
+        return 0
+    group = lambda name: results[results["group"] == name]  # noqa: E731
+    memory = _memory_metric(results)
+    figures = []
+    if selection.chapter in (1, 2):
+        what = "LoRA, data parallel" if selection.chapter == 1 else "tensor (x expert) parallel"
+        for name in ("llama", "mixtral"):
+            if len(group(name)) > 1:
+                figures.append(plots.speedup_plot(group(name), "total_time_s",
+                                                  f"{name.title()} ({what}): speedup of the total job time"))
+        figures.append(plots.memory_plot(results, by="id", metric=memory[0],
+                                         title=f"Peak memory per process ({memory[1]})", ylabel="MiB"))
+        figures.append(plots.loss_curves(results, "Training loss per run"))
+    elif selection.chapter == 3:
+        single = pd.concat([group("baseline"), group("single-gpu")])
+        figures.append(plots.memory_plot(single, by="id", metric=memory[0],
+                                         title=f"One GPU: peak memory per ZeRO setup ({memory[1]})", ylabel="MiB"))
+        figures.append(plots.cpu_memory_plot(pd.concat([single, group("two-gpus")]),
+                                             "CPU memory (psrecord): what offload moves to the host"))
+        figures.append(_throughput_plot(pd.concat([single.head(1), group("multi-gpu"), group("multi-node")]),
+                                        "Weak scaling: training throughput"))
+        figures.append(plots.loss_curves(single, "Training loss, one GPU"))
+    else:
+        figures.append(plots.speedup_plot(pd.concat([group("single-gpu"), group("multi-gpu")]), "train_runtime_s",
+                                          "BLOOM with FSDP on one node: speedup of the training runtime"))
+        figures.append(plots.memory_plot(group("strategies"), by="id", metric=memory[0],
+                                         title=f"Sharding strategies: peak memory per rank ({memory[1]})",
+                                         ylabel="MiB"))
+        figures.append(plots.efficiency_plot(group("weak-scaling"), "train_runtime_s",
+                                             "Custom GPT: weak scaling efficiency by depth"))
+        figures.append(plots.loss_curves(pd.concat([group("baseline"), group("single-gpu"), group("gpt")]),
+                                         "Training loss"))
+    return sum(show_figure(figure) for figure in figures)
+
+
+def _memory_metric(results: pd.DataFrame) -> tuple[str, str]:
+    """nvidia-smi's GPU 0 peak where a GPU monitor ran, else the engine's own per-rank peak."""
+    if "gpu0_peak_mib" in results and results["gpu0_peak_mib"].notna().any():
+        return "gpu0_peak_mib", "nvidia-smi, GPU 0"
+    kinds = results.get("allocated_kind")
+    kind = next((str(k) for k in kinds.dropna()), "engine peak") if kinds is not None else "engine peak"
+    return "allocated_peak_mib", kind.replace("_", " ")
+
+
+def _throughput_plot(results: pd.DataFrame, title: str):
+    """Training samples/s against GPUs with the ideal line (weak scaling: it should grow with the GPUs)."""
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(6, 4), constrained_layout=True)
+    axes.set_title(title)
+    axes.set_xlabel("GPUs")
+    axes.set_ylabel("train samples/s")
+    axes.grid(alpha=0.3)
+    done = results[(results["state"] == COMPLETED) & results["train_samples_per_s"].notna()].sort_values("gpus")
+    if not done.empty:
+        base = done.iloc[0]
+        axes.plot(done["gpus"], base["train_samples_per_s"] * done["gpus"] / base["gpus"], "--", color="grey",
+                  label="ideal")
+        axes.plot(done["gpus"], done["train_samples_per_s"], "o-", label="measured")
+        axes.set_xticks(sorted(set(done["gpus"])))
+        axes.legend()
+    return figure
+
+
+# ---- the whole chapter ----------------------------------------------------------------------------
+def chapter_header(chapter: int, profile: str, experiments, runs_dir) -> Selection:
+    """Resolve the parameters cell into a Selection and say where results go."""
+    if chapter not in CHAPTERS:
+        raise WorkshopError(f"there is no chapter {chapter}: choose one of {sorted(CHAPTERS)}")
+    selection = select(chapter, profile, experiments)
+    root = resolve_runs_dir(runs_dir)
+    mode = "submits what has not completed yet" if submitting_enabled() else "only reads results"
+    message(f"Chapter {chapter} ({CHAPTERS[chapter]}) on profile {selection.profile.name!r}: "
+            f"{len(selection.runnable)} of {len(selection.chosen)} selected experiment(s) run here; "
+            f"runs in {root}; this execution {mode}.")
+    return selection
+
+
+def experiments_overview(selection: Selection) -> pd.DataFrame:
+    """A small table of what the chapter runs (id, nodes, GPUs, knobs) with whether it runs here."""
+    from .experiments import summary_row
+
+    left = {experiment.id for experiment, _ in selection.left_out}
+    rows = []
+    for experiment in selection.chosen:
+        row = summary_row(experiment)
+        rows.append({"id": row["id"], "nodes": row["nodes"], "GPUs": row["gpus"], "engine": row["engine"],
+                     "knobs": row["knobs"], f"on {selection.profile.name}": "no" if row["id"] in left else "yes"})
+    frame = pd.DataFrame(rows)
+    _display(_html(frame.to_html(index=False, border=0, classes="workshop-experiments")))
+    return frame
+
+
+__all__ = ["Selection", "chapter_header", "chapter_results_for", "check_experiment", "experiments_overview",
+           "message", "repository_root", "resolve_runs_dir", "run_experiments", "select", "selection_tables",
+           "show_figure", "show_plots", "show_reference_script", "show_scripts", "show_tables",
+           "submitting_enabled", "table_html"]
+
