@@ -24,20 +24,28 @@ cluster-up: setup  ## start the local SLURM cluster (root; installs SLURM if mis
 cluster-down:  ## stop every daemon the local cluster started
 	@if [ -x $(BIN)/workshop ]; then $(BIN)/workshop cluster down; else echo "nothing to stop"; fi
 
+# The slow part executes every chapter with papermill (tiny profile, local SLURM cluster), builds the book
+# with warnings as errors and checks the pages in headless Chromium (tests/test_notebooks.py,
+# tests/test_book_browser.py); screenshots land in _build/screenshots/.
 test: setup  ## the whole test suite (starts and stops the local cluster itself)
-	$(BIN)/pytest -q
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q
 
 test-fast: setup  ## tests without the slow ones
 	$(BIN)/pytest -q -m "not slow"
 
 demo: setup  ## the workshop end to end on the local default (tiny profile, local SLURM)
-	$(BIN)/python -m workshop_lib.demo
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m workshop_lib.demo
 
+# WORKSHOP_SUBMIT=0: the chapters only read the runs in runs/ (run `make demo` or the notebooks first).
 book: setup  ## build the book from already executed chapters
-	$(BIN)/jupyter-book build . -W --keep-going
+	WORKSHOP_SUBMIT=0 $(BIN)/jupyter-book build . -W --keep-going
 
+# Jobs submitted from the notebooks inherit PATH, so this environment comes first. Root (a container,
+# the CI machine) must say --allow-root; LAB_ARGS passes more, e.g. LAB_ARGS="--no-browser --port 8888".
+LAB_ARGS ?=
 lab: setup  ## JupyterLab where the .py chapters open as notebooks
-	$(BIN)/jupyter lab --notebook-dir=.
+	$(BIN)/python -m workshop_lib.lab_settings
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/jupyter lab --notebook-dir=. $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 clean:  ## remove build output (keeps runs/ and the environment)
 	rm -rf _build

@@ -49,14 +49,32 @@ def test_render_passes_bash_shellcheck_and_linter(rendered, profile_name, experi
     assert [finding for finding in lint_script(path.read_text()) if finding.is_error] == []
 
 
+@pytest.fixture(scope="module")
+def ibex_sized_cluster(tmp_path_factory):
+    """A second local cluster with 8 A100-like nodes, only for `sbatch --test-only` (no jobs run on it).
+
+    It has its own state folder and ports, so it runs beside the session's 2-node cluster.
+    """
+    import os
+
+    from workshop_lib.local_cluster import LocalCluster, Ports
+
+    if os.geteuid() != 0:
+        pytest.skip("the local SLURM cluster needs root")
+    base = Ports.from_environment().base + 200
+    cluster = LocalCluster(state_dir=tmp_path_factory.mktemp("ibex-sized"), ports=Ports(base))
+    cluster.up(nodes=8, accounting=False)
+    yield cluster
+    cluster.down()
+
+
 @pytest.mark.cluster
 @pytest.mark.parametrize("profile_name, experiment", CASES)
-def test_render_is_accepted_by_sbatch_test_only(local_cluster, rendered, profile_name, experiment):
+def test_render_is_accepted_by_sbatch_test_only(ibex_sized_cluster, rendered, profile_name, experiment, monkeypatch):
     from workshop_lib.cluster import test_only
 
+    monkeypatch.setenv("SLURM_CONF", str(ibex_sized_cluster.conf))
     path = rendered[(profile_name, experiment.id)]
-    if experiment.nodes > 2:
-        pytest.skip("the local cluster has 2 nodes; Ibex-sized multi-node jobs are checked by the linter only")
     # The ibex profile names no partition: on the local cluster, its default partition answers.
     assert "to start at" in test_only(path)
 

@@ -1,7 +1,11 @@
 """`make demo`: the workshop end to end on this machine (tiny profile, local SLURM cluster).
 
 Steps: start the cluster, check it with a sample job, execute every chapter notebook with papermill,
-build the book, stop the cluster. Prints how long each step took and where to open the book.
+build the book, stop the cluster. Prints how long each step took, how many jobs each chapter ran
+(submitted now or reused), the wall time of each job, and where to open the book.
+
+The book build only re-reads results ($WORKSHOP_SUBMIT=0): every job ran in the papermill step, and the
+build must not submit or wait for anything.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,19 +60,115 @@ def chapter_notebooks() -> list[Path]:
     return sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py"))
 
 
-def execute_chapter(path: Path, profile: str, output_dir: Path) -> None:
+def chapter_number(path: Path) -> int:
+    return int(path.name[:2])
+
+
+def notebook_parameters(path: Path) -> dict:
+    """The values of a chapter's parameters cell (tagged "parameters"), as the notebook defines them."""
+    import jupytext
+
+    for cell in jupytext.read(path).cells:
+        if "parameters" in cell.get("metadata", {}).get("tags", []):
+            values: dict = {}
+            exec(cell.source, {}, values)  # a few plain assignments, written by us
+            return values
+    return {}
+
+
+def execute_chapter(path: Path, profile: str, output_dir: Path, parameters: dict | None = None) -> Path:
+    """Run one chapter notebook with papermill; returns the executed .ipynb."""
     import jupytext
     import papermill
 
     output_dir.mkdir(parents=True, exist_ok=True)
-    papermill.execute_notebook(jupytext.read(path), str(output_dir / f"{path.stem}.ipynb"),
-                               parameters={"profile": profile}, kernel_name="python3", language="python",
-                               cwd=str(ROOT), progress_bar=False)
+    output = output_dir / f"{path.stem}.ipynb"
+    _jobs_find_this_python()
+    papermill.execute_notebook(jupytext.read(path), str(output), parameters={"profile": profile, **(parameters or {})},
+                               kernel_name="python3", language="python", cwd=str(ROOT), progress_bar=False)
+    return output
 
 
-def build_book() -> None:
+def _jobs_find_this_python() -> None:
+    # The kernel (and the jobs it submits) inherit PATH: make this environment's tools come first.
+    bin_dir = str(Path(sys.executable).parent)
+    if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
+
+
+@dataclass
+class ChapterRun:
+    """What executing one chapter did: its jobs and how long it took."""
+
+    notebook: Path
+    seconds: float
+    jobs: dict[str, str]  # experiment id -> job id of its run after execution
+    submitted: list[str]  # experiment ids whose job is new (not reused)
+    states: dict[str, str]  # experiment id -> final state
+    job_seconds: dict[str, float]  # experiment id -> the job's total time from its footer
+
+
+def run_snapshot(chapter: int, runs_dir: Path) -> dict[str, str]:
+    """experiment id -> job id of the run recorded in runs/<id>/job.json, for one chapter."""
+    from .experiments import chapter_experiments
+    from .runs import RunRecord
+
+    found = {}
+    for experiment in chapter_experiments(chapter):
+        record = RunRecord.load(runs_dir / experiment.id)
+        if record is not None:
+            found[experiment.id] = record.job_id
+    return found
+
+
+def execute_and_account(path: Path, profile: str, output_dir: Path, runs_dir: Path,
+                        parameters: dict | None = None) -> ChapterRun:
+    """Execute a chapter and report which jobs it submitted or reused and how long each took."""
+    from .notebook import chapter_results_for, select
+
+    chapter = chapter_number(path)
+    before = run_snapshot(chapter, runs_dir)
+    started = time.monotonic()
+    execute_chapter(path, profile, output_dir, parameters)
+    seconds = time.monotonic() - started
+    chosen = {**notebook_parameters(path), **(parameters or {})}
+    selection = select(chapter, profile, chosen.get("experiments"))
+    results = chapter_results_for(selection, runs_dir)
+    after = run_snapshot(chapter, runs_dir)
+    ids = [experiment.id for experiment in selection.runnable]
+    return ChapterRun(
+        notebook=path, seconds=seconds, jobs={i: after.get(i, "") for i in ids},
+        submitted=[i for i in ids if i in after and after[i] != before.get(i)],
+        states=dict(zip(results["id"], results["state"])),
+        job_seconds={row.id: float(row.total_time_s) for row in results.itertuples()
+                     if row.total_time_s is not None and row.total_time_s == row.total_time_s})
+
+
+def chapter_report(runs: list[ChapterRun]) -> str:
+    lines = ["chapters:"]
+    for run in runs:
+        done = sum(state == "COMPLETED" for state in run.states.values())
+        lines.append(f"  {run.notebook.stem:<24} {run.seconds:7.1f} s  {len(run.jobs)} job(s): "
+                     f"{len(run.submitted)} submitted, {len(run.jobs) - len(run.submitted)} reused; {done} completed")
+        for experiment_id, seconds in run.job_seconds.items():
+            lines.append(f"      {experiment_id:<40} {seconds:6.0f} s  {run.states.get(experiment_id, '')}")
+    return "\n".join(lines)
+
+
+def failed_runs(runs: list[ChapterRun]) -> list[str]:
+    return [f"{experiment_id} ({state})" for run in runs for experiment_id, state in run.states.items()
+            if state != "COMPLETED"]
+
+
+def build_book(read_only: bool = True) -> None:
+    """jupyter-book build with warnings as errors; the chapters it executes only read results."""
+    from .notebook import SUBMIT_VARIABLE
+
+    env = dict(os.environ)
+    if read_only:
+        env[SUBMIT_VARIABLE] = "0"
     command = [str(Path(sys.executable).parent / "jupyter-book"), "build", str(ROOT), "-W", "--keep-going"]
-    subprocess.run(command, check=True, cwd=ROOT)
+    subprocess.run(command, check=True, cwd=ROOT, env=env)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,20 +187,30 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print("not root: jobs run with the local executor (no SLURM). `sudo make demo` uses a real local cluster.")
         os.environ["WORKSHOP_BACKEND"] = "local"
+    from .notebook import resolve_runs_dir
+
+    runs_dir = resolve_runs_dir()
+    chapters: list[ChapterRun] = []
     try:
         timer.run("sample job", sample_job)
         for notebook in chapter_notebooks():
-            timer.run(f"chapter {notebook.stem}", lambda nb=notebook: execute_chapter(
-                nb, args.profile, ROOT / "_build" / "executed"))
+            chapters.append(timer.run(f"chapter {notebook.stem}", lambda nb=notebook: execute_and_account(
+                nb, args.profile, ROOT / "_build" / "executed", runs_dir)))
         if (ROOT / "_config.yml").exists():
-            timer.run("build the book", build_book)
+            timer.run("build the book (reads results only)", build_book)
     finally:
         if use_cluster and not args.keep_cluster:
             timer.run("stop the local SLURM cluster", local.down)
     print("\n" + timer.report())
+    print("\n" + chapter_report(chapters) + f"\n  runs in {runs_dir}")
     index = ROOT / "_build" / "html" / "index.html"
     if index.exists():
         print(f"\nopen the book: {index}  (or: python -m http.server -d _build/html 8000)")
+    failed = failed_runs(chapters)
+    if failed:
+        print(f"\n{len(failed)} run(s) did not complete: {', '.join(failed)}. Their logs are in the run folders; "
+              "re-running `make demo` resubmits only those.")
+        return 1
     return 0
 
 

@@ -1,0 +1,85 @@
+"""Session fixtures shared by test_notebooks.py and test_book_browser.py: execute every chapter once, build once.
+
+Both test modules import these fixtures. Pytest keeps a session fixture per module that defines (or
+imports) it, so the expensive work is memoised here and done once per test process, whichever module
+asks first.
+
+The chapters run with papermill on the tiny profile against the local SLURM cluster, into a temporary
+folder; their runs go to the workshop's runs folder (``workshop_lib.notebook.resolve_runs_dir``), where
+completed runs are reused, exactly as a participant re-running a chapter would see. The book is then
+built into ``_build/html`` with warnings as errors while $WORKSHOP_SUBMIT=0, so the build can only read.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+HTML_DIR = ROOT / "_build" / "html"
+SCREENSHOT_DIR = ROOT / "_build" / "screenshots"
+
+_MEMO: dict[str, object] = {}
+
+
+@dataclass
+class ExecutedChapters:
+    runs_dir: Path
+    output_dir: Path
+    chapters: list  # workshop_lib.demo.ChapterRun, in chapter order
+
+
+@dataclass
+class BuiltBook:
+    html_dir: Path
+    jobs_before: dict[int, dict[str, str]]  # chapter -> experiment id -> job id, before the build
+    jobs_after: dict[int, dict[str, str]]
+
+
+def _need_book_tools() -> None:
+    for module in ("papermill", "jupytext", "nbformat"):
+        pytest.importorskip(module)
+    if not (Path(sys.executable).parent / "jupyter-book").exists() and not shutil.which("jupyter-book"):
+        pytest.skip("jupyter-book is not installed (make setup)")
+
+
+def _execute_all() -> ExecutedChapters:
+    from workshop_lib.demo import chapter_notebooks, execute_and_account
+    from workshop_lib.notebook import resolve_runs_dir
+
+    runs_dir = resolve_runs_dir()
+    output_dir = Path(tempfile.mkdtemp(prefix="workshop-chapters-"))
+    chapters = [execute_and_account(path, "tiny", output_dir, runs_dir) for path in chapter_notebooks()]
+    return ExecutedChapters(runs_dir, output_dir, chapters)
+
+
+def _build(executed: ExecutedChapters) -> BuiltBook:
+    from workshop_lib.demo import build_book, chapter_number, run_snapshot
+
+    numbers = [chapter_number(run.notebook) for run in executed.chapters]
+    before = {n: run_snapshot(n, executed.runs_dir) for n in numbers}
+    build_book(read_only=True)
+    after = {n: run_snapshot(n, executed.runs_dir) for n in numbers}
+    return BuiltBook(HTML_DIR, before, after)
+
+
+@pytest.fixture(scope="session")
+def executed_chapters(local_cluster) -> ExecutedChapters:
+    """Every chapter notebook executed once with papermill (tiny profile)."""
+    _need_book_tools()
+    if "executed" not in _MEMO:
+        _MEMO["executed"] = _execute_all()
+    return _MEMO["executed"]
+
+
+@pytest.fixture(scope="session")
+def built_book(executed_chapters) -> BuiltBook:
+    """The book built once into _build/html after the chapters ran (jupyter-book build -W)."""
+    if "book" not in _MEMO:
+        _MEMO["book"] = _build(executed_chapters)
+    return _MEMO["book"]
