@@ -37,7 +37,9 @@ demo: setup  ## the workshop end to end on the local default (tiny profile, loca
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m workshop_lib.demo
 
 # WORKSHOP_SUBMIT=0: the chapters only read the runs in runs/ (run `make demo` or the notebooks first).
-book: setup  ## build the book from already executed chapters
+# The execution cache is dropped first: it is keyed on the code, and the results in runs/ may be newer.
+book: setup  ## build the book from the runs already in runs/ (submits nothing)
+	rm -rf _build/.jupyter_cache
 	WORKSHOP_SUBMIT=0 $(BIN)/jupyter-book build . -W --keep-going
 
 # Jobs submitted from the notebooks inherit PATH, so this environment comes first. Root (a container,

@@ -125,8 +125,9 @@ runs = nb.run_experiments(selection, runs_dir, wait_timeout_s)
 #
 # The tables of the original material, filled from the logs. A cell shows the run's state (FAILED,
 # TIMEOUT, …) instead of a number when the run did not complete, and `n/a` when the run did not
-# record that value: on the tiny profile there is no `nvidia-smi`, so the GPU memory columns stay
-# `n/a` and the memory plot uses each process's own peak (its resident set size) instead.
+# record that value. The tiny profile has no `nvidia-smi`: there the memory columns hold each
+# process's own peak (its resident set size), as the note under each table says, and the memory
+# plot does the same.
 
 # %%
 nb.show_tables(selection, runs_dir);

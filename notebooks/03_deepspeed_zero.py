@@ -113,9 +113,10 @@ runs = nb.run_experiments(selection, runs_dir, wait_timeout_s)
 # ## Results
 #
 # The seed's tables: the baseline summary, the single-GPU stage comparison, weak scaling on one
-# node, the 2-GPU stage comparison with and without offload, and weak scaling across nodes. A cell
-# shows the run's state when it did not complete and `n/a` when the run did not record the value
-# (no `nvidia-smi` on the tiny profile).
+# node, the 2-GPU stage comparison with and without offload, and weak scaling across nodes. The last
+# table puts the memory estimator's prediction (the formulas above, plus activations and logits,
+# `workshop estimate`) next to what each run measured. A cell shows the run's state when it did not
+# complete and `n/a` when the run did not record the value (no `nvidia-smi` on the tiny profile).
 
 # %%
 nb.show_tables(selection, runs_dir);

@@ -105,9 +105,9 @@ runs = nb.run_experiments(selection, runs_dir, wait_timeout_s)
 # ## Results
 #
 # The baseline summary, BLOOM on one node and across nodes, the custom GPT on one node and across
-# nodes, and weak scaling by depth. "GPU memory allocated" is the engine's own peak per rank (on the
-# tiny profile the process's resident memory); "GPU Utilization" was never recorded by any monitor
-# and stays `n/a`.
+# nodes, weak scaling by depth, and the memory estimator's prediction next to each measurement.
+# "GPU memory allocated" is the engine's own peak per rank (on the tiny profile the process's
+# resident memory); "GPU Utilization" was never recorded by any monitor and stays `n/a`.
 
 # %%
 nb.show_tables(selection, runs_dir);

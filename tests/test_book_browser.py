@@ -22,6 +22,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
 CHAPTERS = ("01_data_parallel_lora", "02_model_parallel", "03_deepspeed_zero", "04_fsdp")
 NUMBER = re.compile(r"^-?\d+(\.\d+)?(e-?\d+)?$|^\d{2}:\d{2}:\d{2}$")
+# What a cell shows instead of a number when its run did not complete (workshop_lib.tables).
+STATES = {"MISSING", "FAILED", "TIMEOUT", "CANCELLED", "INCOMPLETE", "NOT SUBMITTED", "UNKNOWN", "OUT_OF_MEMORY",
+          "NODE_FAIL", "PENDING", "RUNNING"}
+# Tall enough for a whole chapter page, tables and plots included.
+WINDOW = "--window-size=1280,16000"
 
 
 def chromium() -> str:
@@ -102,6 +107,8 @@ def test_chapter_pages_show_filled_tables_plots_and_the_sidebar(built_book):
         for cells in parsed.tables:
             numbers = [cell for cell in cells if NUMBER.match(cell)]
             assert numbers, f"{stem}: a result table without a single number: {cells[:20]}"
+            states = sorted({cell for cell in cells if cell in STATES})
+            assert not states, f"{stem}: a result table shows runs that did not complete: {states}"
         plots = [src for src in parsed.images if src.endswith(".png") or src.startswith("data:image/png")]
         assert plots, f"{stem}: no plot image on the page"
         for src in plots:
@@ -120,7 +127,7 @@ def test_screenshot_of_each_chapter_page(built_book):
         page = _page(stem, built_book.html_dir)
         target = SCREENSHOT_DIR / f"{stem}.png"
         target.unlink(missing_ok=True)
-        result = _browser(f"--screenshot={target}", "--window-size=1280,4000", "--hide-scrollbars",
+        result = _browser(f"--screenshot={target}", WINDOW, "--hide-scrollbars",
                           page.as_uri())
         assert result.returncode == 0, f"chromium failed on {page}: {result.stderr[-2000:]}"
         assert target.is_file() and target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", f"no screenshot of {stem}"

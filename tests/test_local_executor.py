@@ -96,3 +96,45 @@ def test_backend_choice_and_errors(monkeypatch, tmp_path):
         cluster.resolve_backend()
     monkeypatch.setenv("WORKSHOP_ALLOW_LOCAL", "1")
     assert cluster.resolve_backend() == "local"
+
+
+def test_gpu_jobs_queue_for_free_gpus(tmp_path, monkeypatch):
+    # A 2-GPU machine: two 2-GPU jobs cannot overlap; two 1-GPU jobs run side by side on different GPUs.
+    monkeypatch.setenv("WORKSHOP_LOCAL_GPUS", "2")
+    stamp = 'echo "$CUDA_VISIBLE_DEVICES $(date +%s.%N)"; sleep 1; date +%s.%N'
+    first = tmp_path / "a"
+    second = tmp_path / "b"
+    for folder in (first, second):
+        folder.mkdir()
+    jobs = [cluster.submit(script(folder, stamp, "--gpus-per-node=2"), backend="local") for folder in (first, second)]
+    infos = cluster.wait_for(jobs, timeout=30, poll_interval=0.1, progress=False)
+    assert [i.state for i in infos] == ["COMPLETED", "COMPLETED"]
+    (devices_a, start_a), end_a = [line.split() if " " in line else line for line in jobs[0].stdout_path.read_text().splitlines()]
+    (devices_b, start_b), end_b = [line.split() if " " in line else line for line in jobs[1].stdout_path.read_text().splitlines()]
+    assert devices_a == devices_b == "0,1"
+    assert float(start_b) >= float(end_a) or float(start_a) >= float(end_b)  # one waited for the other
+
+    singles = []
+    for name in ("c", "d"):
+        folder = tmp_path / name
+        folder.mkdir()
+        singles.append(cluster.submit(script(folder, stamp, "--gpus-per-node=1"), backend="local"))
+    cluster.wait_for(singles, timeout=30, poll_interval=0.1, progress=False)
+    devices = sorted(job.stdout_path.read_text().split()[0] for job in singles)
+    assert devices == ["0", "1"]
+
+
+def test_more_gpus_than_the_machine_fails_clearly(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORKSHOP_LOCAL_GPUS", "2")
+    job, info = run(script(tmp_path, "true", "--gpus-per-node=4"))
+    assert info.state == "FAILED" and "this machine has 2" in info.reason
+
+
+def test_job_finds_the_submitters_python_without_activation(tmp_path, monkeypatch):
+    import sys
+    from pathlib import Path
+
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # the virtualenv was never activated
+    job, info = run(script(tmp_path, "command -v python"))
+    assert info.state == "COMPLETED"
+    assert job.stdout_path.read_text().strip() == str(Path(sys.executable).parent / "python")

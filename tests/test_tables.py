@@ -76,7 +76,7 @@ def test_chapter_3_tables_from_runs(tmp_path):
     record = read_run(runs / "zero/baseline")
     assert record.state == "COMPLETED" and record.eval_loss_by_epoch == {1: 1.2965, 2: 1.581, 3: 1.779}
     tables = {table.title: table.frame for table in chapter_tables(3, runs)}
-    baseline = tables["Baseline: HF Trainer without DeepSpeed"].set_index("Metric")["Value"]
+    baseline = tables["Baseline: HF Trainer without DeepSpeed"].set_index("Metric")["Your Value"]
     assert baseline["Final Train Loss"] == 0.7039 and baseline["Eval Loss (Epoch 2)"] == 1.581
     assert baseline["Train Samples/sec"] == 30.0 and baseline["Steps per Epoch"] == 32
     assert baseline["Peak Usage (MB)"] == 262.46
@@ -86,6 +86,7 @@ def test_chapter_3_tables_from_runs(tmp_path):
     stage = offload.set_index("Metric")
     assert stage.loc["Train Samples/sec", "Stage 2"] == 12.5
     assert stage.loc["Train Samples/sec", "Stage 1"] == "MISSING"
+    assert stage.loc["Submit Job", "Stage 1"] == "workshop submit zero/two-gpus/zero1-offload"
     assert list(tables["Multi-node weak scaling (250 samples per GPU)"].columns) == [
         "Metric", "2 nodes", "4 nodes", "8 nodes"]
 
@@ -98,7 +99,7 @@ def test_weak_scaling_efficiency_and_long_form(tmp_path):
         summary = {"kind": "summary", "engine": "gpt", "train_runtime_s": runtime, "samples_per_s": 8.0,
                    "final_loss": 2.0, "total_params": 1000 * gpus, "world_size": gpus}
         (folder / "metrics.jsonl").write_text(json.dumps(summary) + "\n")
-    table = chapter_tables(4, runs)[-1].frame
+    table = {t.title: t.frame for t in chapter_tables(4, runs)}["Custom GPT weak scaling by depth"]
     assert list(table["Efficiency (%)"])[:2] == [100.0, 80.0]
     assert list(table["Num Layers"]) == [3, 6, 12, 24] and list(table["Per-GPU Batch"]) == [8, 4, 2, 1]
     assert list(table["Efficiency (%)"])[2:] == ["MISSING", "MISSING"]

@@ -24,14 +24,27 @@ BACKENDS = ("slurm", "local")
 
 
 # ---- choosing a backend -----------------------------------------------------------------------
+def python_environment_path(path: str | None = None) -> str:
+    """PATH with this interpreter's bin folder first: jobs then run the same python, torchrun and
+    workshop as the notebook or shell that submits them, even when the environment was never activated."""
+    import sys
+
+    bin_dir = str(Path(sys.executable).parent)
+    entries = [entry for entry in (path if path is not None else os.environ.get("PATH", "")).split(os.pathsep)
+               if entry and entry != bin_dir]
+    return os.pathsep.join([bin_dir, *entries])
+
+
 def scheduler_environment() -> dict[str, str]:
-    """os.environ, plus SLURM_CONF of the project's local cluster when it runs and none is set."""
+    """os.environ with the submitter's interpreter first on PATH, plus SLURM_CONF of the project's
+    local cluster when it runs and none is set. sbatch hands this environment to the job."""
     env = dict(os.environ)
+    env["PATH"] = python_environment_path(env.get("PATH"))
     if "SLURM_CONF" not in env:
         from .local_cluster import LocalCluster
 
         local = LocalCluster()
-        if local.conf.exists() and local.status().running:
+        if local.conf.exists() and local.controller_running():  # cheap: a PID file, no sinfo call
             env["SLURM_CONF"] = str(local.conf)
     return env
 

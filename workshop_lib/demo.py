@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -167,6 +168,9 @@ def build_book(read_only: bool = True) -> None:
     env = dict(os.environ)
     if read_only:
         env[SUBMIT_VARIABLE] = "0"
+    # The execution cache is keyed on the notebooks' code, not on the runs they read: a chapter whose code
+    # did not change would keep the tables of an earlier execution. Re-reading results takes seconds.
+    shutil.rmtree(ROOT / "_build" / ".jupyter_cache", ignore_errors=True)
     command = [str(Path(sys.executable).parent / "jupyter-book"), "build", str(ROOT), "-W", "--keep-going"]
     subprocess.run(command, check=True, cwd=ROOT, env=env)
 
@@ -174,7 +178,8 @@ def build_book(read_only: bool = True) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--profile", default="tiny")
-    parser.add_argument("--keep-cluster", action="store_true", help="leave the local cluster running")
+    parser.add_argument("--keep-cluster", action="store_true",
+                        help="leave the local cluster running (it is always left running if it was up before)")
     args = parser.parse_args(argv)
 
     from .local_cluster import LocalCluster
@@ -182,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     timer = Timer()
     use_cluster = os.geteuid() == 0 and os.environ.get("WORKSHOP_BACKEND", "auto") != "local"
     local = LocalCluster()
+    # A cluster that was already running (someone else's session, a test run) is left running.
+    already_running = use_cluster and local.status().running
     if use_cluster:
         timer.run("start the local SLURM cluster", lambda: print(local.up(nodes=2).describe()))
     else:
@@ -199,8 +206,10 @@ def main(argv: list[str] | None = None) -> int:
         if (ROOT / "_config.yml").exists():
             timer.run("build the book (reads results only)", build_book)
     finally:
-        if use_cluster and not args.keep_cluster:
+        if use_cluster and not args.keep_cluster and not already_running:
             timer.run("stop the local SLURM cluster", local.down)
+        elif already_running:
+            print("\nthe local SLURM cluster was running before the demo: left running (`make cluster-down` stops it)")
     print("\n" + timer.report())
     print("\n" + chapter_report(chapters) + f"\n  runs in {runs_dir}")
     index = ROOT / "_build" / "html" / "index.html"

@@ -31,6 +31,11 @@ ENGINES = (NEMO, HF, GPT)
 
 FSDP_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD")
 
+# How a Hugging Face Trainer run trains (workshop_lib.train.recipes): "seed" is the seeds' recipe
+# (fp16, batch 4 x accumulation 4, padded to 512), "tuned" the workshop's faster one.
+RECIPES = ("seed", "tuned")
+DEFAULT_RECIPE = "seed"
+
 
 @dataclass(frozen=True)
 class GptShape:
@@ -84,10 +89,19 @@ class Experiment:
     eval_samples: int | None = None
     precision: str = "auto"
     gpt: GptShape | None = None
+    recipe: str = DEFAULT_RECIPE  # one of RECIPES; only the Hugging Face Trainer engine reads it
 
     # What the job measures besides training
     monitor_cpu_memory: bool = False  # psrecord on the training processes
     nccl_check: bool = False  # nccl-tests all_reduce_perf before training, abort when slow
+
+    def __post_init__(self):
+        if self.recipe not in RECIPES:
+            raise WorkshopError(f"{self.id}: recipe={self.recipe!r} is not one of {', '.join(RECIPES)}; "
+                                "use 'seed' (the seeds' recipe) or 'tuned'")
+        if self.recipe != DEFAULT_RECIPE and self.engine != HF:
+            raise WorkshopError(f"{self.id}: recipe={self.recipe!r} applies to the Hugging Face Trainer "
+                                f"engine only (engine is {self.engine!r}); leave recipe='seed'")
 
     @property
     def gpus(self) -> int:
@@ -121,7 +135,10 @@ class Experiment:
     @property
     def content_hash(self) -> str:
         """Stable across processes and machines: sha256 of the canonical JSON of every field."""
-        canonical = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        fields_ = self.to_dict()
+        if fields_["recipe"] == DEFAULT_RECIPE:  # hashes from before the recipe field stay valid
+            del fields_["recipe"]
+        canonical = json.dumps(fields_, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
@@ -321,6 +338,20 @@ def select_experiments(ids: Iterable[str] = (), chapter: int | None = None) -> l
     return unique
 
 
+def with_recipe(experiment: Experiment, recipe: str) -> Experiment:
+    """The same run with another training recipe. A tuned run gets its own id (``…-tuned``), so its
+    run directory sits next to the seed's and neither result replaces the other."""
+    import dataclasses
+
+    if recipe == experiment.recipe:
+        return experiment
+    base_id = experiment.id.removesuffix(f"-{experiment.recipe}")
+    new_id = base_id if recipe == DEFAULT_RECIPE else f"{base_id}-{recipe}"
+    base_title = experiment.title.removesuffix(f" ({experiment.recipe} recipe)")
+    new_title = base_title if recipe == DEFAULT_RECIPE else f"{base_title} ({recipe} recipe)"
+    return dataclasses.replace(experiment, id=new_id, title=new_title, recipe=recipe)
+
+
 def summary_row(experiment: Experiment) -> dict:
     """The columns `workshop experiments` shows: what differs between rows, nothing else."""
     knobs = []
@@ -346,6 +377,8 @@ def summary_row(experiment: Experiment) -> dict:
         knobs.append(f"{experiment.samples_per_gpu}/gpu")
     if experiment.engine != NEMO and experiment.per_device_batch:
         knobs.append(f"batch={experiment.per_device_batch}")
+    if experiment.recipe != DEFAULT_RECIPE:
+        knobs.append(f"recipe={experiment.recipe}")
     return {"id": experiment.id, "chapter": experiment.chapter, "nodes": experiment.nodes,
             "gpus": experiment.gpus, "engine": experiment.engine, "model": experiment.model,
             "knobs": " ".join(knobs), "hash": experiment.content_hash}
@@ -356,5 +389,6 @@ def field_names() -> list[str]:
     return [item.name for item in fields(Experiment)]
 
 
-__all__ = ["CHAPTERS", "ENGINES", "FSDP_STRATEGIES", "GPT", "HF", "NEMO", "Experiment", "GptShape",
-           "all_experiments", "chapter_experiments", "get_experiment", "select_experiments", "summary_row"]
+__all__ = ["CHAPTERS", "ENGINES", "FSDP_STRATEGIES", "GPT", "HF", "NEMO", "RECIPES", "Experiment", "GptShape",
+           "all_experiments", "chapter_experiments", "get_experiment", "select_experiments", "summary_row",
+           "with_recipe"]

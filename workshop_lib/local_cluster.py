@@ -173,6 +173,9 @@ class LocalCluster:
                 stopped.append(name)
         return stopped
 
+    def controller_running(self) -> bool:
+        return self._pid_of("slurmctld") is not None
+
     def status(self) -> ClusterStatus:
         status = ClusterStatus(self.state, self.conf)
         names = ["munged", "mariadbd", "slurmdbd", "slurmctld"] + self._slurmd_names()

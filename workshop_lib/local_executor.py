@@ -136,11 +136,14 @@ def _alive(pid: int | None) -> bool:
 
 
 def _job_environment(record: dict) -> dict[str, str]:
+    from .cluster import python_environment_path
+
     host = socket.gethostname().split(".")[0]
     gpus = record["gpus_per_node"]
     env = {
         **os.environ,
-        "PATH": f"{SHIMS}{os.pathsep}{os.environ.get('PATH', '')}",  # srun / scontrol for one node
+        # srun / scontrol for one node, then the submitter's interpreter (as sbatch would hand it over).
+        "PATH": f"{SHIMS}{os.pathsep}{python_environment_path()}",
         "SLURM_JOB_ID": record["job_id"], "SLURM_JOBID": record["job_id"], "SLURM_JOB_NAME": record["name"],
         "SLURM_SUBMIT_DIR": record["workdir"], "SLURM_JOB_NODELIST": host, "SLURM_NODELIST": host,
         "SLURM_NNODES": "1", "SLURM_JOB_NUM_NODES": "1", "SLURM_NODEID": "0", "SLURM_PROCID": "0",
@@ -150,13 +153,67 @@ def _job_environment(record: dict) -> dict[str, str]:
     }
     if gpus:
         env["SLURM_GPUS_ON_NODE"] = env["SLURM_GPUS_PER_NODE"] = str(gpus)
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(gpus))
+        indices = record.get("gpus") or range(gpus)  # the claimed GPUs on a GPU machine
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in indices)
     return env
 
 
+def machine_gpu_count() -> int | None:
+    """GPUs of this machine (nvidia-smi -L), $WORKSHOP_LOCAL_GPUS if set; None where there are none."""
+    if os.environ.get("WORKSHOP_LOCAL_GPUS"):
+        return int(os.environ["WORKSHOP_LOCAL_GPUS"])
+    try:
+        listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+    except (FileNotFoundError, subprocess.TimeoutExpired):
+        return None
+    count = sum(1 for line in listing.stdout.splitlines() if line.startswith("GPU "))
+    return count or None
+
+
+def _claim_gpus(job_id: str, wanted: int, available: int) -> list[int] | None:
+    """Reserve `wanted` free GPUs for the job (a lock file keeps concurrent runners honest)."""
+    with open(jobs_dir() / "gpus.lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        busy: set[int] = set()
+        for path in jobs_dir().glob("local-*.json"):
+            try:
+                other = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            if other["job_id"] != job_id and other.get("state") == "RUNNING" and _alive(other.get("runner_pid")):
+                busy.update(other.get("gpus", []))
+        free = [index for index in range(available) if index not in busy]
+        if len(free) < wanted:
+            return None
+        record = _read(job_id)
+        record.update(gpus=free[:wanted], state="RUNNING", runner_pid=os.getpid())
+        _write(record)  # written under the lock: the next runner sees these GPUs as taken
+        return free[:wanted]
+
+
+def _wait_for_gpus(record: dict) -> dict:
+    """On a GPU machine, stay PENDING until enough GPUs are free, like SLURM's GRES scheduling."""
+    available = machine_gpu_count()
+    wanted = record["gpus_per_node"]
+    if not available or not wanted:
+        return record  # no real GPUs: number them 0..n-1 as SLURM would on an empty node
+    if wanted > available:
+        record.update(state="FAILED", exit_code=1, ended_at=time.time(),
+                      reason=f"asks for {wanted} GPUs; this machine has {available}")
+        _write(record)
+        return record
+    while _claim_gpus(record["job_id"], wanted, available) is None:
+        if _read(record["job_id"]).get("cancel_requested"):
+            break
+        time.sleep(0.5)
+    return _read(record["job_id"])
+
+
 def run(job_id: str) -> int:
-    """The runner: execute the job script, enforce its time limit, record how it ended."""
-    record = _read(job_id)
+    """The runner: wait for GPUs, execute the job script, enforce its time limit, record how it ended."""
+    record = _wait_for_gpus(_read(job_id))
+    if record["state"] == "FAILED":
+        return 0
     if record.get("cancel_requested"):
         record.update(state="CANCELLED", ended_at=time.time())
         _write(record)

@@ -298,11 +298,22 @@ def show_tables(selection: Selection, runs_dir: Path | str | None = None) -> lis
 
 def table_html(table: Table) -> str:
     """One table: a heading, the frame (numbers as numbers, empty cells blank) and its note."""
-    frame = table.frame.copy()
-    text = frame.to_html(index=False, border=0, na_rep="", classes="workshop-table",
-                         float_format=lambda value: f"{value:g}")
+    frame = table.frame.map(format_cell)
+    text = frame.to_html(index=False, border=0, na_rep="", classes="workshop-table")
     note = f"<p><small>{_escape(table.note)}</small></p>" if table.note else ""
-    return f"<h4>{_escape(table.title)}</h4>{text}{note}"
+    # Wide tables scroll inside the page's text column instead of running under the side bar.
+    return f'<h4>{_escape(table.title)}</h4><div style="overflow-x:auto">{text}</div>{note}'
+
+
+def format_cell(value) -> str:
+    """Numbers as a reader wants them: whole numbers without ".0", others to 5 significant digits."""
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return ""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if float(value).is_integer():
+        return str(int(value))
+    return f"{value:.1f}" if abs(value) >= 1000 else f"{value:.5g}"
 
 
 def _has_data(figure) -> bool:
@@ -347,9 +358,11 @@ def show_plots(selection: Selection, runs_dir: Path | str | None = None) -> int:
         single = pd.concat([group("baseline"), group("single-gpu")])
         figures.append(plots.memory_plot(single, by="id", metric=memory[0],
                                          title=f"One GPU: peak memory per ZeRO setup ({memory[1]})", ylabel="MiB"))
-        figures.append(plots.cpu_memory_plot(pd.concat([single, group("two-gpus")]),
-                                             "CPU memory (psrecord): what offload moves to the host"))
-        figures.append(_throughput_plot(pd.concat([single.head(1), group("multi-gpu"), group("multi-node")]),
+        figures.append(plots.cpu_memory_plot(single, "One GPU: CPU memory of the job (psrecord)"))
+        figures.append(plots.cpu_memory_plot(group("two-gpus"), "Two GPUs: CPU memory of the job (psrecord)"))
+        one_gpu = single[single["id"] == "zero/single-gpu/zero0"]
+        figures.append(_throughput_plot({"one node (ZeRO 0)": pd.concat([one_gpu, group("multi-gpu")]),
+                                         "2 GPUs per node, across nodes": group("multi-node")},
                                         "Weak scaling: training throughput"))
         figures.append(plots.loss_curves(single, "Training loss, one GPU"))
     else:
@@ -374,22 +387,30 @@ def _memory_metric(results: pd.DataFrame) -> tuple[str, str]:
     return "allocated_peak_mib", kind.replace("_", " ")
 
 
-def _throughput_plot(results: pd.DataFrame, title: str):
-    """Training samples/s against GPUs with the ideal line (weak scaling: it should grow with the GPUs)."""
+def _throughput_plot(series: dict[str, pd.DataFrame], title: str):
+    """Training samples/s against GPUs, one line per series, with the ideal line from the first point
+    (weak scaling: the total throughput should grow in proportion to the GPUs)."""
     import matplotlib.pyplot as plt
 
     figure, axes = plt.subplots(figsize=(6, 4), constrained_layout=True)
     axes.set_title(title)
     axes.set_xlabel("GPUs")
-    axes.set_ylabel("train samples/s")
+    axes.set_ylabel("train samples/s (all GPUs)")
     axes.grid(alpha=0.3)
-    done = results[(results["state"] == COMPLETED) & results["train_samples_per_s"].notna()].sort_values("gpus")
-    if not done.empty:
-        base = done.iloc[0]
-        axes.plot(done["gpus"], base["train_samples_per_s"] * done["gpus"] / base["gpus"], "--", color="grey",
+    base, ticks = None, set()
+    for label, results in series.items():
+        done = results[(results["state"] == COMPLETED) & results["train_samples_per_s"].notna()].sort_values("gpus")
+        if done.empty:
+            continue
+        if base is None:
+            base = done.iloc[0]
+        axes.plot(done["gpus"], done["train_samples_per_s"], "o-", label=label)
+        ticks.update(int(g) for g in done["gpus"])
+    if base is not None:
+        xs = sorted(ticks)
+        axes.plot(xs, [base["train_samples_per_s"] * x / base["gpus"] for x in xs], "--", color="grey",
                   label="ideal")
-        axes.plot(done["gpus"], done["train_samples_per_s"], "o-", label="measured")
-        axes.set_xticks(sorted(set(done["gpus"])))
+        axes.set_xticks(xs)
         axes.legend()
     return figure
 

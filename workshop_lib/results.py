@@ -61,6 +61,15 @@ class RunResult:
     gpu_peak_max_mib: float | None = None  # the largest peak of any GPU of any node
     allocated_peak_mib: float | None = None  # the engine's own per-rank peak (max over ranks)
     allocated_kind: str | None = None  # cuda_max_allocated or cpu_max_rss
+    rank0_peak_mib: float | None = None  # the engine's peak of rank 0 (GPU 0 of the first node)
+    local_params_max: int | None = None  # the most parameters any rank holds (shows sharding)
+    # What actually ran (a profile realises an experiment with its own model, precision, lengths):
+    run_model: str | None = None  # e.g. tiny-bloom for bloom-560m on the tiny profile
+    run_precision: str | None = None
+    run_device: str | None = None  # cpu | cuda
+    run_seq_len: int | None = None  # tokens per sample (settings.max_length)
+    run_batch: int | None = None  # micro batch per rank (settings.per_device_batch)
+    run_settings: dict = field(default_factory=dict)  # the summary's engine settings, as recorded
     cpu_peak_mib: float | None = None
     cpu_avg_mib: float | None = None
     cpu_mode_mib: float | None = None
@@ -183,9 +192,19 @@ def _from_metrics(values: dict, metrics) -> None:
         eval_f1=summary.eval_f1, trainable_params=summary.trainable_params, total_params=summary.total_params,
         world_size=summary.world_size, allocated_peak_mib=summary.peak_memory_mib,
         allocated_kind=summary.peak_memory_kind,
+        rank0_peak_mib=summary.peak_memory_mib_per_rank[0] if summary.peak_memory_mib_per_rank else None,
+        local_params_max=max(summary.local_params_per_rank) if summary.local_params_per_rank else None,
+        run_model=summary.model, run_precision=summary.precision, run_device=summary.device,
+        run_seq_len=_int_or_none((summary.settings or {}).get("max_length")),
+        run_batch=_int_or_none((summary.settings or {}).get("per_device_batch")),
+        run_settings=dict(summary.settings or {}),
     )
     if summary.final_loss is not None:
         _fill(values, "last_loss", summary.final_loss)
+
+
+def _int_or_none(value) -> int | None:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def _from_trainer_log(values: dict, log: TrainerLog) -> None:

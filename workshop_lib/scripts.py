@@ -322,6 +322,8 @@ def _hf_arguments(experiment: Experiment, profile: Profile, deepspeed_config: st
         arguments += ["--fsdp", experiment.fsdp]
         if experiment.offload:
             arguments.append("--offload")
+    if experiment.recipe != "seed":  # the seed's recipe is the entry point's default: scripts stay as they were
+        arguments += ["--recipe", experiment.recipe]
     return arguments
 
 

@@ -1,8 +1,29 @@
 """Every table of the seeds, with the seeds' columns, filled from the runs of a chapter.
 
-Derived columns (time scaling, memory scaling, scale factors, efficiency) are computed from the
-measured ones. A run that did not complete shows its state (MISSING, FAILED, TIMEOUT, …) in every
-measured cell; a value a completed run did not record shows as "n/a". Nothing is ever shown as 0.
+Derived columns are computed from the measured ones, never typed:
+
+* time scaling (seeds 000/001) = T_base / T_N of the total job time; peak-memory scaling = peak_base / peak_N
+  (how many times less GPU 0 holds; both as the seeds define them);
+* strong scaling (fixed data set: seed 003's BLOOM and custom-GPT tables): Samples/s Scale Factor =
+  S_N / S_1, Runtime Scale Factor = speedup = T_1 / T_N, and an added Parallel Efficiency (%) =
+  T_1 / (N·T_N) × 100 (N counted relative to the first row's GPUs);
+* weak scaling (equal work per GPU: seed 002's multi-GPU and multi-node tables, seed 003's depth table):
+  efficiency = T_1 / T_N × 100 (100 % = no overhead). Seed 003 printed it upside down (T_N / T_1, which
+  grows past 100 % as runs slow down); this module uses T_1 / T_N. Seed 002's tables had no derived
+  rows: they gain "Train Runtime (s)", "Throughput Scaling" (S_N / S_1) and "Weak Scaling Efficiency"
+  rows, against the one-GPU ZeRO-0 run (same recipe, 500 samples per GPU) and the 2-node run.
+
+Column sets are the seeds' own (``SEED_COLUMNS`` lists them; ``ADDED_COLUMNS`` the derived extras).
+Where the seeds had a column for the command that submits the job, it shows the `workshop submit`
+command of the experiment. Two deliberate differences: seed 002's stage-comparison tables have a blank
+first header (here "Metric"), and the GPU-utilisation columns of seed 003 stay "n/a" (not recorded).
+
+On the tiny profile there is no GPU and no nvidia-smi log: the GPU 0 columns of the NeMo-style tables
+(chapters 1-2, filled by the LoRA/TP stand-in engines from metrics.jsonl) then show rank 0's peak from
+the engine (``cpu_max_rss``: the whole process) and the table note says so; the others stay "n/a".
+
+A run that did not complete shows its state (MISSING, FAILED, TIMEOUT, …) in every measured cell; a
+value a completed run did not record shows as "n/a". Nothing is ever shown as 0.
 """
 
 from __future__ import annotations
@@ -78,13 +99,14 @@ def _rows(records: list[dict], columns: list[Column], fixed: tuple[str, ...] = (
     return pd.DataFrame(rows, columns=[name for name, _ in columns])
 
 
-def _transpose(records: list[dict], headers: list[str], metrics: list[Column]) -> pd.DataFrame:
+def _transpose(records: list[dict], headers: list[str], metrics: list[Column],
+               fixed: tuple[str, ...] = ()) -> pd.DataFrame:
     """The seeds' sideways tables: one row per metric, one column per run."""
     rows = []
     for name, read in metrics:
         row = {"Metric": name}
         for header, record in zip(headers, records):
-            row[header] = _measured(record, read(record))
+            row[header] = read(record) if name in fixed else _measured(record, read(record))
         rows.append(row)
     return pd.DataFrame(rows, columns=["Metric", *headers])
 
@@ -101,8 +123,32 @@ def _hms(record: dict):
 # --- chapters 1 and 2: NeMo scaling tables -------------------------------------------------------
 
 
+def _gpu0_peak(record: dict):
+    """GPU 0's nvidia-smi peak; without a GPU log (tiny profile, CPU), rank 0's peak from the engine."""
+    value = _get("gpu0_peak_mib")(record)
+    return value if value is not None else _get("rank0_peak_mib", digits=1)(record)
+
+
+def _gpu0_peak_ratio(base: dict, record: dict) -> float | None:
+    """peak_base / peak_N, both from the same source (nvidia-smi, or both from the engine)."""
+    for key in ("gpu0_peak_mib", "rank0_peak_mib"):
+        if _present(base, key) and _present(record, key):
+            return _ratio(base, record, key)
+    return None
+
+
+def _present(record: dict, key: str) -> bool:
+    value = record.get(key)
+    return value is not None and not (isinstance(value, float) and pd.isna(value))
+
+
 def nemo_scaling_table(records: list[dict], baseline_gpus: int) -> pd.DataFrame:
-    """Seed 000/001's scaling table; ratios are against the run on `baseline_gpus` GPUs."""
+    """Seed 000/001's scaling table; ratios are against the run on `baseline_gpus` GPUs.
+
+    Time scaling = T_base / T_N (total job time), peak-memory scaling = peak_base / peak_N (GPU 0), as the
+    seeds define them. The tiny stand-in engines (no NeMo log) fill the same columns from metrics.jsonl:
+    last step time and loss, and rank 0's engine peak where no nvidia-smi log exists.
+    """
     base = next((record for record in records if record["gpus"] == baseline_gpus), {})
     unit = f"{baseline_gpus} GPU"
 
@@ -115,44 +161,81 @@ def nemo_scaling_table(records: list[dict], baseline_gpus: int) -> pd.DataFrame:
         ("GPUs", lambda r: r["gpus"]),
         ("Batch per GPU", batch_per_gpu),
         ("Total job time (HH:MM:SS)", _hms),
-        ("Train step time (s)", _get("train_step_time_s")),
-        ("Last reduced_train_loss", _get("last_loss")),
-        ("GPU 0 Peak (MiB)", _get("gpu0_peak_mib")),
+        ("Train step time (s)", _get("train_step_time_s", digits=3)),
+        ("Last reduced_train_loss", _get("last_loss", digits=4)),
+        ("GPU 0 Peak (MiB)", _gpu0_peak),
         ("GPU 0 Avg (MiB)", _get("gpu0_avg_mib", digits=2)),
         ("GPU 0 Mode (MiB)", _get("gpu0_mode_mib")),
         (f"Time scaling vs {unit}", lambda r: _ratio(base, r, "total_time_s") if base else None),
-        (f"Peak memory scaling vs {unit}", lambda r: _ratio(base, r, "gpu0_peak_mib") if base else None),
+        (f"Peak memory scaling vs {unit}", lambda r: _gpu0_peak_ratio(base, r) if base else None),
     ]
     return _rows(records, columns, fixed=("GPUs", "Batch per GPU"))
+
+
+_CPU_PEAK_NOTE = (" Runs without an nvidia-smi log (the tiny profile on CPUs) show rank 0's peak resident set "
+                  "size from metrics.jsonl in the GPU 0 Peak column: a whole process, Python and torch included.")
+
+
+def _nemo_note(records: list[dict], text: str) -> str:
+    uses_engine_peak = any(_done(r) and not _present(r, "gpu0_peak_mib") and _present(r, "rank0_peak_mib")
+                           for r in records)
+    return text + (_CPU_PEAK_NOTE if uses_engine_peak else "")
 
 
 def chapter_1_tables(results: pd.DataFrame) -> list[Table]:
     note = ("Time scaling = time(baseline) / time(N GPUs), from the total job time; "
             "memory scaling = GPU 0 peak(baseline) / GPU 0 peak(N GPUs).")
-    return [Table("Llama 3.1 8B + LoRA, data parallel", nemo_scaling_table(_group(results, "llama"), 1), note),
-            Table("Mixtral 8x7B + LoRA, data parallel", nemo_scaling_table(_group(results, "mixtral"), 2), note)]
+    llama, mixtral = _group(results, "llama"), _group(results, "mixtral")
+    return [Table("Llama 3.1 8B + LoRA, data parallel", nemo_scaling_table(llama, 1), _nemo_note(llama, note)),
+            Table("Mixtral 8x7B + LoRA, data parallel", nemo_scaling_table(mixtral, 2), _nemo_note(mixtral, note))]
 
 
 def chapter_2_tables(results: pd.DataFrame) -> list[Table]:
     note = "Ratios are against the smallest run that fits: 2 GPUs for Llama, 4 for Mixtral."
-    return [Table("Llama 3.1 8B, tensor parallel", nemo_scaling_table(_group(results, "llama"), 2), note),
-            Table("Mixtral 8x7B, tensor x expert parallel", nemo_scaling_table(_group(results, "mixtral"), 4), note)]
+    llama, mixtral = _group(results, "llama"), _group(results, "mixtral")
+    return [Table("Llama 3.1 8B, tensor parallel", nemo_scaling_table(llama, 2), _nemo_note(llama, note)),
+            Table("Mixtral 8x7B, tensor x expert parallel", nemo_scaling_table(mixtral, 4), _nemo_note(mixtral, note))]
 
 
 # --- chapter 3: DeepSpeed ----------------------------------------------------------------------
 
 
 def _epoch_loss(epoch: int) -> Callable[[dict], object]:
-    return lambda r: (r.get("eval_loss_by_epoch") or {}).get(epoch)
+    def read(record: dict):
+        value = (record.get("eval_loss_by_epoch") or {}).get(epoch)
+        return None if value is None else round(value, 4)
+    return read
+
+
+def _submit(record: dict) -> str:
+    """The command that submits this experiment (the seeds' "Submit Job" cells held an sbatch line)."""
+    return f"workshop submit {record['id']}"
 
 
 def baseline_summary(record: dict, fsdp: bool = False) -> pd.DataFrame:
-    """Seed 002's (and 003's) baseline summary: one metric per row."""
-    rows: list[tuple[str, str, str, Callable[[dict], object]]] = [
-        ("Training Metrics", "Final Train Loss", "Trainer's train_loss", _get("train_loss")),
+    """Seed 002's baseline summary (Category, Metric, Extraction Instruction, Your Value), or with
+    ``fsdp`` seed 003's (Metric, Log Location & Extraction, Your Value): one metric per row."""
+    if fsdp:
+        rows: list[tuple[str, str, str, Callable[[dict], object]]] = [
+            ("", "Train Loss (Final)", "Trainer's train_loss", _get("train_loss", digits=4)),
+            ("", "Eval Loss (Epoch 1)", "eval_loss at epoch 1", _epoch_loss(1)),
+            ("", "Eval Loss (Epoch 2)", "eval_loss at epoch 2", _epoch_loss(2)),
+            ("", "Eval Loss (Epoch 3)", "eval_loss at epoch 3", _epoch_loss(3)),
+            ("", "Training Speed (samples/sec)", "train_samples_per_second", _get("train_samples_per_s", digits=3)),
+            ("", "Evaluation Speed (samples/sec)", "eval_samples_per_second", _get("eval_samples_per_s", digits=3)),
+            ("", "Steps per Epoch", "trainer_state.json", _get("steps_per_epoch")),
+            ("", "Memory Allocated (MB)", "metrics.jsonl: the engine's peak per rank (max over ranks)",
+             _get("allocated_peak_mib", digits=1)),
+            ("", "GPU Utilization (%)", "not recorded by the monitors", lambda r: None),
+        ]
+        return pd.DataFrame([{"Metric": metric, "Log Location & Extraction": source,
+                              "Your Value": _measured(record, read(record))} for _, metric, source, read in rows],
+                            columns=["Metric", "Log Location & Extraction", "Your Value"])
+    rows = [
+        ("Training Metrics", "Final Train Loss", "Trainer's train_loss", _get("train_loss", digits=4)),
         ("Training Metrics", "Eval Loss (Epoch 1)", "eval_loss at epoch 1", _epoch_loss(1)),
         ("Training Metrics", "Eval Loss (Epoch 2)", "eval_loss at epoch 2", _epoch_loss(2)),
-        ("Training Metrics", "Eval Loss (Final)", "last eval_loss", _get("eval_loss")),
+        ("Training Metrics", "Eval Loss (Final)", "last eval_loss", _get("eval_loss", digits=4)),
         ("Training Metrics", "Train Samples/sec", "train_samples_per_second", _get("train_samples_per_s", digits=3)),
         ("Training Metrics", "Eval Samples/sec", "eval_samples_per_second (first evaluation)",
          _get("eval_samples_per_s", digits=3)),
@@ -164,22 +247,27 @@ def baseline_summary(record: dict, fsdp: bool = False) -> pd.DataFrame:
         ("CPU Memory", "Average Usage (MB)", "psrecord", _get("cpu_avg_mib", digits=2)),
         ("CPU Memory", "Mode Usage (MB)", "psrecord", _get("cpu_mode_mib")),
     ]
-    if fsdp:  # seed 003's list: three epochs of eval loss, then memory allocated and utilisation
-        rows = rows[:3] + [("Training Metrics", "Eval Loss (Epoch 3)", "eval_loss at epoch 3", _epoch_loss(3))] + [
-            ("Training Metrics", "Training Speed (samples/sec)", "train_samples_per_second",
-             _get("train_samples_per_s", digits=3)),
-            ("Training Metrics", "Evaluation Speed (samples/sec)", "eval_samples_per_second",
-             _get("eval_samples_per_s", digits=3)),
-            ("Training Metrics", "Steps per Epoch", "trainer_state.json", _get("steps_per_epoch")),
-            ("Memory", "Memory Allocated (MB)", "engine's peak per rank", _get("allocated_peak_mib", digits=1)),
-            ("Memory", "GPU Utilization (%)", "not recorded by the monitors", lambda r: None),
-        ]
-    return pd.DataFrame([{"Category": category, "Metric": metric, "Source": source,
-                          "Value": _measured(record, read(record))} for category, metric, source, read in rows])
+    return pd.DataFrame([{"Category": category, "Metric": metric, "Extraction Instruction": source,
+                          "Your Value": _measured(record, read(record))} for category, metric, source, read in rows],
+                        columns=["Category", "Metric", "Extraction Instruction", "Your Value"])
 
 
 def _title(record: dict) -> str:
     return record.get("title") or record.get("id")
+
+
+def _weak_scaling_rows(reference: dict | None, unit: str) -> list[Column]:
+    """Derived rows of seed 002's weak-scaling tables: efficiency = T_ref / T_N × 100 (equal work per GPU)."""
+    def efficiency(record: dict):
+        ratio = _ratio(reference, record, "train_runtime_s", digits=4) if reference else None
+        return None if ratio is None else round(100 * ratio, 1)
+
+    return [
+        ("Train Runtime (s)", _get("train_runtime_s", digits=2)),
+        (f"Throughput Scaling vs {unit}",
+         lambda r: _ratio(r, reference, "train_samples_per_s") if reference else None),
+        (f"Weak Scaling Efficiency vs {unit} (%)", efficiency),
+    ]
 
 
 def chapter_3_tables(results: pd.DataFrame) -> list[Table]:
@@ -190,15 +278,17 @@ def chapter_3_tables(results: pd.DataFrame) -> list[Table]:
     single = _group(results, "single-gpu")
     tables.append(Table("ZeRO stages on one GPU (with and without CPU offload)", _rows(single, [
         ("DeepSpeed Config", _title),
+        ("Submit Training Job", _submit),
         ("Peak GPU Memory Used (MiB)", _get("gpu0_peak_mib")),
         ("Average GPU Memory Used (MiB)", _get("gpu0_avg_mib", digits=2)),
         ("Peak CPU Memory Used (MiB)", _get("cpu_peak_mib", digits=2)),
         ("Average CPU Memory Used (MiB)", _get("cpu_avg_mib", digits=2)),
         ("Train Samples/Second", _get("train_samples_per_s", digits=3)),
-    ], fixed=("DeepSpeed Config",))))
+    ], fixed=("DeepSpeed Config", "Submit Training Job"))))
     gpu_metrics: list[Column] = [
+        ("Submit Job", _submit),
         ("Train Samples/sec", _get("train_samples_per_s", digits=3)),
-        ("Train Loss", _get("train_loss")),
+        ("Train Loss", _get("train_loss", digits=4)),
         ("Peak GPU Memory (MiB)", _get("gpu0_peak_mib")),
         ("Average GPU Memory (MiB)", _get("gpu0_avg_mib", digits=2)),
         ("Mode for GPU Memory (MiB)", _get("gpu0_mode_mib")),
@@ -209,23 +299,35 @@ def chapter_3_tables(results: pd.DataFrame) -> list[Table]:
         ("Mode for CPU Memory (MiB)", _get("cpu_mode_mib")),
     ]
     multi = _group(results, "multi-gpu")
+    # Equal work per GPU: the one-GPU ZeRO-0 run has the same recipe (stage 0, 500 samples on its GPU).
+    one_gpu = next((r for r in single if r.get("zero_stage") == 0 and not r.get("offload")), None)
     tables.append(Table("Multi-GPU weak scaling (500 samples per GPU)",
-                        _transpose(multi, [f"{r['gpus']} GPUs" for r in multi], gpu_metrics)))
+                        _transpose(multi, [f"{r['gpus']} GPUs" for r in multi],
+                                   gpu_metrics + _weak_scaling_rows(one_gpu, "1 GPU"), fixed=("Submit Job",)),
+                        "Weak scaling: every GPU trains on as many samples as the one-GPU ZeRO-0 run, so "
+                        "efficiency = runtime(1 GPU) / runtime(N GPUs) x 100 (100 % = no overhead) and "
+                        "throughput scaling = samples/s(N GPUs) / samples/s(1 GPU) (ideal: N)."))
     two = _group(results, "two-gpus")
     for offload in (False, True):
         runs = [r for r in two if bool(r["offload"]) == offload]
         tables.append(Table(f"2-GPU ZeRO stage comparison, {'with' if offload else 'without'} CPU offload",
-                            _transpose(runs, [f"Stage {int(r['zero_stage'])}" for r in runs], gpu_metrics + cpu_metrics)))
+                            _transpose(runs, [f"Stage {int(r['zero_stage'])}" for r in runs],
+                                       gpu_metrics + cpu_metrics, fixed=("Submit Job",))))
     nodes = _group(results, "multi-node")
     node_metrics: list[Column] = [
+        ("Submit Job", _submit),
         ("Train Samples/sec", _get("train_samples_per_s", digits=3)),
-        ("Train Loss", _get("train_loss")),
+        ("Train Loss", _get("train_loss", digits=4)),
         ("Peak GPU Memory (GiB)", _get("gpu0_peak_mib", scale=1 / 1024, digits=2)),
         ("Average GPU Memory (GiB)", _get("gpu0_avg_mib", scale=1 / 1024, digits=2)),
         ("Mode for GPU Memory (MiB)", _get("gpu0_mode_mib")),
     ]
     tables.append(Table("Multi-node weak scaling (250 samples per GPU)",
-                        _transpose(nodes, [f"{r['nodes']} nodes" for r in nodes], node_metrics)))
+                        _transpose(nodes, [f"{r['nodes']} nodes" for r in nodes],
+                                   node_metrics + _weak_scaling_rows(nodes[0] if nodes else None, "2 nodes"),
+                                   fixed=("Submit Job",)),
+                        "Efficiency = runtime(2 nodes) / runtime(N nodes) x 100: 250 samples per GPU everywhere."))
+    tables.append(memory_prediction_table(results, reference_id="zero/baseline"))
     return tables
 
 
@@ -238,23 +340,43 @@ def _setup(record: dict) -> str:
     return "Single Node, Single GPU" if record["gpus"] == 1 else f"Single Node, {record['gpus']} GPUs"
 
 
-def fsdp_scaling_table(records: list[dict]) -> pd.DataFrame:
-    """Seed 003's BLOOM multi-GPU / multi-node table; factors are against the first row."""
+def _node_setup(record: dict) -> str:
+    """Seed 003's multi-node tables call the one-GPU reference row "Single Node"."""
+    return "Single Node" if record["nodes"] == 1 else f"{record['nodes']} Node"
+
+
+def _parallel_efficiency(base: dict) -> Callable[[dict], object]:
+    """Strong scaling: T_1 / (N · T_N) × 100, with N the GPUs relative to the first row."""
+    def read(record: dict):
+        speedup = _ratio(base, record, "train_runtime_s", digits=6)
+        if speedup is None:
+            return None
+        return round(100 * speedup * base["gpus"] / record["gpus"], 1)
+    return read
+
+
+def fsdp_scaling_table(records: list[dict], setup: Callable[[dict], str] = _setup) -> pd.DataFrame:
+    """Seed 003's BLOOM multi-GPU / multi-node table (a fixed data set: strong scaling); factors are against
+    the first row: Samples/s Scale Factor = S_N / S_1, Runtime Scale Factor = T_1 / T_N (the speedup), and
+    the added Parallel Efficiency (%) = T_1 / (N·T_N) × 100."""
     base = records[0] if records else {}
     return _rows(records, [
-        ("Setup", _setup),
+        ("Setup", setup),
         ("Total GPUs", lambda r: r["gpus"]),
         ("Samples/s", _get("train_samples_per_s", digits=3)),
         ("Samples/s Scale Factor", lambda r: _ratio(r, base, "train_samples_per_s")),
         ("Runtime (s)", _get("train_runtime_s", digits=2)),
         ("Runtime Scale Factor", lambda r: _ratio(base, r, "train_runtime_s")),
-        ("Loss", _get("train_loss")),
+        ("Loss", _get("train_loss", digits=4)),
         ("GPU Memory Allocated (GB)", _get("allocated_peak_mib", scale=1 / 1024, digits=3)),
+        ("Parallel Efficiency (%)", _parallel_efficiency(base)),
     ], fixed=("Setup", "Total GPUs"))
 
 
 def gpt_scaling_table(records: list[dict]) -> pd.DataFrame:
-    """Seed 003's custom-model table: the trainer's figures ("Default") next to the per-step ones."""
+    """Seed 003's custom-model table: the trainer's figures ("Default") next to the per-step ones, plus
+    the added Speedup (T_1 / T_N) and Parallel Efficiency (%) of this fixed-size (strong-scaling) run."""
+    base = records[0] if records else {}
     return _rows(records, [
         ("Setup", _setup),
         ("Total GPUs", lambda r: r["gpus"]),
@@ -263,14 +385,17 @@ def gpt_scaling_table(records: list[dict]) -> pd.DataFrame:
         ("GPU Memory (GB, Default)", _get("gpu0_peak_mib", scale=1 / 1024, digits=3)),
         ("GPU Memory (GB, Callback)", _get("allocated_peak_mib", scale=1 / 1024, digits=3)),
         ("GPU Utilization (%)", lambda r: None),
-        ("Loss", _get("train_loss")),
+        ("Loss", _get("train_loss", digits=4)),
         ("Runtime (s)", _get("train_runtime_s", digits=2)),
+        ("Speedup", lambda r: _ratio(base, r, "train_runtime_s")),
+        ("Parallel Efficiency (%)", _parallel_efficiency(base)),
     ], fixed=("Setup", "Total GPUs"))
 
 
 def weak_scaling_table(records: list[dict]) -> pd.DataFrame:
     """Seed 003's weak scaling table. Efficiency = baseline runtime / runtime × 100 (100 % = no overhead;
-    the seed wrote the ratio upside down, which would grow past 100 % as runs slow down)."""
+    the seed wrote the ratio upside down, which would grow past 100 % as runs slow down). Layers grow with
+    the GPUs while the per-GPU batch halves and the data set stays fixed: every GPU does the same work."""
     base = records[0] if records else {}
 
     def efficiency(record: dict):
@@ -285,7 +410,7 @@ def weak_scaling_table(records: list[dict]) -> pd.DataFrame:
         ("Samples/s (Callback)", _get("step_samples_per_s", digits=3)),
         ("GPU Memory (GB, Callback)", _get("allocated_peak_mib", scale=1 / 1024, digits=3)),
         ("GPU Utilization (%)", lambda r: None),
-        ("Loss", _get("train_loss")),
+        ("Loss", _get("train_loss", digits=4)),
         ("Runtime (s)", _get("train_runtime_s", digits=2)),
         ("Efficiency (%)", efficiency),
     ], fixed=("GPUs", "Num Layers", "Per-GPU Batch"))
@@ -297,15 +422,51 @@ def chapter_4_tables(results: pd.DataFrame) -> list[Table]:
     if baseline:
         tables.append(Table("Baseline: HF Trainer without FSDP", baseline_summary(baseline[0], fsdp=True)))
     single = _group(results, "single-gpu")
-    tables.append(Table("BLOOM-560m, FSDP on one node", fsdp_scaling_table(single + _group(results, "multi-gpu"))))
-    tables.append(Table("BLOOM-560m, FSDP across nodes", fsdp_scaling_table(single + _group(results, "multi-node"))))
+    strong = ("Fixed data set (strong scaling): Runtime Scale Factor = runtime(first row) / runtime(N) is the "
+              "speedup; Parallel Efficiency = speedup / (N / GPUs of the first row) x 100.")
+    tables.append(Table("BLOOM-560m, FSDP on one node", fsdp_scaling_table(single + _group(results, "multi-gpu")),
+                        strong))
+    tables.append(Table("BLOOM-560m, FSDP across nodes",
+                        fsdp_scaling_table(single + _group(results, "multi-node"), setup=_node_setup), strong))
     gpt = _group(results, "gpt")
-    tables.append(Table("Custom GPT, FSDP on one node", gpt_scaling_table([r for r in gpt if r["nodes"] == 1])))
+    tables.append(Table("Custom GPT, FSDP on one node", gpt_scaling_table([r for r in gpt if r["nodes"] == 1]), strong))
     one_gpu = [r for r in gpt if r["gpus"] == 1]
-    tables.append(Table("Custom GPT, FSDP across nodes", gpt_scaling_table(one_gpu + [r for r in gpt if r["nodes"] > 1])))
+    tables.append(Table("Custom GPT, FSDP across nodes", gpt_scaling_table(one_gpu + [r for r in gpt if r["nodes"] > 1]),
+                        strong))
     tables.append(Table("Custom GPT weak scaling by depth", weak_scaling_table(_group(results, "weak-scaling")),
                         "Efficiency (%) = runtime(2 GPUs) / runtime(N GPUs) x 100."))
+    tables.append(memory_prediction_table(results, reference_id="fsdp/baseline"))
     return tables
+
+
+# --- predicted vs measured memory (chapters 3 and 4) -----------------------------------------------
+
+
+def memory_prediction_table(results: pd.DataFrame, reference_id: str) -> Table:
+    """The companion table of `workshop_lib.predictions`: estimate beside the measured peak per GPU."""
+    from .predictions import PREDICTION_NOTE, prediction_frame
+
+    return Table("Predicted vs measured memory per GPU", prediction_frame(results, reference_id), PREDICTION_NOTE)
+
+
+# Column sets of the seeds' tables (what `tests/test_tables_columns.py` checks) and the derived extras.
+SEED_COLUMNS = {
+    "nemo": ["GPUs", "Batch per GPU", "Total job time (HH:MM:SS)", "Train step time (s)", "Last reduced_train_loss",
+             "GPU 0 Peak (MiB)", "GPU 0 Avg (MiB)", "GPU 0 Mode (MiB)", "Time scaling vs {n} GPU",
+             "Peak memory scaling vs {n} GPU"],
+    "zero-baseline": ["Category", "Metric", "Extraction Instruction", "Your Value"],
+    "zero-single-gpu": ["DeepSpeed Config", "Submit Training Job", "Peak GPU Memory Used (MiB)",
+                        "Average GPU Memory Used (MiB)", "Peak CPU Memory Used (MiB)", "Average CPU Memory Used (MiB)",
+                        "Train Samples/Second"],
+    "fsdp-baseline": ["Metric", "Log Location & Extraction", "Your Value"],
+    "fsdp-scaling": ["Setup", "Total GPUs", "Samples/s", "Samples/s Scale Factor", "Runtime (s)",
+                     "Runtime Scale Factor", "Loss", "GPU Memory Allocated (GB)"],
+    "gpt-scaling": ["Setup", "Total GPUs", "Samples/s (Default)", "Samples/s (Callback)", "GPU Memory (GB, Default)",
+                    "GPU Memory (GB, Callback)", "GPU Utilization (%)", "Loss", "Runtime (s)"],
+    "weak-scaling": ["GPUs", "Num Layers", "Per-GPU Batch", "Total Params", "Samples/s (Callback)",
+                     "GPU Memory (GB, Callback)", "GPU Utilization (%)", "Loss", "Runtime (s)", "Efficiency (%)"],
+}
+ADDED_COLUMNS = {"fsdp-scaling": ["Parallel Efficiency (%)"], "gpt-scaling": ["Speedup", "Parallel Efficiency (%)"]}
 
 
 _BUILDERS = {1: chapter_1_tables, 2: chapter_2_tables, 3: chapter_3_tables, 4: chapter_4_tables}

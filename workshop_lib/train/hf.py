@@ -1,7 +1,11 @@
 """Hugging Face Trainer fine-tuning (chapters 3 and 4): plain / DDP, DeepSpeed ZeRO, FSDP.
 
     torchrun --nproc_per_node=N -m workshop_lib.train.hf --output-dir DIR [--deepspeed CONFIG.json
-        | --fsdp FULL_SHARD|SHARD_GRAD_OP|HYBRID_SHARD [--offload]] [--samples-per-gpu 500] ...
+        | --fsdp FULL_SHARD|SHARD_GRAD_OP|HYBRID_SHARD [--offload]] [--samples-per-gpu 500]
+        [--recipe seed|tuned] ...
+
+``--recipe seed`` (default) is the seeds' recipe; ``--recipe tuned`` the workshop's faster one
+(``workshop_lib.train.recipes`` says what it changes and where each change applies).
 
 On a GPU, FSDP is the Trainer's own. On a CPU the Trainer would silently run plain DDP instead,
 so ``--fsdp`` there wraps the model by hand (FSDP1) and trains it with the workshop's loop;
@@ -12,6 +16,7 @@ from __future__ import annotations
 
 import json
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -21,6 +26,7 @@ from workshop_lib.train.cli import add_sample_count_flags, check_positive, commo
 from workshop_lib.train.common import answer_quality, load_tokenizer, prepare_data, print_header
 from workshop_lib.train.metrics import MetricsWriter, summary_fields
 from workshop_lib.train.models import build_model, count_parameters, model_spec
+from workshop_lib.train.recipes import AppliedRecipe, apply_recipe, parse_recipe
 from workshop_lib.train.runtime import Runtime, print_main, start_runtime, stop_runtime
 from workshop_lib.train.sharding import STRATEGIES, local_parameter_count, wrap_fsdp
 
@@ -39,7 +45,11 @@ def parse_args(argv=None):
     parser.add_argument("--offload", action="store_true", help="with --fsdp: keep parameters on the CPU")
     parser.add_argument("--save-checkpoints", action="store_true",
                         help="save a checkpoint every epoch as the seeds do (off: runs stay small)")
+    parser.add_argument("--recipe", default="seed",
+                        help="seed (the seeds' fp16, batch 4 x accumulation 4, padded to 512), tuned, "
+                             "or seed+FEATURE+... (see workshop_lib.train.recipes)")
     args = parser.parse_args(argv)
+    parse_recipe(args.recipe)  # a typo fails here, before any process group exists
     args.samples_total, args.samples_per_gpu = sample_counts(args)
     check_positive(per_device_batch=args.per_device_batch,
                    grad_accum=args.grad_accum, eval_samples=args.eval_samples)
@@ -89,12 +99,55 @@ def trainer_fsdp_arguments(args, layer_class: str) -> dict:
                             "sync_module_states": True}}
 
 
-def train_with_trainer(args, runtime: Runtime, spec, tokenizer, data, precision: str, writer):
-    from transformers import Trainer, TrainingArguments
+def recipe_for(args, runtime: Runtime, precision: str) -> AppliedRecipe:
+    zero_stage = offload = None
+    if args.deepspeed:
+        ds = deepspeed_settings(args.deepspeed)
+        zero_stage, offload = ds["zero_stage"], ds["offload_optimizer"] != "none"
+    return apply_recipe(args.recipe, precision=precision, per_device_batch=args.per_device_batch,
+                        grad_accum=args.grad_accum, device_kind=runtime.device_kind, engine=engine_of(args),
+                        zero_stage=zero_stage, offload=bool(offload or args.offload))
+
+
+def recipe_training_arguments(recipe: AppliedRecipe, pad_token_id: int, max_length: int) -> tuple[dict, object]:
+    """TrainingArguments and the data collator the recipe asks for (nothing for ``seed``)."""
+    import dataclasses
+
+    from transformers import TrainingArguments
+
+    from workshop_lib.train.recipes import DynamicPaddingCollator, sampler_arguments
+
+    names = {f.name for f in dataclasses.fields(TrainingArguments)}
+    arguments = sampler_arguments(names, recipe.has("grouping"))
+    if recipe.has("fused-adamw"):
+        arguments["optim"] = "adamw_torch_fused"
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    collator = None
+    if recipe.has("padding") or recipe.has("grouping"):
+        multiple = None if recipe.has("padding") else max_length  # grouping alone still pads to the full length
+        collator = DynamicPaddingCollator(pad_token_id, **({"multiple": multiple} if multiple else {}),
+                                          max_length=max_length)
+    return arguments, collator
+
+
+def write_throughput(path: Path, counter, grad_accum: int, recipe: AppliedRecipe, device_kind: str) -> None:
+    """``throughput.json``: padded and real tokens of every optimizer step (the benchmark reads it)."""
+    record = {"recipe": recipe.settings(), **counter.per_step(grad_accum)}
+    if device_kind == "cuda":
+        record["cuda_max_reserved_mib"] = torch.cuda.max_memory_reserved() / 2**20
+    path.write_text(json.dumps(record))
+
+
+def train_with_trainer(args, runtime: Runtime, spec, tokenizer, data, precision: str, writer,
+                       recipe: AppliedRecipe | None = None):
+    from transformers import TrainingArguments
 
     from workshop_lib.train.callbacks import MetricsCallback
+    from workshop_lib.train.recipes import UnpaddedView, compile_blocks, counting_trainer_class, use_chunked_loss
 
-    extra = {}
+    recipe = recipe or recipe_for(args, runtime, precision)
+    extra, collator = recipe_training_arguments(recipe, tokenizer.pad_token_id, args.max_length)
     if args.deepspeed:
         extra["deepspeed"] = args.deepspeed
     if args.fsdp:
@@ -103,7 +156,7 @@ def train_with_trainer(args, runtime: Runtime, spec, tokenizer, data, precision:
     training_args = TrainingArguments(
         output_dir=args.output_dir, eval_strategy="epoch",
         save_strategy="epoch" if args.save_checkpoints else "no",
-        per_device_train_batch_size=args.per_device_batch, per_device_eval_batch_size=args.per_device_batch,
+        per_device_train_batch_size=args.per_device_batch, per_device_eval_batch_size=recipe.eval_batch,
         gradient_accumulation_steps=args.grad_accum, num_train_epochs=args.epochs, max_steps=args.max_steps,
         learning_rate=args.learning_rate, weight_decay=args.weight_decay,
         bf16=precision == "bf16", fp16=precision == "fp16", use_cpu=runtime.device_kind == "cpu",
@@ -114,17 +167,30 @@ def train_with_trainer(args, runtime: Runtime, spec, tokenizer, data, precision:
     print_header(runtime, engine_of(args), args.model, trainable, total, precision=precision,
                  **({"deepspeed": Path(args.deepspeed).name} if args.deepspeed else {}),
                  **({"fsdp": args.fsdp, "offload": args.offload} if args.fsdp else {}))
+    if recipe.has("chunked-ce"):
+        use_chunked_loss(model)
+    if recipe.has("compile"):
+        compile_blocks(model, spec.layer_class)
     global_batch = args.per_device_batch * args.grad_accum * runtime.world_size
-    trainer = Trainer(model=model, args=training_args, train_dataset=data.train, eval_dataset=data.validation,
-                      callbacks=[MetricsCallback(writer, global_batch, runtime.device_kind)])
+    train_set = UnpaddedView(data.train) if collator is not None else data.train
+    trainer = counting_trainer_class()(
+        model=model, args=training_args, train_dataset=train_set, eval_dataset=data.validation,
+        callbacks=[MetricsCallback(writer, global_batch, runtime.device_kind)],
+        **({"data_collator": collator} if collator is not None else {}))
     result = trainer.train()
     trainer.save_state()  # trainer_state.json then carries the final train_* metrics
+    if runtime.is_main:
+        write_throughput(Path(args.output_dir) / "throughput.json", trainer.token_counter, args.grad_accum,
+                         recipe, runtime.device_kind)
     eval_loss = next((entry["eval_loss"] for entry in reversed(trainer.state.log_history)
                       if "eval_loss" in entry), None)
     em = f1 = None
     if data.generation_examples:
-        em, f1 = answer_quality(trainer.model_wrapped, trainer.model, tokenizer, data.generation_examples,
-                                runtime, precision, args.max_length)
+        # Generation runs eagerly: compiled blocks would recompile for every new prompt length.
+        eager = torch.compiler.set_stance("force_eager") if recipe.has("compile") else nullcontext()
+        with eager:
+            em, f1 = answer_quality(trainer.model_wrapped, trainer.model, tokenizer, data.generation_examples,
+                                    runtime, precision, args.max_length)
         writer.evaluation(trainer.state.global_step, eval_loss if eval_loss is not None else float("nan"), em, f1)
     return {"train_runtime_s": result.metrics["train_runtime"],
             "final_loss": writer.last_loss if writer.last_loss is not None else result.training_loss,
@@ -168,16 +234,25 @@ def run(args, runtime: Runtime) -> dict:
     if spec.family == "gpt":
         raise WorkshopError("--model gpt runs with `-m workshop_lib.train.gpt`")
     precision = resolve_precision(args.precision, runtime.device_kind)
+    manual_fsdp = bool(args.fsdp) and runtime.device_kind == "cpu"
+    recipe = None if manual_fsdp else recipe_for(args, runtime, precision)
+    if recipe is not None:  # the recipe may change precision and fold accumulation into the batch
+        precision = recipe.precision
+        args.per_device_batch, args.grad_accum = recipe.per_device_batch, recipe.grad_accum
     writer = MetricsWriter(args.output_dir, enabled=runtime.is_main)
     tokenizer = load_tokenizer(spec, args.random_init, runtime)
     data = prepare_data(args.data, runtime, tokenizer, args.samples_total, args.eval_samples, args.generation_samples,
                         args.max_length, per_gpu=args.samples_per_gpu)
-    manual_fsdp = bool(args.fsdp) and runtime.device_kind == "cpu"
-    train = train_with_manual_fsdp if manual_fsdp else train_with_trainer
-    outcome = train(args, runtime, spec, tokenizer, data, precision, writer)
+    if manual_fsdp:
+        outcome = train_with_manual_fsdp(args, runtime, spec, tokenizer, data, precision, writer)
+    else:
+        outcome = train_with_trainer(args, runtime, spec, tokenizer, data, precision, writer, recipe)
     fsdp_implementation = ("fsdp1-manual" if manual_fsdp else "trainer") if args.fsdp else None
+    settings = engine_settings(args, fsdp_implementation)
+    if recipe is not None and args.recipe != "seed":
+        settings.update(recipe.settings())  # seed runs keep the settings they always had
     summary = summary_fields(runtime=runtime, engine=engine_of(args),
-                             settings=engine_settings(args, fsdp_implementation), model=args.model,
+                             settings=settings, model=args.model,
                              precision=precision, samples=len(data.train), **outcome)
     return writer.summary(**summary)
 

@@ -1,0 +1,342 @@
+"""The seed's training recipe against the workshop's tuned one, on one GPU, in one run.
+
+Same model (BLOOM-560m shape, random weights), same data (synthetic SQuAD, 512-token prompts, or
+``--data`` where real data is present), same samples in the same global batch, same learning-rate
+schedule. Each variant is the real chapter 3/4 entry point (``torchrun -m workshop_lib.train.hf
+--recipe ...``) in its own process, so its peak memory and compile state are its own. The ladder
+adds one change at a time: seed → +bf16 → +batch → +padding → +grouping → +chunked-ce →
++fused-adamw → tuned (+compile).
+
+Measured per variant: samples/s and tokens/s (padded and real) over the steady steps (the first
+``--warmup-steps`` excluded) and end to end (the Trainer's train_runtime, compile included);
+model TFLOP/s and MFU against a bf16 matmul peak measured in the same run; peak memory; losses
+(last step, mean of the last 10 % of steps, held-out eval loss on the same validation samples).
+
+    # on one GPU (from the repo root):
+    python3 benchmarks/recipe_benchmark.py --out benchmarks/results/recipe/h200.json
+    # CPU check of the whole path with a tiny model (minutes on 2 cores):
+    python3 benchmarks/recipe_benchmark.py --tiny --variants seed,tuned --out /tmp/recipe_tiny.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+# One GPU, even on a box with several: HF Trainer under plain python would use DataParallel.
+os.environ.setdefault("CUDA_VISIBLE_DEVICES", "0")
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+LADDER = ["seed", "seed+bf16", "seed+bf16+batch", "seed+bf16+batch+padding",
+          "seed+bf16+batch+padding+grouping", "seed+bf16+batch+padding+grouping+chunked-ce",
+          "seed+bf16+batch+padding+grouping+chunked-ce+fused-adamw", "tuned"]
+SEED_RECIPE = ["--per-device-batch", "4", "--grad-accum", "4"]  # seeds 002/003, global batch 16
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser.add_argument("--out", required=True, help="result JSON (e.g. benchmarks/results/recipe/h200.json)")
+    parser.add_argument("--variants", default="ladder",
+                        help="'ladder' (default), or comma-separated recipes, e.g. seed,tuned")
+    parser.add_argument("--samples", type=int, default=None,
+                        help="training samples per variant (default 1600 on a GPU, 64 with --tiny)")
+    parser.add_argument("--eval-samples", type=int, default=None, help="held-out samples (default 128; 16 tiny)")
+    parser.add_argument("--warmup-steps", type=int, default=None,
+                        help="first optimizer steps left out of the steady rates (default: 10 %%, at least 2)")
+    parser.add_argument("--data", default="synthetic", help="as --data of workshop_lib.train.hf")
+    parser.add_argument("--model", default=None, help="registry name (default bloom-560m; tiny-bloom with --tiny)")
+    parser.add_argument("--tiny", action="store_true", help="CPU check: tiny-bloom, fp32, a few steps")
+    parser.add_argument("--work-dir", default=None, help="run folders and logs (default: next to --out)")
+    parser.add_argument("--timeout", type=int, default=300, help="seconds per variant before it is stopped")
+    parser.add_argument("--skip-peak", action="store_true", help="do not measure the matmul peak")
+    args = parser.parse_args(argv)
+    args.model = args.model or ("tiny-bloom" if args.tiny else "bloom-560m")
+    args.samples = args.samples or (64 if args.tiny else 1600)
+    args.eval_samples = args.eval_samples or (16 if args.tiny else 128)
+    args.variants = LADDER if args.variants == "ladder" else [v.strip() for v in args.variants.split(",") if v.strip()]
+    return args
+
+
+# ---------------------------------------------------------------- provenance and peak
+
+def provenance(argv) -> dict:
+    import importlib.metadata as metadata
+
+    import torch
+
+    def version(name):
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return None
+
+    record = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              "command": " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *argv]),
+              "host": platform.node(), "python": platform.python_version(),
+              "torch": torch.__version__, "cuda_runtime": torch.version.cuda,
+              "transformers": version("transformers"), "deepspeed": version("deepspeed"),
+              "accelerate": version("accelerate"), "gpu": None, "driver": None, "gpu_memory_mib": None,
+              "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+    if torch.cuda.is_available():
+        record["gpu"] = torch.cuda.get_device_name(0)
+        record["gpu_memory_mib"] = torch.cuda.get_device_properties(0).total_memory / 2**20
+        try:
+            smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader", "-i", "0"],
+                                 capture_output=True, text=True, timeout=30)
+            record["driver"] = smi.stdout.strip() or None
+        except (OSError, subprocess.SubprocessError):
+            pass
+    try:
+        git = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        record["git_commit"] = git.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        record["git_commit"] = None
+    return record
+
+
+def matmul_peak(tiny: bool) -> dict:
+    """Best sustained rate of a square bf16 matmul (8192³ on a GPU), timed with CUDA events."""
+    import torch
+
+    if not torch.cuda.is_available():
+        size, dtype = (256 if tiny else 2048), torch.float32
+        a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+        a @ b
+        started = time.perf_counter()
+        for _ in range(5):
+            a @ b
+        seconds = (time.perf_counter() - started) / 5
+        return {"device": "cpu", "dtype": "fp32", "size": size, "tflops": 2 * size**3 / seconds / 1e12}
+    size = 8192
+    a = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
+    for _ in range(10):
+        a @ b
+    best = 0.0
+    for _ in range(5):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(20):
+            a @ b
+        stop.record()
+        stop.synchronize()
+        seconds = start.elapsed_time(stop) / 1000 / 20
+        best = max(best, 2 * size**3 / seconds / 1e12)
+    del a, b
+    torch.cuda.empty_cache()
+    return {"device": "cuda", "dtype": "bf16", "size": size, "tflops": best}
+
+
+def prepare_shared_data(data: str) -> None:
+    """Generate the synthetic data and the local tokenizer once, outside every timed run."""
+    import torch
+
+    from workshop_lib.train.data import local_tokenizer, load_squad
+    from workshop_lib.train.runtime import Runtime
+
+    runtime = Runtime(0, 0, 1, 1, torch.device("cpu"))
+    local_tokenizer(runtime)
+    if data == "synthetic":
+        load_squad(data, runtime)
+
+
+def model_shape(model: str) -> dict:
+    from workshop_lib.train.models import build_config, model_spec
+
+    config = build_config(model_spec(model))
+    return {"layers": config.num_hidden_layers, "hidden": config.hidden_size, "vocab": config.vocab_size}
+
+
+# ---------------------------------------------------------------- one variant
+
+def variant_command(args, recipe: str, output_dir: Path) -> list[str]:
+    steps = args.samples // 16
+    precision = "fp32" if args.tiny else "fp16"  # the seed's fp16; +bf16 switches on a GPU
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1",
+            "-m", "workshop_lib.train.hf", "--output-dir", str(output_dir), "--model", args.model,
+            "--random-init", "--data", args.data, "--precision", precision, *SEED_RECIPE,
+            "--samples-per-gpu", str(steps * 16), "--max-steps", str(steps),
+            "--eval-samples", str(args.eval_samples), "--generation-samples", "0", "--recipe", recipe]
+
+
+def run_variant(args, recipe: str, folder: Path) -> dict:
+    name = recipe.replace("+", "_")
+    output_dir = folder / name
+    command = variant_command(args, recipe, output_dir)
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+                   "TOKENIZERS_PARALLELISM": "false"}
+    log = folder / f"{name}.log"
+    print(f"--- {recipe}", flush=True)
+    started = time.perf_counter()
+    try:
+        with log.open("w") as stream:
+            completed = subprocess.run(command, cwd=REPO, env=environment, stdout=stream, stderr=subprocess.STDOUT,
+                                       timeout=args.timeout)
+        returncode = completed.returncode
+    except subprocess.TimeoutExpired:
+        returncode = "timeout"
+    wall = time.perf_counter() - started
+    record = {"recipe": recipe, "returncode": returncode, "process_wall_s": wall, "log": str(log),
+              "command": " ".join(shlex.quote(c) for c in command)}
+    if returncode != 0:
+        record["log_tail"] = log.read_text(errors="replace")[-3000:]
+        print(f"    FAILED ({returncode}); log {log}\n{record['log_tail'][-1500:]}", flush=True)
+        return record
+    from workshop_lib.train.metrics import read_metrics
+
+    records = read_metrics(output_dir / "metrics.jsonl")
+    record["steps"] = [r for r in records if r["kind"] == "step"]
+    record["summary"] = next(r for r in records if r["kind"] == "summary")
+    record["throughput"] = json.loads((output_dir / "throughput.json").read_text())
+    return record
+
+
+def measure(record: dict, shape: dict, peak_tflops: float | None, warmup: int | None) -> dict:
+    """The figures of one finished variant."""
+    steps, summary, tokens = record["steps"], record["summary"], record["throughput"]
+    count = min(len(steps), len(tokens["rows"]))
+    skip = warmup if warmup is not None else max(2, math.ceil(0.1 * count))
+    skip = min(skip, count - 1)
+    timed = range(skip, count)
+    seconds = sum(steps[i]["step_time_s"] for i in timed)
+    params, layers, hidden = summary["total_params"], shape["layers"], shape["hidden"]
+
+    def total(key):
+        return sum(tokens[key][i] for i in timed)
+
+    # 6·N per token (forward + backward of every weight, the tied output layer included) plus the
+    # attention scores and values, 12·L·h·s² per sequence of length s (causal half not discounted).
+    useful_flops = 6 * params * total("real_tokens") + 12 * layers * hidden * total("real_length_squared")
+    padded_flops = 6 * params * total("padded_tokens") + 12 * layers * hidden * total("padded_length_squared")
+    tail = [s["loss"] for s in steps[-max(1, count // 10):]]
+    out = {
+        "recipe": record["recipe"], "precision": summary["precision"],
+        "features": tokens["recipe"].get("recipe_features", []) if record["recipe"] != "seed" else [],
+        "skipped": tokens["recipe"].get("recipe_skipped", {}),
+        "per_device_batch": summary["settings"]["per_device_batch"], "grad_accum": summary["settings"]["grad_accum"],
+        "optimizer_steps": count, "timed_steps": len(timed), "samples_seen": sum(tokens["rows"][:count]),
+        "samples_per_s": total("rows") / seconds,
+        "padded_tokens_per_s": total("padded_tokens") / seconds,
+        "real_tokens_per_s": total("real_tokens") / seconds,
+        "real_token_fraction": total("real_tokens") / total("padded_tokens"),
+        "model_tflops": useful_flops / seconds / 1e12,
+        "padded_tflops": padded_flops / seconds / 1e12,
+        "mfu": useful_flops / seconds / 1e12 / peak_tflops if peak_tflops else None,
+        "end_to_end_samples_per_s": summary["samples_per_s"], "train_runtime_s": summary["train_runtime_s"],
+        "process_wall_s": record["process_wall_s"],
+        "peak_memory_mib": max(summary["peak_memory_mib_per_rank"]), "peak_memory_kind": summary["peak_memory_kind"],
+        "peak_reserved_mib": tokens.get("cuda_max_reserved_mib"),
+        "final_loss": summary["final_loss"], "tail_mean_loss": sum(tail) / len(tail), "eval_loss": summary["eval_loss"],
+        "loss_curve": [[sum(tokens["rows"][:i + 1]), steps[i]["loss"]] for i in range(count)],
+    }
+    return out
+
+
+# ---------------------------------------------------------------- report
+
+def compare(results: list[dict]) -> dict:
+    seed = next((r for r in results if r["recipe"] == "seed"), None)
+    tuned = next((r for r in results if r["recipe"] == "tuned"), None)
+    for r in results:
+        if seed:
+            r["speedup_vs_seed"] = r["samples_per_s"] / seed["samples_per_s"]
+            r["end_to_end_speedup_vs_seed"] = r["end_to_end_samples_per_s"] / seed["end_to_end_samples_per_s"]
+            if seed["eval_loss"] and r["eval_loss"] is not None:
+                r["eval_loss_change_pct"] = 100 * (r["eval_loss"] - seed["eval_loss"]) / seed["eval_loss"]
+            r["tail_loss_change_pct"] = 100 * (r["tail_mean_loss"] - seed["tail_mean_loss"]) / seed["tail_mean_loss"]
+    if not (seed and tuned):
+        return {}
+    return {"speedup": tuned["speedup_vs_seed"], "end_to_end_speedup": tuned["end_to_end_speedup_vs_seed"],
+            "eval_loss_change_pct": tuned.get("eval_loss_change_pct"),
+            "tail_loss_change_pct": tuned["tail_loss_change_pct"],
+            "goal_speedup_4x": tuned["speedup_vs_seed"] >= 4.0,
+            "goal_loss_within_2pct": (abs(tuned["eval_loss_change_pct"]) <= 2.0
+                                      if tuned.get("eval_loss_change_pct") is not None else None)}
+
+
+def table(results: list[dict], peak: dict | None) -> str:
+    header = (f"{'recipe':<48} {'prec':>4} {'b×acc':>6} {'samp/s':>7} {'×seed':>6} {'e2e/s':>7} "
+              f"{'realtok/s':>9} {'padtok/s':>9} {'real%':>5} {'TFLOP/s':>7} {'MFU':>6} {'peakGiB':>7} "
+              f"{'loss':>7} {'tail':>7} {'eval':>7} {'Δeval%':>6}")
+    lines = [header, "-" * len(header)]
+    for r in results:
+        if "samples_per_s" not in r:
+            lines.append(f"{r['recipe']:<48} FAILED ({r.get('returncode')})")
+            continue
+        mfu = f"{100 * r['mfu']:.1f}%" if r.get("mfu") is not None else "-"
+        lines.append(
+            f"{r['recipe'][-48:]:<48} {r['precision']:>4} {r['per_device_batch']:>3}×{r['grad_accum']:<2} "
+            f"{r['samples_per_s']:>7.1f} {r.get('speedup_vs_seed', float('nan')):>6.2f} "
+            f"{r['end_to_end_samples_per_s']:>7.1f} {r['real_tokens_per_s']:>9.0f} {r['padded_tokens_per_s']:>9.0f} "
+            f"{100 * r['real_token_fraction']:>5.1f} {r['model_tflops']:>7.1f} {mfu:>6} "
+            f"{r['peak_memory_mib'] / 1024:>7.2f} {r['final_loss']:>7.3f} {r['tail_mean_loss']:>7.3f} "
+            f"{(r['eval_loss'] or float('nan')):>7.3f} {r.get('eval_loss_change_pct', float('nan')):>6.2f}")
+    if peak:
+        lines.append(f"matmul peak: {peak['tflops']:.1f} TFLOP/s ({peak['dtype']} {peak['size']}³ on {peak['device']}); "
+                     "MFU = model FLOPs of real tokens / time / that peak")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    folder = Path(args.work_dir) if args.work_dir else out.with_suffix("") .parent / (out.stem + "-runs")
+    folder.mkdir(parents=True, exist_ok=True)
+    import torch
+
+    if not args.tiny and not torch.cuda.is_available():
+        print("error: no GPU visible; use --tiny for the CPU check", file=sys.stderr)
+        return 2
+    prov = provenance(sys.argv if argv is None else ["benchmarks/recipe_benchmark.py", *argv])
+    peak = None if args.skip_peak else matmul_peak(args.tiny)
+    if peak:
+        print(f"matmul peak {peak['tflops']:.1f} TFLOP/s ({peak['dtype']}, {peak['size']}³)", flush=True)
+    prepare_shared_data(args.data)
+    shape = model_shape(args.model)
+    runs, results = [], []
+    for recipe in args.variants:
+        record = run_variant(args, recipe, folder)
+        runs.append(record)
+        if record["returncode"] == 0:
+            result = measure(record, shape, peak["tflops"] if peak else None, args.warmup_steps)
+            results.append(result)
+            print(f"    {result['samples_per_s']:.1f} samples/s steady, {result['end_to_end_samples_per_s']:.1f} end to end, "
+                  f"eval loss {result['eval_loss']}, peak {result['peak_memory_mib'] / 1024:.2f} GiB, "
+                  f"process {record['process_wall_s']:.0f} s", flush=True)
+        else:
+            results.append({"recipe": recipe, "returncode": record["returncode"], "log_tail": record.get("log_tail")})
+    finished = [r for r in results if "samples_per_s" in r]
+    verdict = compare(finished)
+    document = {"benchmark": "recipe seed vs tuned", "provenance": prov, "matmul_peak": peak,
+                "setup": {"model": args.model, "random_init": True, "data": args.data, "max_length": 512,
+                          "samples_per_variant": (args.samples // 16) * 16, "global_batch": 16,
+                          "eval_samples": args.eval_samples, "learning_rate": 5e-5, "schedule": "linear to 0, no warmup",
+                          "warmup_steps_excluded": args.warmup_steps, "shape": shape, "tiny": args.tiny},
+                "variants": results, "verdict": verdict}
+    out.write_text(json.dumps(document, indent=1))
+    print()
+    print(table(results, peak))
+    if verdict:
+        print(f"\ntuned vs seed: {verdict['speedup']:.2f}× samples/s steady ({verdict['end_to_end_speedup']:.2f}× end to end), "
+              f"eval loss {verdict['eval_loss_change_pct']:+.2f} %, tail train loss {verdict['tail_loss_change_pct']:+.2f} %; "
+              f"goals: ≥4× {'met' if verdict['goal_speedup_4x'] else 'NOT met'}, "
+              f"loss within 2 % {'met' if verdict['goal_loss_within_2pct'] else 'NOT met'}")
+    print(f"result: {out}")
+    return 0 if all("samples_per_s" in r for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

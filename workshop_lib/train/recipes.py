@@ -1,0 +1,317 @@
+"""Training recipes: the seeds' own (``seed``) and the workshop's tuned one (``tuned``).
+
+``--recipe seed`` is what seeds 002/003 do: fp16 autocast, per-device batch 4 × accumulation 4,
+every sample padded to 512 tokens, the full fp32 logits over the vocabulary, eager PyTorch.
+``--recipe tuned`` adds, step by step (each one can be named on its own, ``seed+bf16+batch``):
+
+* ``bf16``        bf16 autocast (fp32 master weights, no loss scaler) instead of fp16
+* ``batch``       the accumulated micro-batches as one batch (same global batch, same optimizer steps)
+* ``padding``     each batch padded to its longest sample (a multiple of 16), not to 512
+* ``grouping``    batches of samples of similar length (HF's length-grouped sampler)
+* ``chunked-ce``  the cross-entropy over the vocabulary computed in row chunks, only on the
+                  positions that have a label: the (tokens × 250,880) fp32 logits never exist at once
+* ``fused-adamw`` ``adamw_torch_fused`` and TF32 matmuls for what stays in fp32
+* ``compile``     ``torch.compile`` of each transformer block (regional compilation)
+
+A feature that cannot apply where the job runs (bf16, fused AdamW and compile on a CPU; the chunked
+loss, which reads the output weight directly, under ZeRO-3 or FSDP; compile under DeepSpeed or FSDP)
+is left out, and the run's summary lists what was applied.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from workshop_lib.errors import WorkshopError
+
+FEATURES = ("bf16", "batch", "padding", "grouping", "chunked-ce", "fused-adamw", "compile")
+RECIPES = {"seed": (), "tuned": FEATURES}
+PAD_MULTIPLE = 16  # dynamic padding rounds the batch length up to this (tensor-core friendly)
+LOSS_CHUNK_ROWS = 1024  # rows of logits alive at once: 1024 × 250,880 × 4 bytes ≈ 1 GB
+
+
+def parse_recipe(text: str) -> tuple[str, ...]:
+    """``seed``, ``tuned``, or a base plus features: ``seed+bf16+batch`` (features in ladder order)."""
+    base, *extra = [part.strip() for part in text.split("+")]
+    if base not in RECIPES:
+        raise WorkshopError(f"--recipe {text!r}: start with one of {', '.join(RECIPES)} "
+                            f"(then optionally +feature, features: {', '.join(FEATURES)})")
+    unknown = [name for name in extra if name not in FEATURES]
+    if unknown:
+        raise WorkshopError(f"--recipe {text!r}: unknown feature(s) {', '.join(unknown)}; "
+                            f"choose from {', '.join(FEATURES)}")
+    chosen = set(RECIPES[base]) | set(extra)
+    return tuple(name for name in FEATURES if name in chosen)
+
+
+@dataclass(frozen=True)
+class AppliedRecipe:
+    """What a recipe means for one run, after what the device and engine allow."""
+
+    name: str
+    features: tuple[str, ...]  # applied
+    skipped: dict[str, str]  # feature -> why it was left out here
+    precision: str
+    per_device_batch: int
+    grad_accum: int
+    eval_batch: int
+
+    def has(self, feature: str) -> bool:
+        return feature in self.features
+
+    def settings(self) -> dict:
+        return {"recipe": self.name, "recipe_features": list(self.features),
+                "recipe_skipped": dict(self.skipped)}
+
+
+def apply_recipe(name: str, *, precision: str, per_device_batch: int, grad_accum: int,
+                 device_kind: str, engine: str, zero_stage: int | None = None,
+                 offload: bool = False) -> AppliedRecipe:
+    """Resolve ``--recipe`` for this run. ``precision`` is the already-resolved one."""
+    wanted = parse_recipe(name)
+    skipped: dict[str, str] = {}
+    cuda = device_kind == "cuda"
+
+    def allow(feature: str, ok: bool, why: str) -> bool:
+        if feature in wanted and not ok:
+            skipped[feature] = why
+        return feature in wanted and ok
+
+    applied = []
+    if allow("bf16", cuda and torch.cuda.is_bf16_supported(), "needs a GPU with bf16"):
+        precision = "bf16"
+        applied.append("bf16")
+    eval_batch = per_device_batch  # evaluation keeps the seed's batch: eval losses stay comparable
+    if "batch" in wanted:
+        per_device_batch, grad_accum = per_device_batch * grad_accum, 1
+        applied.append("batch")
+    for feature in ("padding", "grouping"):
+        if feature in wanted:
+            applied.append(feature)
+    sharded = engine == "fsdp" or (zero_stage or 0) >= 3
+    if allow("chunked-ce", not sharded, "reads the output weight directly: not with ZeRO-3 or FSDP"):
+        applied.append("chunked-ce")
+    if allow("fused-adamw", cuda and not offload, "needs the optimizer state on a GPU"):
+        applied.append("fused-adamw")
+    if allow("compile", cuda and engine == "hf", "only on a GPU with the plain engine (no DeepSpeed/FSDP)"):
+        applied.append("compile")
+    base = name.split("+")[0].strip()
+    label = base if name.strip() in RECIPES else name.strip()
+    return AppliedRecipe(label, tuple(applied), skipped, precision, per_device_batch, grad_accum, eval_batch)
+
+
+# ---------------------------------------------------------------- data
+
+class UnpaddedView(torch.utils.data.Dataset):
+    """A padded ``CausalLMDataset`` seen sample by sample without its padding, so a
+    length-grouped sampler sees the real lengths and the collator pads per batch."""
+
+    def __init__(self, padded):
+        self.padded = padded
+        self.lengths = padded.attention_mask.sum(dim=1).tolist()
+
+    def __len__(self) -> int:
+        return len(self.padded)
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        length = self.lengths[index]
+        return {key: value[:length] for key, value in self.padded[index].items()}
+
+
+class DynamicPaddingCollator:
+    """Stack samples, cutting (or padding) them to the longest real length in the batch.
+
+    Works on padded samples (``CausalLMDataset``) and on unpadded ones (``padded=False``) alike;
+    the padding side is the right, as the tokenizer pads, so cutting only drops pad columns.
+    """
+
+    def __init__(self, pad_token_id: int, multiple: int = PAD_MULTIPLE, max_length: int | None = None):
+        self.pad_token_id = pad_token_id
+        self.multiple = multiple
+        self.max_length = max_length
+
+    def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:
+        from workshop_lib.train.data import IGNORE_INDEX
+
+        lengths = [int(f["attention_mask"].sum()) for f in features]
+        target = -(-max(lengths) // self.multiple) * self.multiple
+        if self.max_length is not None:
+            target = min(target, self.max_length)
+        batch = {"input_ids": torch.full((len(features), target), self.pad_token_id, dtype=torch.long),
+                 "attention_mask": torch.zeros((len(features), target), dtype=torch.long),
+                 "labels": torch.full((len(features), target), IGNORE_INDEX, dtype=torch.long)}
+        for row, (feature, length) in enumerate(zip(features, lengths)):
+            for key in batch:
+                batch[key][row, :length] = feature[key][:length]
+        return batch
+
+
+def sampler_arguments(training_argument_names: set[str], grouping: bool) -> dict:
+    """The TrainingArguments that turn on length grouping in this transformers version."""
+    if not grouping:
+        return {}
+    if "train_sampling_strategy" in training_argument_names:  # transformers >= 5.2x
+        return {"train_sampling_strategy": "group_by_length"}
+    if "group_by_length" in training_argument_names:
+        return {"group_by_length": True}
+    raise WorkshopError("this transformers version has no length-grouped sampler; drop +grouping")
+
+
+# ---------------------------------------------------------------- chunked cross-entropy
+
+class _ChunkedLinearCrossEntropy(torch.autograd.Function):
+    """sum CE(hidden @ weightᵀ, targets) / divisor, with the gradients computed chunk by chunk
+    during the forward pass (as Liger's fused linear cross-entropy does): only one chunk of
+    logits exists at a time, and no logits are kept for the backward pass."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, targets, divisor, compute_dtype, chunk_rows, need_grad):
+        rows = hidden.shape[0]
+        h_all = hidden.to(compute_dtype)
+        w = weight.to(compute_dtype)
+        grad_hidden = torch.empty_like(hidden) if need_grad else None
+        grad_weight = torch.zeros_like(weight, dtype=torch.float32) if need_grad else None
+        total = torch.zeros((), dtype=torch.float32, device=hidden.device)
+        for start in range(0, rows, chunk_rows):
+            h = h_all[start:start + chunk_rows]
+            target = targets[start:start + chunk_rows]
+            logits = (h @ w.t()).float()
+            log_norm = torch.logsumexp(logits, dim=-1)
+            total += (log_norm - logits.gather(1, target[:, None]).squeeze(1)).sum()
+            if not need_grad:
+                continue
+            # d(CE)/d(logits) = softmax - one_hot, computed in place over the chunk's logits
+            logits.sub_(log_norm[:, None]).exp_()
+            logits[torch.arange(h.shape[0], device=h.device), target] -= 1.0
+            # Divide by the token count after the matmuls, in fp32: softmax / thousands of tokens
+            # would underflow in fp16.
+            grad_logits = logits.to(compute_dtype)
+            del logits
+            grad_hidden[start:start + chunk_rows] = ((grad_logits @ w).float() / divisor).to(hidden.dtype)
+            grad_weight += (grad_logits.t() @ h).float() / divisor
+        ctx.save_for_backward(grad_hidden if grad_hidden is not None else hidden.new_empty(0),
+                              grad_weight if grad_weight is not None else weight.new_empty(0))
+        ctx.weight_dtype = weight.dtype
+        return total / divisor
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad_hidden, grad_weight = ctx.saved_tensors
+        grad_h = grad_hidden * grad_output if ctx.needs_input_grad[0] else None
+        grad_w = (grad_weight * grad_output).to(ctx.weight_dtype) if ctx.needs_input_grad[1] else None
+        return grad_h, grad_w, None, None, None, None, None
+
+
+@torch.compiler.disable
+def chunked_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
+                          num_items_in_batch=None, chunk_rows: int = LOSS_CHUNK_ROWS) -> torch.Tensor:
+    """The causal-LM loss of ``hidden @ weightᵀ`` against ``labels`` (shifted, -100 ignored).
+
+    Same value as Hugging Face's ``ForCausalLMLoss``: summed over labelled positions, divided
+    by ``num_items_in_batch`` when the Trainer gives it, else by the number of those positions.
+    """
+    from workshop_lib.train.data import IGNORE_INDEX
+
+    targets = labels[:, 1:].reshape(-1)
+    hidden = hidden[:, :-1].reshape(-1, hidden.shape[-1])
+    keep = targets != IGNORE_INDEX
+    hidden, targets = hidden[keep], targets[keep]
+    divisor = num_items_in_batch if num_items_in_batch is not None else keep.sum()
+    divisor = torch.as_tensor(divisor, dtype=torch.float32, device=hidden.device).clamp(min=1)
+    if torch.is_autocast_enabled(hidden.device.type):
+        compute_dtype = torch.get_autocast_dtype(hidden.device.type)
+    else:
+        compute_dtype = weight.dtype
+    with torch.autocast(hidden.device.type, enabled=False):
+        need_grad = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
+        return _ChunkedLinearCrossEntropy.apply(hidden, weight, targets, divisor, compute_dtype, chunk_rows,
+                                                need_grad)
+
+
+def use_chunked_loss(model) -> None:
+    """Make ``model(input_ids, attention_mask, labels=...)`` compute its loss with
+    :func:`chunked_cross_entropy` (no logits returned then); without labels (generation) the
+    model's own forward runs unchanged. Parameter names and checkpoints stay the same."""
+    import types
+
+    from transformers.modeling_outputs import CausalLMOutputWithPast
+
+    original_forward = type(model).forward
+
+    def forward(self, input_ids=None, attention_mask=None, labels=None, num_items_in_batch=None, **kwargs):
+        if labels is None:
+            return original_forward(self, input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+        kwargs.pop("use_cache", None)
+        outputs = self.base_model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False,
+                                  return_dict=True)
+        loss = chunked_cross_entropy(outputs[0], self.get_output_embeddings().weight, labels,
+                                     num_items_in_batch)
+        return CausalLMOutputWithPast(loss=loss)
+
+    model.forward = types.MethodType(forward, model)
+
+
+def compile_blocks(model, layer_class: str) -> int:
+    """``torch.compile`` each transformer block in place (one compiled graph reused by all blocks)."""
+    compiled = 0
+    for module in model.modules():
+        if type(module).__name__ == layer_class:
+            module.compile()
+            compiled += 1
+    return compiled
+
+
+# ---------------------------------------------------------------- token accounting
+
+class TokenCounter:
+    """Padded and real tokens per micro-batch (device tensors, read once at the end)."""
+
+    def __init__(self):
+        self.padded: list[int] = []
+        self.real: list[torch.Tensor] = []
+        self.real_squared: list[torch.Tensor] = []
+        self.rows: list[int] = []
+
+    def add(self, inputs: dict) -> None:
+        ids = inputs.get("input_ids")
+        mask = inputs.get("attention_mask")
+        if ids is None:
+            return
+        self.padded.append(int(ids.numel()))
+        self.rows.append(int(ids.shape[0]))
+        if mask is None:
+            mask = torch.ones_like(ids)
+        per_row = mask.sum(dim=1)
+        self.real.append(per_row.sum())
+        self.real_squared.append((per_row.double() ** 2).sum())
+
+    def per_step(self, grad_accum: int) -> dict:
+        """Micro-batches folded into optimizer steps."""
+        real = [int(v) for v in torch.stack(self.real).tolist()] if self.real else []
+        squared = [float(v) for v in torch.stack(self.real_squared).tolist()] if self.real else []
+
+        def fold(values):
+            return [sum(values[i:i + grad_accum]) for i in range(0, len(values) - grad_accum + 1, grad_accum)]
+
+        padded_len_sq = [rows * (padded // rows) ** 2 for rows, padded in zip(self.rows, self.padded)]
+        return {"padded_tokens": fold(self.padded), "real_tokens": fold(real),
+                "real_length_squared": fold(squared), "padded_length_squared": fold(padded_len_sq),
+                "rows": fold(self.rows)}
+
+
+def counting_trainer_class():
+    """A Trainer that counts the tokens of every training micro-batch."""
+    from transformers import Trainer
+
+    class CountingTrainer(Trainer):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.token_counter = TokenCounter()
+
+        def training_step(self, model, inputs, *args, **kwargs):
+            self.token_counter.add(inputs)
+            return super().training_step(model, inputs, *args, **kwargs)
+
+    return CountingTrainer

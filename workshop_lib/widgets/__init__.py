@@ -1,0 +1,13 @@
+"""The interactive layer: an experiment builder and a job monitor (ipywidgets in JupyterLab).
+
+Under papermill, in the static book and in plain Python both fall back to HTML tables and text:
+``live_widgets`` decides (override with ``interactive=True/False`` or $WORKSHOP_WIDGETS=1/0).
+ipywidgets is imported only when a live view is made, so nothing here needs it otherwise.
+"""
+
+from .builder import CONTROL_NAMES, CONTROLS, ExperimentBuilder, custom_id
+from .frontend import WIDGETS_VARIABLE, live_widgets
+from .monitor import JobMonitor, MonitorRow
+
+__all__ = ["CONTROLS", "CONTROL_NAMES", "ExperimentBuilder", "JobMonitor", "MonitorRow", "WIDGETS_VARIABLE",
+           "custom_id", "live_widgets"]

@@ -1,0 +1,272 @@
+"""A job monitor: each run's state, elapsed time and last log lines, refreshed in the background.
+
+    monitor = JobMonitor(chapter=3)      # the chapter's runs found under runs/
+    monitor                               # in JupyterLab: a live table; elsewhere: one HTML table
+    monitor.start(); ...; monitor.stop()  # background refresh (a daemon thread): the kernel stays free
+
+The refresh runs in a thread rather than an asyncio task so that it also updates while another cell
+blocks (a `wait_for` in progress); widget updates from a thread are what ipywidgets documents for this.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterable
+
+from ..experiments import Experiment, chapter_experiments
+from ..runs import NOT_SUBMITTED, Run, RunRecord, load_run
+from ..slurm_output import FINAL_STATES, format_duration, tail
+from . import frontend
+
+MONITOR_CLASS = "workshop-job-monitor"
+
+
+@dataclass(frozen=True)
+class MonitorRow:
+    """One run as the monitor shows it."""
+
+    experiment_id: str
+    job_id: str
+    state: str
+    elapsed_s: float | None
+    log_tail: str
+    log_path: Path | None
+    note: str = ""
+
+    @property
+    def finished(self) -> bool:
+        return self.state in FINAL_STATES
+
+    @property
+    def elapsed(self) -> str:
+        return format_duration(self.elapsed_s) if self.elapsed_s is not None else "—"
+
+
+class JobMonitor:
+    """Shows runs (given, or a chapter's runs on disk) with state, elapsed time and the tail of the log."""
+
+    def __init__(self, runs: Iterable[Run] = (), chapter: int | None = None,
+                 experiments: Iterable[Experiment] = (), runs_dir: Path | str | None = None,
+                 interval_s: float = 5.0, log_lines: int = 5, stop_when_done: bool = True,
+                 interactive: bool | None = None):
+        from ..notebook import resolve_runs_dir
+
+        self.runs_dir = resolve_runs_dir(runs_dir)
+        self.chapter = chapter
+        self.interval_s = interval_s
+        self.log_lines = log_lines
+        self.stop_when_done = stop_when_done
+        self.interactive = frontend.live_widgets(interactive)
+        self._runs: dict[str, Run] = {}
+        for experiment in experiments:
+            self._runs[experiment.id] = load_run(experiment, self.runs_dir)
+        for run in runs:
+            self._runs[run.experiment.id] = run
+        self.rows: list[MonitorRow] = []
+        self.refreshed_at: datetime | None = None
+        self.last_error: Exception | None = None
+        self._elapsed_of_finished: dict[str, float | None] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._widget = None
+        self._table = None
+        self._status = None
+        self._toggle = None
+
+    # ---- what is watched -------------------------------------------------------------------------
+    def add(self, run: Run) -> None:
+        """Watch one more run (the builder adds what it submits)."""
+        with self._lock:
+            self._runs[run.experiment.id] = run
+
+    def watched_runs(self) -> list[Run]:
+        """The given runs, plus the chapter's runs that have a job on disk (found again at each refresh)."""
+        with self._lock:
+            runs = dict(self._runs)
+        if self.chapter is not None:
+            for experiment in chapter_experiments(self.chapter):
+                if experiment.id not in runs:
+                    run = load_run(experiment, self.runs_dir)
+                    if run.record is not None:
+                        runs[experiment.id] = run
+        return list(runs.values())
+
+    # ---- one refresh -------------------------------------------------------------------------------
+    def refresh(self) -> list[MonitorRow]:
+        """Ask the scheduler about every watched run, update the view, return the rows."""
+        rows = [self._row(run) for run in self.watched_runs()]
+        self.rows = rows
+        self.refreshed_at = datetime.now(timezone.utc)
+        if self._widget is not None:
+            self._table.value = self.html(with_heading=False)
+            self._status.value = self._status_line()
+        return rows
+
+    def _row(self, run: Run) -> MonitorRow:
+        if run.record is None:  # submitted since (by a notebook cell or the CLI)?
+            run.record = RunRecord.load(run.directory)
+        if run.record is None:
+            return MonitorRow(run.experiment.id, "", NOT_SUBMITTED, None, "", None, run.note)
+        info = run.info()
+        elapsed = info.elapsed_s
+        if info.state in FINAL_STATES and elapsed is None:
+            elapsed = self._finished_elapsed(run)
+        elif elapsed is None and info.state not in FINAL_STATES:
+            elapsed = _since(run.record.submitted_at)
+        log_path = run.stdout_path
+        log = tail(log_path, self.log_lines) if log_path and log_path.exists() else ""
+        return MonitorRow(run.experiment.id, run.record.job_id, info.state, elapsed, log, log_path, run.note)
+
+    def _finished_elapsed(self, run: Run) -> float | None:
+        """A recorded final state carries no run time: ask the scheduler once, remember the answer."""
+        job_id = run.record.job_id
+        if job_id not in self._elapsed_of_finished:
+            try:
+                self._elapsed_of_finished[job_id] = run.job.info().elapsed_s
+            except Exception:  # noqa: BLE001 - the scheduler may have forgotten the job: no time then
+                self._elapsed_of_finished[job_id] = None
+        return self._elapsed_of_finished[job_id]
+
+    @property
+    def all_finished(self) -> bool:
+        return bool(self.rows) and all(row.finished or row.state == NOT_SUBMITTED for row in self.rows)
+
+    # ---- background refresh ------------------------------------------------------------------------
+    def start(self) -> "JobMonitor":
+        """Refresh every ``interval_s`` seconds in a daemon thread until ``stop()`` (or every run has ended)."""
+        if self.running:
+            return self
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="workshop-job-monitor", daemon=True)
+        self._thread.start()
+        self._show_toggle()
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the background refresh and wait for the thread to end."""
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+        self._show_toggle()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.refresh()
+            except Exception as error:  # noqa: BLE001 - shown in the view and kept, then the loop ends
+                self.last_error = error
+                if self._status is not None:
+                    self._status.value = frontend.escape(f"refresh failed, stopped: {error}")
+                break
+            if self.stop_when_done and self.all_finished:
+                break
+            self._stop.wait(self.interval_s)
+        self._thread = None
+        self._show_toggle()
+
+    # ---- views -------------------------------------------------------------------------------------
+    def html(self, with_heading: bool = True) -> str:
+        """The rows as an HTML table (what the widget and the static fallback show)."""
+        heading = ""
+        if with_heading:
+            heading = (f"<p><b>Jobs</b> ({self._scope()}) &nbsp;<small>{frontend.escape(self._status_line())}"
+                       "</small></p>")
+        if not self.rows:
+            return heading + (f"<p><em>No submitted run {self._scope()} under {frontend.escape(self.runs_dir)} "
+                              "yet. Submit (the chapter's submit cell, the builder's Submit button, or "
+                              "<code>workshop submit</code>) and refresh.</em></p>")
+        rows = [{"experiment": row.experiment_id, "job": row.job_id, "state": frontend.Raw(frontend.state_badge(row.state)),
+                 "elapsed": row.elapsed,
+                 f"last {self.log_lines} log lines": frontend.Raw(
+                     frontend.pre(row.log_tail or "(no output yet)", max_height="8em"))} for row in self.rows]
+        return heading + frontend.table(rows, MONITOR_CLASS)
+
+    def text(self) -> str:
+        """The rows as plain text (logs, terminals, papermill's stdout)."""
+        lines = [f"Jobs ({self._scope()}): {self._status_line()}"]
+        for row in self.rows:
+            lines.append(f"  {row.experiment_id:<40} job {row.job_id or '-':<8} {row.state:<13} {row.elapsed}")
+            lines += ["      | " + line for line in row.log_tail.splitlines()]
+        if not self.rows:
+            lines.append(f"  no submitted run under {self.runs_dir}")
+        return "\n".join(lines)
+
+    def _scope(self) -> str:
+        return f"chapter {self.chapter}" if self.chapter is not None else "these runs"
+
+    def _status_line(self) -> str:
+        if self.refreshed_at is None:
+            return "not refreshed yet"
+        counts: dict[str, int] = {}
+        for row in self.rows:
+            counts[row.state] = counts.get(row.state, 0) + 1
+        summary = ", ".join(f"{count} {state}" for state, count in sorted(counts.items())) or "no job"
+        stamp = self.refreshed_at.astimezone().strftime("%H:%M:%S")
+        refreshing = f"refreshing every {self.interval_s:g} s" if self.running else "not refreshing"
+        return f"{summary} · refreshed {stamp} · {refreshing}"
+
+    @property
+    def widget(self):
+        """The live view (ipywidgets): the table, a status line, Refresh and Start/Stop buttons."""
+        if self._widget is None:
+            import ipywidgets as widgets
+
+            self._table = widgets.HTML(self.html(with_heading=False))
+            self._status = widgets.HTML(frontend.escape(self._status_line()))
+            refresh = widgets.Button(description="Refresh", icon="refresh", layout=widgets.Layout(width="110px"))
+            refresh.on_click(lambda _: self.refresh())
+            self._toggle = widgets.Button(layout=widgets.Layout(width="170px"))
+            self._toggle.on_click(lambda _: self.stop() if self.running else self.start())
+            self._show_toggle()
+            header = widgets.HBox([widgets.HTML(f"<b>Jobs</b> ({self._scope()})"), refresh, self._toggle,
+                                   self._status], layout=widgets.Layout(align_items="center"))
+            self._widget = widgets.VBox([header, self._table])
+            self._widget.add_class(MONITOR_CLASS)
+        return self._widget
+
+    def _show_toggle(self) -> None:
+        if self._toggle is not None:
+            running = self.running and not self._stop.is_set()
+            self._toggle.description = "Stop auto-refresh" if running else "Start auto-refresh"
+            self._toggle.icon = "stop" if running else "play"
+        if self._status is not None and self.last_error is None:
+            self._status.value = frontend.escape(self._status_line())
+
+    def static_view(self) -> frontend.StaticView:
+        return frontend.StaticView(self.html(), self.text())
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        if self.refreshed_at is None:
+            self.refresh()
+        if self.interactive:
+            display(self.widget)
+            if not self.all_finished:
+                self.start()
+        else:
+            display(self.static_view())
+
+    def __repr__(self) -> str:
+        return self.text()
+
+
+def _since(timestamp: str | None) -> float | None:
+    """Seconds since an ISO timestamp (job.json's submitted_at): the elapsed time of a job still queued."""
+    if not timestamp:
+        return None
+    try:
+        return max(0.0, time.time() - datetime.fromisoformat(timestamp).timestamp())
+    except ValueError:
+        return None
+
