@@ -8,6 +8,7 @@ under papermill (the static fallback) and take the JupyterLab screenshot.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import time
 
@@ -107,6 +108,13 @@ def test_the_widget_controls_drive_the_builder_and_disable_submit(builder):
     assert not builder.submit_button.disabled
 
 
+def test_submitting_switched_off_disables_submit(builder, monkeypatch):
+    monkeypatch.setenv("WORKSHOP_SUBMIT", "0")
+    assert builder.valid and not builder.can_submit
+    with pytest.raises(WorkshopError, match="WORKSHOP_SUBMIT=0"):
+        builder.submit()
+
+
 def test_start_row_and_errors_of_the_api(builder):
     builder.set(start="zero/single-gpu/zero2-offload-pinned")
     assert (builder.values["gpus_per_node"], builder.values["offload"], builder.values["pin_memory"]) == (1, True, True)
@@ -170,12 +178,17 @@ def test_monitor_shows_a_chapters_recorded_runs_with_state_and_log_tail(tmp_path
 def test_monitor_refreshes_in_the_background_until_stopped(tmp_path):
     _recorded_run(tmp_path, "zero/single-gpu/zero1", "COMPLETED", "done\n")
     monitor = JobMonitor(chapter=3, runs_dir=tmp_path, interval_s=0.05, stop_when_done=False, interactive=False)
+    has_widgets = importlib.util.find_spec("ipywidgets") is not None
+    if has_widgets:
+        monitor.widget  # the live view the thread keeps up to date
     monitor.start()
     try:
         deadline = time.monotonic() + 5
         while monitor.refreshed_at is None and time.monotonic() < deadline:
             time.sleep(0.02)
         assert monitor.running and monitor.rows[0].state == "COMPLETED"
+        if has_widgets:
+            assert "COMPLETED" in monitor._table.value and "refreshing every" in monitor._status.value
     finally:
         monitor.stop()
     assert not monitor.running

@@ -335,6 +335,9 @@ def _gpt_arguments(experiment: Experiment, profile: Profile) -> list[str]:
     for key in ("layers", "hidden", "heads", "ffn", "vocab", "seq_len"):
         if key in shape:
             arguments += [f"--{key.replace('_', '-')}", str(shape[key])]
+    if "seq_len" in shape:
+        # Samples are tokenized to the model's context length (the position table has no more rows).
+        arguments += ["--max-length", str(shape["seq_len"])]
     if experiment.per_device_batch is not None:
         arguments += ["--per-device-batch", str(experiment.per_device_batch)]
     if experiment.samples_per_gpu is not None:

@@ -140,7 +140,7 @@ def write_throughput(path: Path, counter, grad_accum: int, recipe: AppliedRecipe
 
 
 def train_with_trainer(args, runtime: Runtime, spec, tokenizer, data, precision: str, writer,
-                       recipe: AppliedRecipe | None = None):
+                       recipe: AppliedRecipe | None = None, clock=None):
     from transformers import TrainingArguments
 
     from workshop_lib.train.callbacks import MetricsCallback
@@ -162,7 +162,11 @@ def train_with_trainer(args, runtime: Runtime, spec, tokenizer, data, precision:
         bf16=precision == "bf16", fp16=precision == "fp16", use_cpu=runtime.device_kind == "cpu",
         logging_steps=1, report_to="none", seed=args.seed, disable_tqdm=True,
         dataloader_drop_last=True, **extra)
-    model = build_model(spec, args.random_init, args.seed)
+    from workshop_lib.train.timing import PhaseClock
+
+    clock = clock or PhaseClock()
+    with clock.phase("model"):
+        model = build_model(spec, args.random_init, args.seed)
     trainable, total = count_parameters(model)
     print_header(runtime, engine_of(args), args.model, trainable, total, precision=precision,
                  **({"deepspeed": Path(args.deepspeed).name} if args.deepspeed else {}),
@@ -173,12 +177,17 @@ def train_with_trainer(args, runtime: Runtime, spec, tokenizer, data, precision:
         compile_blocks(model, spec.layer_class)
     global_batch = args.per_device_batch * args.grad_accum * runtime.world_size
     train_set = UnpaddedView(data.train) if collator is not None else data.train
-    trainer = counting_trainer_class()(
-        model=model, args=training_args, train_dataset=train_set, eval_dataset=data.validation,
-        callbacks=[MetricsCallback(writer, global_batch, runtime.device_kind)],
-        **({"data_collator": collator} if collator is not None else {}))
-    result = trainer.train()
+    with clock.phase("trainer setup"):
+        trainer = counting_trainer_class()(
+            model=model, args=training_args, train_dataset=train_set, eval_dataset=data.validation,
+            callbacks=[MetricsCallback(writer, global_batch, runtime.device_kind)],
+            **({"data_collator": collator} if collator is not None else {}))
+    with clock.phase("train"):
+        result = trainer.train()
     trainer.save_state()  # trainer_state.json then carries the final train_* metrics
+    eval_seconds = sum(entry.get("eval_runtime", 0.0) for entry in trainer.state.log_history)
+    clock.add("train", -eval_seconds)
+    clock.add("eval", eval_seconds)
     if runtime.is_main:
         write_throughput(Path(args.output_dir) / "throughput.json", trainer.token_counter, args.grad_accum,
                          recipe, runtime.device_kind)
@@ -188,7 +197,7 @@ def train_with_trainer(args, runtime: Runtime, spec, tokenizer, data, precision:
     if data.generation_examples:
         # Generation runs eagerly: compiled blocks would recompile for every new prompt length.
         eager = torch.compiler.set_stance("force_eager") if recipe.has("compile") else nullcontext()
-        with eager:
+        with eager, clock.phase("generation"):
             em, f1 = answer_quality(trainer.model_wrapped, trainer.model, tokenizer, data.generation_examples,
                                     runtime, precision, args.max_length)
         writer.evaluation(trainer.state.global_step, eval_loss if eval_loss is not None else float("nan"), em, f1)
@@ -229,7 +238,10 @@ def train_with_manual_fsdp(args, runtime: Runtime, spec, tokenizer, data, precis
             "eval_loss": result.eval_loss, "eval_em": result.eval_em, "eval_f1": result.eval_f1}
 
 
-def run(args, runtime: Runtime) -> dict:
+def run(args, runtime: Runtime, clock=None) -> dict:
+    from workshop_lib.train.timing import PhaseClock
+
+    clock = clock or PhaseClock()
     spec = model_spec(args.model)
     if spec.family == "gpt":
         raise WorkshopError("--model gpt runs with `-m workshop_lib.train.gpt`")
@@ -240,13 +252,15 @@ def run(args, runtime: Runtime) -> dict:
         precision = recipe.precision
         args.per_device_batch, args.grad_accum = recipe.per_device_batch, recipe.grad_accum
     writer = MetricsWriter(args.output_dir, enabled=runtime.is_main)
-    tokenizer = load_tokenizer(spec, args.random_init, runtime)
-    data = prepare_data(args.data, runtime, tokenizer, args.samples_total, args.eval_samples, args.generation_samples,
-                        args.max_length, per_gpu=args.samples_per_gpu)
+    with clock.phase("tokenizer+data"):
+        tokenizer = load_tokenizer(spec, args.random_init, runtime)
+        data = prepare_data(args.data, runtime, tokenizer, args.samples_total, args.eval_samples,
+                            args.generation_samples, args.max_length, per_gpu=args.samples_per_gpu)
     if manual_fsdp:
-        outcome = train_with_manual_fsdp(args, runtime, spec, tokenizer, data, precision, writer)
+        with clock.phase("train"):
+            outcome = train_with_manual_fsdp(args, runtime, spec, tokenizer, data, precision, writer)
     else:
-        outcome = train_with_trainer(args, runtime, spec, tokenizer, data, precision, writer, recipe)
+        outcome = train_with_trainer(args, runtime, spec, tokenizer, data, precision, writer, recipe, clock)
     fsdp_implementation = ("fsdp1-manual" if manual_fsdp else "trainer") if args.fsdp else None
     settings = engine_settings(args, fsdp_implementation)
     if recipe is not None and args.recipe != "seed":
@@ -258,10 +272,15 @@ def run(args, runtime: Runtime) -> dict:
 
 
 def main(argv=None) -> int:
+    from workshop_lib.train.timing import PhaseClock
+
     args = parse_args(argv)
-    runtime = start_runtime(deepspeed=bool(args.deepspeed))
+    clock = PhaseClock()
+    with clock.phase("process group"):
+        runtime = start_runtime(deepspeed=bool(args.deepspeed))
     try:
-        summary = run(args, runtime)
+        summary = run(args, runtime, clock)
+        print_main(runtime, clock.line())
         if runtime.is_main:
             print(f"== summary: {summary['samples_per_s']:.2f} samples/s, final loss {summary['final_loss']:.4f}, "
                   f"peak memory {max(summary['peak_memory_mib_per_rank']):.0f} MiB "

@@ -186,14 +186,13 @@ class ExperimentBuilder:
 
     def submit(self) -> Run:
         """Submit the experiment (``runs.submit_experiment``: a completed equal run is reused) and watch it."""
-        from ..notebook import _jobs_find_this_python, submitting_enabled
+        from ..notebook import submitting_enabled
 
         experiment = self.experiment
         if self.errors:
             raise ValidationError(f"experiment {experiment.id}", self.errors)
         if not submitting_enabled():
             raise WorkshopError("submitting is off here ($WORKSHOP_SUBMIT=0): this builder only shows the script")
-        _jobs_find_this_python()
         self.run = submit_experiment(experiment, self.profile, root=self.runs_dir, backend=self.backend)
         self.submit_note = f"{experiment.id}: {self.run.note} (run folder {self.run.directory})"
         self.monitor.add(self.run)
@@ -446,7 +445,7 @@ class ExperimentBuilder:
             return
         name = next(key for key, widget in self._controls.items() if widget is change.owner)
         try:
-            self.set(**{name: _decode(name, change.new)})
+            self.set(**{name: _decode(change.new)})
         except WorkshopError as error:
             self.submit_note = str(error)
             self._render()
@@ -510,7 +509,7 @@ def _encode(value):
     return OFF if value is None else value
 
 
-def _decode(name: str, value):
+def _decode(value):
     return None if value == OFF else value
 
 

@@ -64,20 +64,6 @@ class StaticView:
         return self.text
 
 
-def show(obj) -> None:
-    """IPython's display inside IPython; print elsewhere."""
-    try:
-        from IPython import get_ipython
-        from IPython.display import display
-    except ImportError:
-        print(repr(obj))
-        return
-    if get_ipython() is not None:
-        display(obj)
-    else:
-        print(repr(obj))
-
-
 def escape(text) -> str:
     return html.escape(str(text), quote=False)
 
