@@ -68,6 +68,9 @@ class TrainingSetup:
     max_steps: int | None = None
     eval_samples: int | None = None
     gpt_shape: dict[str, int] = field(default_factory=dict)
+    # Build the real architecture from its config with random weights: no hub download needed
+    # (throughput and memory are the real model's; the loss means nothing).
+    random_init: bool = False
 
 
 @dataclass(frozen=True)

@@ -265,6 +265,8 @@ def training_arguments(experiment: Experiment, profile: Profile, deepspeed_confi
                  "--model", profile.model_name(experiment.model),
                  "--data", training.data,
                  "--precision", precision]
+    if training.random_init:
+        arguments.append("--random-init")
     max_steps = _smallest(experiment.max_steps, training.max_steps)
     if max_steps is not None:
         arguments += ["--max-steps", str(max_steps)]

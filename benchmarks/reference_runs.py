@@ -1,0 +1,97 @@
+"""Reference results on real GPUs: the chapters' own job scripts, run through the local executor.
+
+On a multi-GPU machine without SLURM (the device machine, a workstation):
+
+    WORKSHOP_BACKEND=local python3 benchmarks/reference_runs.py --chapter 3 --runs RUNS --out book/reference
+
+renders every experiment of the chapter that fits the `gpu-workstation` profile (one node, up to 4 GPUs),
+submits the scripts — the local executor queues them until enough GPUs are free, so 1-GPU jobs run
+side by side — waits, and writes the tidy results with provenance (GPU, driver, library versions,
+date) to OUT/chapter<N>.json, which the chapters show next to their tables as "measured on real GPUs".
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def provenance() -> dict:
+    """What the numbers were measured on."""
+    info = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "host_python": platform.python_version(), "command": " ".join(sys.argv)}
+    try:
+        query = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
+                                "--format=csv,noheader"], capture_output=True, text=True, timeout=30)
+        info["gpus"] = [line.strip() for line in query.stdout.splitlines() if line.strip()]
+    except (FileNotFoundError, subprocess.TimeoutExpired):
+        info["gpus"] = []
+    for package in ("torch", "transformers", "deepspeed", "accelerate", "peft", "datasets"):
+        try:
+            module = __import__(package)
+            info[package] = getattr(module, "__version__", "?")
+        except Exception as error:  # a missing package is part of the record, not a failure
+            info[package] = f"unavailable ({type(error).__name__})"
+    try:
+        import torch
+
+        info["cuda"] = torch.version.cuda
+    except Exception:
+        pass
+    return info
+
+
+def main(argv: list[str] | None = None) -> int:
+    from workshop_lib.experiments import chapter_experiments
+    from workshop_lib.profiles import load_profile
+    from workshop_lib.results import chapter_results
+    from workshop_lib.runs import submit_experiments, wait_for_runs
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--chapter", type=int, action="append", required=True, help="3 and/or 4")
+    parser.add_argument("--runs", type=Path, default=ROOT / "runs-reference")
+    parser.add_argument("--out", type=Path, default=ROOT / "book" / "reference")
+    parser.add_argument("--profile", default="gpu-workstation")
+    parser.add_argument("--only", nargs="*", default=None, help="experiment ids (default: all that fit)")
+    parser.add_argument("--timeout", type=float, default=540.0, help="seconds to wait for the jobs")
+    args = parser.parse_args(argv)
+
+    os.environ.setdefault("WORKSHOP_BACKEND", "local")
+    profile = load_profile(args.profile)
+    experiments = [e for chapter in args.chapter for e in chapter_experiments(chapter)
+                   if profile.supports(e) and (args.only is None or e.id in args.only)]
+    # Biggest jobs first: the 1-GPU jobs then fill the gaps the multi-GPU ones leave.
+    experiments.sort(key=lambda e: -e.gpus)
+    print(f"{len(experiments)} experiments on profile {profile.name}: " + ", ".join(e.id for e in experiments))
+    started = time.monotonic()
+    runs = submit_experiments(experiments, profile, root=args.runs)
+    infos = wait_for_runs(runs, timeout=args.timeout)
+    print(f"all jobs ended after {time.monotonic() - started:.0f} s")
+    for info in infos:
+        print("  " + info.describe())
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    record = provenance()
+    for chapter in args.chapter:
+        frame = chapter_results(chapter, args.runs)
+        measured = frame[frame["id"].isin([e.id for e in experiments])]
+        target = args.out / f"chapter{chapter}.json"
+        target.write_text(json.dumps({"provenance": record, "profile": profile.name,
+                                      "results": json.loads(measured.to_json(orient="records"))},
+                                     indent=1, default=str) + "\n")
+        print(f"wrote {target} ({len(measured)} runs)")
+    return 0 if all(info.state == "COMPLETED" for info in infos) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
