@@ -113,8 +113,9 @@ def test_tiny_realises_nemo_rows_with_the_stand_in_engines():
 def test_monitors_follow_the_profile_and_the_experiment():
     offload = get_experiment("zero/single-gpu/zero3-offload")
     ibex, tiny = render_script(offload, "ibex"), render_script(offload, "tiny")
-    assert "nvidia-smi --query-gpu=timestamp,index,name,memory.used,memory.total --format=csv,nounits" in ibex
-    assert "nvidia-smi --query" not in tiny and "no GPU memory monitor" in tiny
+    assert ('nvidia-smi ${CUDA_VISIBLE_DEVICES:+-i "$CUDA_VISIBLE_DEVICES"} '
+            "--query-gpu=timestamp,index,name,memory.used,memory.total --format=csv,nounits") in ibex
+    assert "nvidia-smi" not in tiny.replace("no nvidia-smi", "") and "no GPU memory monitor" in tiny
     assert "--log cpu_memory.txt" in ibex and "--log cpu_memory.txt" in tiny
     assert "psrecord" not in render_script(get_experiment("fsdp/multi-gpu/2-gpus"), "ibex")
     assert "--deepspeed" in ibex and "zero3_offload.json" in ibex
