@@ -37,10 +37,11 @@ demo: setup  ## the workshop end to end on the local default (tiny profile, loca
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m workshop_lib.demo
 
 # WORKSHOP_SUBMIT=0: the chapters only read the runs in runs/ (run `make demo` or the notebooks first).
-# The execution cache is dropped first: it is keyed on the code, and the results in runs/ may be newer.
+# The execution cache is dropped and every page rebuilt (--all): both are keyed on the sources, and the
+# results in runs/ may be newer than the last build.
 book: setup  ## build the book from the runs already in runs/ (submits nothing)
 	rm -rf _build/.jupyter_cache
-	WORKSHOP_SUBMIT=0 $(BIN)/jupyter-book build . -W --keep-going
+	WORKSHOP_SUBMIT=0 $(BIN)/jupyter-book build . --all -W --keep-going
 
 # Jobs submitted from the notebooks inherit PATH, so this environment comes first. Root (a container,
 # the CI machine) must say --allow-root; LAB_ARGS passes more, e.g. LAB_ARGS="--no-browser --port 8888".

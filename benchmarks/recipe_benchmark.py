@@ -293,7 +293,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    folder = Path(args.work_dir) if args.work_dir else out.with_suffix("") .parent / (out.stem + "-runs")
+    folder = Path(args.work_dir) if args.work_dir else out.parent / (out.stem + "-runs")
     folder.mkdir(parents=True, exist_ok=True)
     import torch
 

@@ -168,10 +168,11 @@ def build_book(read_only: bool = True) -> None:
     env = dict(os.environ)
     if read_only:
         env[SUBMIT_VARIABLE] = "0"
-    # The execution cache is keyed on the notebooks' code, not on the runs they read: a chapter whose code
-    # did not change would keep the tables of an earlier execution. Re-reading results takes seconds.
+    # The execution cache is keyed on the notebooks' code, and Sphinx rebuilds only pages whose source
+    # changed, not on the runs they read: either would keep the tables of an earlier execution. So the
+    # cache goes and every page is rebuilt (--all); re-reading results takes seconds per chapter.
     shutil.rmtree(ROOT / "_build" / ".jupyter_cache", ignore_errors=True)
-    command = [str(Path(sys.executable).parent / "jupyter-book"), "build", str(ROOT), "-W", "--keep-going"]
+    command = [str(Path(sys.executable).parent / "jupyter-book"), "build", str(ROOT), "--all", "-W", "--keep-going"]
     subprocess.run(command, check=True, cwd=ROOT, env=env)
 
 

@@ -1,0 +1,83 @@
+"""The tuned recipe's pieces on a CPU: same loss and gradients, same global batch, honest padding."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from workshop_lib.errors import WorkshopError
+from workshop_lib.train.models import build_model, model_spec
+from workshop_lib.train.recipes import (FEATURES, DynamicPaddingCollator, UnpaddedView, apply_recipe,
+                                        chunked_cross_entropy, parse_recipe, use_chunked_loss)
+
+
+def test_recipe_names_and_ladders_parse():
+    assert parse_recipe("seed") == ()
+    assert parse_recipe("tuned") == FEATURES
+    assert parse_recipe("seed+batch+bf16") == ("bf16", "batch")  # ladder order, whatever the spelling
+    with pytest.raises(WorkshopError, match="unknown feature"):
+        parse_recipe("seed+turbo")
+    with pytest.raises(WorkshopError, match="start with one of"):
+        parse_recipe("fast")
+
+
+def test_tuned_keeps_the_global_batch_and_skips_what_a_cpu_cannot_do():
+    recipe = apply_recipe("tuned", precision="fp32", per_device_batch=4, grad_accum=4, device_kind="cpu", engine="hf")
+    assert (recipe.per_device_batch, recipe.grad_accum, recipe.eval_batch) == (16, 1, 4)
+    assert recipe.precision == "fp32" and {"bf16", "compile", "fused-adamw"} <= set(recipe.skipped)
+    sharded = apply_recipe("tuned", precision="fp32", per_device_batch=4, grad_accum=4, device_kind="cpu",
+                           engine="deepspeed", zero_stage=3)
+    assert "chunked-ce" in sharded.skipped
+
+
+def test_chunked_loss_matches_the_models_own_loss_and_gradients():
+    reference = build_model(model_spec("tiny-bloom"), True, 0)
+    chunked = copy.deepcopy(reference)
+    use_chunked_loss(chunked)
+    torch.manual_seed(0)
+    ids = torch.randint(3, 512, (3, 40))
+    mask = torch.ones_like(ids)
+    mask[1, 30:] = 0
+    mask[2, 10:] = 0
+    labels = ids.masked_fill(mask == 0, -100)
+    expected = reference(input_ids=ids, attention_mask=mask, labels=labels).loss
+    got = chunked(input_ids=ids, attention_mask=mask, labels=labels).loss
+    expected.backward()
+    got.backward()
+    assert torch.allclose(got, expected, atol=1e-5)
+    for mine, theirs in zip(chunked.parameters(), reference.parameters()):
+        assert torch.allclose(mine.grad, theirs.grad, atol=1e-6)
+    assert chunked.generate(input_ids=ids[:1, :5], max_new_tokens=2, do_sample=False, pad_token_id=0).shape == (1, 7)
+
+
+def test_chunks_of_rows_add_up_to_the_plain_cross_entropy():
+    hidden = torch.randn(2, 50, 8, requires_grad=True)
+    weight = torch.randn(30, 8, requires_grad=True)
+    labels = torch.randint(0, 30, (2, 50))
+    chunked_cross_entropy(hidden, weight, labels, chunk_rows=7).backward()
+    grads = hidden.grad.clone(), weight.grad.clone()
+    hidden.grad = weight.grad = None
+    torch.nn.functional.cross_entropy((hidden[:, :-1] @ weight.t()).reshape(-1, 30), labels[:, 1:].reshape(-1)).backward()
+    assert torch.allclose(grads[0], hidden.grad, atol=1e-6) and torch.allclose(grads[1], weight.grad, atol=1e-6)
+
+
+def test_dynamic_padding_only_drops_pad_columns():
+    class Padded(torch.utils.data.Dataset):
+        attention_mask = torch.tensor([[1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 0]])
+
+        def __len__(self):
+            return 2
+
+        def __getitem__(self, i):
+            ids = torch.arange(6) + 10 * i
+            return {"input_ids": ids, "attention_mask": self.attention_mask[i],
+                    "labels": ids.masked_fill(self.attention_mask[i] == 0, -100)}
+
+    view = UnpaddedView(Padded())
+    assert [len(view[i]["input_ids"]) for i in range(2)] == [3, 5]
+    batch = DynamicPaddingCollator(pad_token_id=0, multiple=4)([view[0], view[1]])
+    assert batch["input_ids"].shape == (2, 8)  # longest 5, rounded up to 4's multiple
+    assert batch["labels"][0].tolist() == [0, 1, 2] + [-100] * 5
+    assert batch["attention_mask"].sum().item() == 8
