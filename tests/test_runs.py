@@ -118,3 +118,23 @@ def test_the_notebook_side_never_imports_torch():
             "workshop_lib.commands.experiments; print('torch' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
+
+
+def test_a_lost_local_job_counts_as_failed_and_is_resubmitted(tmp_path, monkeypatch):
+    """A run whose job record vanished (state folder wiped) must not block a new submission."""
+    import json
+
+    from workshop_lib.experiments import get_experiment
+    from workshop_lib.runs import load_run
+
+    monkeypatch.setenv("WORKSHOP_STATE_DIR", str(tmp_path / "state"))
+    experiment = get_experiment("zero/baseline")
+    folder = tmp_path / "runs" / experiment.id
+    folder.mkdir(parents=True)
+    (folder / "job.json").write_text(json.dumps({
+        "job_id": "local-99", "backend": "local", "experiment_id": experiment.id,
+        "content_hash": experiment.content_hash, "profile": "tiny", "submitted_at": "2026-01-01T00:00:00+00:00"}))
+    run = load_run(experiment, tmp_path / "runs")
+    assert run.record is not None
+    info = run.info()
+    assert info.state == "NODE_FAIL" and "job lost" in info.reason

@@ -99,7 +99,7 @@ def submit(script: Path, workdir: Path, sbatch_args: Sequence[str] = ()):
 def job_info(job_id: str) -> JobInfo:
     record = _read(job_id)
     state = record["state"]
-    if state == "RUNNING" and not _alive(record.get("runner_pid")):
+    if state in ("PENDING", "RUNNING") and record.get("runner_pid") and not _alive(record.get("runner_pid")):
         state = "NODE_FAIL"  # the runner vanished without writing an end state (machine rebooted, killed)
     started = record.get("started_at")
     ended = record.get("ended_at") or (time.time() if started else None)
@@ -211,7 +211,9 @@ def _wait_for_gpus(record: dict) -> dict:
 
 def run(job_id: str) -> int:
     """The runner: wait for GPUs, execute the job script, enforce its time limit, record how it ended."""
-    record = _wait_for_gpus(_read(job_id))
+    record = {**_read(job_id), "runner_pid": os.getpid()}
+    _write(record)  # from now on a vanished runner shows as NODE_FAIL, even while the job waits
+    record = _wait_for_gpus(record)
     if record["state"] == "FAILED":
         return 0
     if record.get("cancel_requested"):

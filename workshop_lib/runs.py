@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from . import cluster
-from .errors import WorkshopError
+from .errors import ClusterError, WorkshopError
 from .experiments import Experiment, select_experiments
 from .profiles import Profile, load_profile
 from .scripts import CPU_MEMORY_LOG, DS_CONFIGS_DIR, TRAIN_DIR, render_script
@@ -114,7 +114,13 @@ class Run:
         if self.record.final_state:
             return JobInfo(job_id=self.record.job_id, state=self.record.final_state,
                            exit_code=self.record.exit_code, stdout_path=self.stdout_path)
-        info = self.job.info()
+        try:
+            info = self.job.info()
+        except ClusterError as lost:
+            # The scheduler no longer knows the job (a wiped local state folder, a rebuilt cluster):
+            # the run can never finish, so it counts as failed and a new submission may replace it.
+            info = JobInfo(job_id=self.record.job_id, state="NODE_FAIL", reason=f"job lost: {lost}",
+                           stdout_path=self.stdout_path)
         self.remember(info)
         return info
 

@@ -29,9 +29,9 @@ KNOWN_CONFIGS: dict[str, dict] = {
                      "tie_word_embeddings": False},
     "tiny-bloom": {"model_type": "bloom", "hidden_size": 64, "n_layer": 2, "n_head": 4, "vocab_size": 512},
     "tiny-llama": {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-                   "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512},
+                   "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 512},
     "tiny-mixtral": {"model_type": "mixtral", "hidden_size": 64, "intermediate_size": 128,
-                     "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                     "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4,
                      "num_local_experts": 4, "num_experts_per_tok": 2, "vocab_size": 512},
     # The custom GPT of chapter 4 (workshop_lib.experiments.GptShape defaults).
     "gpt": {"model_type": "gpt", "hidden": 2048, "layers": 3, "heads": 16, "ffn": 8192, "vocab": 50000,
