@@ -296,6 +296,37 @@ def show_tables(selection: Selection, runs_dir: Path | str | None = None) -> lis
     return tables
 
 
+def reference_results(chapter: int) -> tuple[dict, pd.DataFrame] | None:
+    """The chapter's results measured on real GPUs (book/reference/chapter<N>.json), if measured."""
+    import json
+
+    path = repository_root() / "book" / "reference" / f"chapter{chapter}.json"
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text())
+    return data, pd.DataFrame(data["results"])
+
+
+def show_reference_tables(chapter: int) -> list[Table]:
+    """The same seed tables, filled from the reference runs on real GPUs, with where they were measured."""
+    loaded = reference_results(chapter)
+    if loaded is None:
+        message(f"No reference results for chapter {chapter} yet (book/reference/chapter{chapter}.json).")
+        return []
+    data, results = loaded
+    provenance = data["provenance"]
+    first = provenance[0] if isinstance(provenance, list) else provenance
+    gpus = first.get("gpus") or ["unknown GPU"]
+    message(f"Measured on real GPUs: {len(gpus)} × {gpus[0]}, torch {first.get('torch')}, transformers "
+            f"{first.get('transformers')}, DeepSpeed {first.get('deepspeed')}, on {first.get('date', '?')[:10]}. "
+            f"{data.get('what', '')}")
+    tables = [table for table in _TABLE_BUILDERS[chapter](results)
+              if not table.frame.empty and len(table.frame.columns) > 1]
+    for table in tables:
+        _display(_html(table_html(table)))
+    return tables
+
+
 def table_html(table: Table) -> str:
     """One table: a heading, the frame (numbers as numbers, empty cells blank) and its note."""
     frame = table.frame.map(format_cell)
