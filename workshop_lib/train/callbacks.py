@@ -41,3 +41,20 @@ class MetricsCallback(TrainerCallback):
                              self.last_step_time, self.global_batch, logs.get("epoch", state.epoch or 0.0))
         if "eval_loss" in logs:
             self.writer.evaluation(state.global_step, logs["eval_loss"])
+
+
+class ShardSizeCallback(TrainerCallback):
+    """Counts this rank's resident parameters after the first optimizer step.
+
+    Between steps every FSDP unit is resharded, so the count is the shard. Counted after training
+    instead, the root unit (BLOOM's 257 M-parameter embedding) may still be gathered from the last
+    evaluation forward, and the count would overstate what the rank keeps.
+    """
+
+    def __init__(self, count_parameters):
+        self.count_parameters = count_parameters
+        self.local_params: int | None = None
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        if self.local_params is None and model is not None:
+            self.local_params = self.count_parameters(model)

@@ -22,7 +22,7 @@ from workshop_lib.train.gpt_model import GPT, GPTConfig
 from workshop_lib.train.loop import LoopSettings, run_loop
 from workshop_lib.train.metrics import MetricsWriter, summary_fields
 from workshop_lib.train.models import count_parameters
-from workshop_lib.train.runtime import Runtime, print_main, start_runtime, stop_runtime
+from workshop_lib.train.runtime import Runtime, print_main, run_entry_point
 from workshop_lib.train.sharding import STRATEGIES, local_parameter_count, wrap_fsdp
 
 
@@ -117,18 +117,7 @@ def run(args, runtime: Runtime) -> dict:
 
 
 def main(argv=None) -> int:
-    args = parse_args(argv)
-    runtime = start_runtime()
-    try:
-        summary = run(args, runtime)
-        print_main(runtime, f"== summary: {summary['samples_per_s']:.2f} samples/s, "
-                            f"final loss {summary['final_loss']:.4f}")
-    except WorkshopError as error:
-        print(f"error: {error}", file=sys.stderr, flush=True)
-        return 2
-    finally:
-        stop_runtime()
-    return 0
+    return run_entry_point(parse_args, run, argv)
 
 
 if __name__ == "__main__":

@@ -143,7 +143,7 @@ def train_with_trainer(args, runtime: Runtime, spec, tokenizer, data, precision:
                        recipe: AppliedRecipe | None = None, clock=None):
     from transformers import TrainingArguments
 
-    from workshop_lib.train.callbacks import MetricsCallback
+    from workshop_lib.train.callbacks import MetricsCallback, ShardSizeCallback
     from workshop_lib.train.recipes import UnpaddedView, compile_blocks, counting_trainer_class, use_chunked_loss
 
     recipe = recipe or recipe_for(args, runtime, precision)
@@ -177,10 +177,11 @@ def train_with_trainer(args, runtime: Runtime, spec, tokenizer, data, precision:
         compile_blocks(model, spec.layer_class)
     global_batch = args.per_device_batch * args.grad_accum * runtime.world_size
     train_set = UnpaddedView(data.train) if collator is not None else data.train
+    shard_size = ShardSizeCallback(local_parameter_count)
     with clock.phase("trainer setup"):
         trainer = counting_trainer_class()(
             model=model, args=training_args, train_dataset=train_set, eval_dataset=data.validation,
-            callbacks=[MetricsCallback(writer, global_batch, runtime.device_kind)],
+            callbacks=[MetricsCallback(writer, global_batch, runtime.device_kind), shard_size],
             **({"data_collator": collator} if collator is not None else {}))
     with clock.phase("train"):
         result = trainer.train()
@@ -205,7 +206,7 @@ def train_with_trainer(args, runtime: Runtime, spec, tokenizer, data, precision:
             "final_loss": writer.last_loss if writer.last_loss is not None else result.training_loss,
             "samples_processed": trainer.state.global_step * global_batch,
             "trainable_params": trainable, "total_params": total,
-            "local_params": local_parameter_count(trainer.model_wrapped),
+            "local_params": shard_size.local_params or local_parameter_count(trainer.model_wrapped),
             "step_times": writer.step_times, "eval_loss": eval_loss, "eval_em": em, "eval_f1": f1}
 
 

@@ -25,7 +25,7 @@ from workshop_lib.train.data import IGNORE_INDEX
 from workshop_lib.train.loop import LoopSettings, run_loop
 from workshop_lib.train.metrics import MetricsWriter, summary_fields
 from workshop_lib.train.models import build_model, count_parameters, model_spec
-from workshop_lib.train.runtime import Runtime, barrier, print_main, start_runtime, stop_runtime
+from workshop_lib.train.runtime import Runtime, barrier, print_main, run_entry_point
 from workshop_lib.train.sharding import local_parameter_count
 
 
@@ -135,20 +135,13 @@ def run(args, runtime: Runtime) -> dict:
     return writer.summary(**summary)
 
 
+def summary_line(summary: dict) -> str:
+    return (f"== summary: {summary['samples_per_s']:.2f} samples/s, final loss {summary['final_loss']:.6f}, "
+            f"local parameters per rank {summary['local_params_per_rank']}")
+
+
 def main(argv=None) -> int:
-    args = parse_args(argv)
-    runtime = start_runtime()
-    try:
-        summary = run(args, runtime)
-        print_main(runtime, f"== summary: {summary['samples_per_s']:.2f} samples/s, "
-                            f"final loss {summary['final_loss']:.6f}, "
-                            f"local parameters per rank {summary['local_params_per_rank']}")
-    except WorkshopError as error:
-        print(f"error: {error}", file=sys.stderr, flush=True)
-        return 2
-    finally:
-        stop_runtime()
-    return 0
+    return run_entry_point(parse_args, run, argv, summary_line=summary_line)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ LOCAL_RANK and LOCAL_WORLD_SIZE are always set. The same code picks NCCL on CUDA
 
 from __future__ import annotations
 
+import sys
 import datetime
 import os
 from dataclasses import dataclass
@@ -101,3 +102,26 @@ def print_main(runtime: Runtime, *lines: str) -> None:
     if runtime.is_main:
         for line in lines:
             print(line, flush=True)
+
+
+def run_entry_point(parse_args, run, argv=None, summary_line=None, **runtime_options) -> int:
+    """The body of every entry point's main(): parse, join the process group, train, report, leave.
+
+    A WorkshopError (bad flags, data that does not fit) ends the process with status 2 and its message,
+    not a traceback on every rank.
+    """
+    from workshop_lib.errors import WorkshopError
+
+    args = parse_args(argv)
+    runtime = start_runtime(**runtime_options)
+    try:
+        summary = run(args, runtime)
+        line = summary_line(summary) if summary_line else (
+            f"== summary: {summary['samples_per_s']:.2f} samples/s, final loss {summary['final_loss']:.4f}")
+        print_main(runtime, line)
+    except WorkshopError as error:
+        print(f"error: {error}", file=sys.stderr, flush=True)
+        return 2
+    finally:
+        stop_runtime()
+    return 0
