@@ -3,6 +3,7 @@ columns follow the definitions: time/memory scaling (seeds 000/001), strong-scal
 weak-scaling efficiency."""
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -10,7 +11,8 @@ import pytest
 
 from workshop_lib.tables import ADDED_COLUMNS, SEED_COLUMNS, chapter_tables
 
-SEEDS = Path("/work/shared/seeds")
+# The source material sits beside the checkout (../shared/seeds) in the team's workspace.
+SEEDS = Path(os.environ.get("WORKSHOP_SEEDS_DIR", Path(__file__).resolve().parents[2] / "shared" / "seeds"))
 
 
 def _seed_headers(pattern: str) -> list[list[str]]:
