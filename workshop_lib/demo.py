@@ -91,7 +91,7 @@ def execute_chapter(path: Path, profile: str, output_dir: Path, parameters: dict
 
 
 def _jobs_find_this_python() -> None:
-    # The kernel (and the jobs it submits) inherit PATH: make this environment's tools come first.
+    # papermill's kernelspec starts `python` from PATH: make it this environment's interpreter.
     bin_dir = str(Path(sys.executable).parent)
     if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
         os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")

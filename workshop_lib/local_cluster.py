@@ -320,6 +320,7 @@ class LocalCluster:
     def _spawn(self, name: str, command: list[str], foreground: bool = False) -> None:
         """Start a daemon detached from this process (it outlives `workshop cluster up`)."""
         log = self.state / "logs" / f"{name}.stdout"
+        command = [_which(command[0]) or command[0], *command[1:]]  # daemons live in /usr/sbin
         with open(log, "ab") as output:
             process = subprocess.Popen(command, env=self.environment(), stdin=subprocess.DEVNULL, stdout=output,
                                        stderr=subprocess.STDOUT, start_new_session=True, cwd=self.state)
@@ -439,6 +440,7 @@ def _wait(condition, timeout: float, what: str, log: Path | None = None) -> None
 
 
 def _run(command: list[str], what: str, env: dict[str, str] | None = None) -> None:
+    command = [_which(command[0]) or command[0], *command[1:]]
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
     if result.returncode != 0:
         raise ClusterError(f"{what} failed: `{command[0]}` exited {result.returncode}:\n"

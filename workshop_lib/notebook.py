@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import html
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -208,15 +207,6 @@ def show_reference_script(experiment_id: str, profile: str = "ibex", open_: bool
 
 
 # ---- submit and wait ------------------------------------------------------------------------------
-def _jobs_find_this_python() -> None:
-    """Jobs inherit the submitter's PATH (profile tiny): put this kernel's environment first, so that the
-    job's `torchrun`, `python` and `workshop` are the ones of the environment that submitted it."""
-    bin_dir = str(Path(sys.executable).parent)
-    parts = os.environ.get("PATH", "").split(os.pathsep)
-    if bin_dir not in parts:
-        os.environ["PATH"] = os.pathsep.join([bin_dir, *parts])
-
-
 def run_experiments(selection: Selection, runs_dir: Path | str | None = None,
                     wait_timeout_s: float | None = 1800, progress: bool = True) -> list[Run]:
     """Submit what has not completed yet, wait with a progress line, and show how each run ended.
@@ -234,7 +224,6 @@ def run_experiments(selection: Selection, runs_dir: Path | str | None = None,
             run.note = "read only ($WORKSHOP_SUBMIT=0)"
         _show_run_table(runs, read_only=True)
         return runs
-    _jobs_find_this_python()
     runs = submit_experiments(selection.runnable, selection.profile, root=root)
     fresh = sum(run.submitted_now for run in runs)
     message(f"{fresh} job(s) submitted, {len(runs) - fresh} reused or already queued; run folders under {root}.")
