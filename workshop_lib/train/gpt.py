@@ -108,11 +108,9 @@ def run(args, runtime: Runtime) -> dict:
                        "per_device_batch": args.per_device_batch, "grad_accum": args.grad_accum,
                        "samples_per_gpu": args.samples_per_gpu, "samples_total": args.samples_total or None, "max_length": args.max_length}
     summary = summary_fields(runtime=runtime, engine="gpt", settings=engine_settings, model="gpt",
-                             precision=precision, samples=len(data.train), train_runtime_s=result.train_runtime_s,
-                             final_loss=result.final_loss, trainable_params=trainable, total_params=total,
-                             local_params=local_params, step_times=result.step_times,
-                             samples_processed=result.samples_processed, eval_loss=result.eval_loss,
-                             eval_em=result.eval_em, eval_f1=result.eval_f1)
+                             precision=precision, samples=len(data.train),
+                             trainable_params=trainable, total_params=total, local_params=local_params,
+                             **result.outcome())
     return writer.summary(**summary)
 
 

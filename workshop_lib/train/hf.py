@@ -233,10 +233,7 @@ def train_with_manual_fsdp(args, runtime: Runtime, spec, tokenizer, data, precis
                                          runtime, precision, args.max_length)
     result = run_loop(wrapped, optimizer, data.train, data.validation, runtime, writer, settings,
                       clip=wrapped.clip_grad_norm_, answer_quality=quality)
-    return {"train_runtime_s": result.train_runtime_s, "final_loss": result.final_loss,
-            "samples_processed": result.samples_processed, "trainable_params": trainable,
-            "total_params": total, "local_params": local_params, "step_times": result.step_times,
-            "eval_loss": result.eval_loss, "eval_em": result.eval_em, "eval_f1": result.eval_f1}
+    return {**result.outcome(), "trainable_params": trainable, "total_params": total, "local_params": local_params}
 
 
 def run(args, runtime: Runtime, clock=None) -> dict:

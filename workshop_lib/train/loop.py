@@ -44,6 +44,12 @@ class LoopResult:
     eval_em: float | None
     eval_f1: float | None
 
+    def outcome(self) -> dict:
+        """The loop's share of the summary record (metrics.jsonl); the entry point adds the rest."""
+        return {"train_runtime_s": self.train_runtime_s, "final_loss": self.final_loss,
+                "samples_processed": self.samples_processed, "step_times": self.step_times,
+                "eval_loss": self.eval_loss, "eval_em": self.eval_em, "eval_f1": self.eval_f1}
+
 
 def default_loss(model, batch) -> torch.Tensor:
     return model(**batch).loss

@@ -97,11 +97,9 @@ def run(args, runtime: Runtime) -> dict:
                        "max_length": args.max_length, "trainable_params_before": trainable_before,
                        "total_params_before": total_before}
     summary = summary_fields(runtime=runtime, engine="lora", settings=engine_settings, model=args.model,
-                             precision=precision, samples=len(data.train), train_runtime_s=result.train_runtime_s,
-                             final_loss=result.final_loss, trainable_params=trainable, total_params=total,
-                             local_params=total, step_times=result.step_times,
-                             samples_processed=result.samples_processed, eval_loss=result.eval_loss,
-                             eval_em=result.eval_em, eval_f1=result.eval_f1)
+                             precision=precision, samples=len(data.train),
+                             trainable_params=trainable, total_params=total, local_params=total,
+                             **result.outcome())
     return writer.summary(**summary)
 
 

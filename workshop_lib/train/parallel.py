@@ -128,10 +128,9 @@ def run(args, runtime: Runtime) -> dict:
                        "learning_rate": args.learning_rate, "max_length": args.max_length,
                        "gradient_clipping": False}
     summary = summary_fields(runtime=runtime, engine="parallel", settings=engine_settings, model=args.model,
-                             precision=precision, samples=len(data.train), train_runtime_s=result.train_runtime_s,
-                             final_loss=result.final_loss, trainable_params=trainable, total_params=total,
-                             local_params=local_params, step_times=result.step_times,
-                             samples_processed=result.samples_processed, eval_loss=result.eval_loss)
+                             precision=precision, samples=len(data.train),
+                             trainable_params=trainable, total_params=total, local_params=local_params,
+                             **result.outcome())
     return writer.summary(**summary)
 
 
