@@ -49,7 +49,10 @@ def parse_args(argv=None):
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     parser.add_argument("--out", required=True, help="result JSON (e.g. benchmarks/results/recipe/h200.json)")
     parser.add_argument("--variants", default="ladder",
-                        help="'ladder' (default), or comma-separated recipes, e.g. seed,tuned")
+                        help="'ladder' (default), or comma-separated recipes, e.g. seed,tuned; a variant may "
+                             "add entry-point flags after a space: 'tuned --learning-rate 1e-4'")
+    parser.add_argument("--profile-steps", default=None, metavar="FIRST:LAST",
+                        help="profile these optimizer steps of every variant (profile.txt in its run folder)")
     parser.add_argument("--samples", type=int, default=None,
                         help="training samples per variant (default 1600 on a GPU, 64 with --tiny)")
     parser.add_argument("--eval-samples", type=int, default=None, help="held-out samples (default 128; 16 tiny)")
@@ -161,22 +164,25 @@ def model_shape(model: str) -> dict:
 
 # ---------------------------------------------------------------- one variant
 
-def variant_command(args, recipe: str, output_dir: Path) -> list[str]:
+def variant_command(args, variant: str, output_dir: Path) -> list[str]:
+    recipe, *extra = shlex.split(variant)
     steps = args.samples // 16
     precision = "fp32" if args.tiny else "fp16"  # the seed's fp16; +bf16 switches on a GPU
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1",
             "-m", "workshop_lib.train.hf", "--output-dir", str(output_dir), "--model", args.model,
             "--random-init", "--data", args.data, "--precision", precision, *SEED_RECIPE,
             "--samples-per-gpu", str(steps * 16), "--max-steps", str(steps),
-            "--eval-samples", str(args.eval_samples), "--generation-samples", "0", "--recipe", recipe]
+            "--eval-samples", str(args.eval_samples), "--generation-samples", "0", "--recipe", recipe, *extra]
 
 
 def run_variant(args, recipe: str, folder: Path) -> dict:
-    name = recipe.replace("+", "_")
+    name = "".join(c if c.isalnum() or c in "-." else "_" for c in recipe)
     output_dir = folder / name
     command = variant_command(args, recipe, output_dir)
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
                    "TOKENIZERS_PARALLELISM": "false"}
+    if args.profile_steps:
+        environment["WORKSHOP_PROFILE_STEPS"] = args.profile_steps
     log = folder / f"{name}.log"
     print(f"--- {recipe}", flush=True)
     started = time.perf_counter()
@@ -200,6 +206,8 @@ def run_variant(args, recipe: str, folder: Path) -> dict:
     record["steps"] = [r for r in records if r["kind"] == "step"]
     record["summary"] = next(r for r in records if r["kind"] == "summary")
     record["throughput"] = json.loads((output_dir / "throughput.json").read_text())
+    if (output_dir / "profile.txt").exists():
+        record["profile"] = (output_dir / "profile.txt").read_text()
     return record
 
 
@@ -316,6 +324,9 @@ def main(argv=None) -> int:
             print(f"    {result['samples_per_s']:.1f} samples/s steady, {result['end_to_end_samples_per_s']:.1f} end to end, "
                   f"eval loss {result['eval_loss']}, peak {result['peak_memory_mib'] / 1024:.2f} GiB, "
                   f"process {record['process_wall_s']:.0f} s", flush=True)
+            if "profile" in record:
+                print("    profile: " + " | ".join(record["profile"].splitlines()[:2]), flush=True)
+                result["profile"] = record["profile"]
         else:
             results.append({"recipe": recipe, "returncode": record["returncode"], "log_tail": record.get("log_tail")})
     finished = [r for r in results if "samples_per_s" in r]

@@ -26,10 +26,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
+def portable_command(argv: list[str]) -> str:
+    """The command line without the machine's own folders (they mean nothing elsewhere)."""
+    return " ".join(Path(arg).name if os.path.isabs(arg) else arg for arg in argv)
+
+
 def provenance() -> dict:
     """What the numbers were measured on."""
     info = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "host_python": platform.python_version(), "command": " ".join(sys.argv)}
+            "host_python": platform.python_version(), "command": portable_command(sys.argv)}
     try:
         query = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
                                 "--format=csv,noheader"], capture_output=True, text=True, timeout=30)
@@ -52,24 +57,39 @@ def provenance() -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from workshop_lib.experiments import chapter_experiments
+    import pandas as pd
+
+    from workshop_lib.experiments import chapter_experiments, engine_scaling_experiments, with_recipe
     from workshop_lib.profiles import load_profile
-    from workshop_lib.results import chapter_results
+    from workshop_lib.results import run_record
     from workshop_lib.runs import submit_experiments, wait_for_runs
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--chapter", type=int, action="append", required=True, help="3 and/or 4")
+    parser.add_argument("--chapter", type=int, action="append", default=[], help="3 and/or 4")
+    parser.add_argument("--engine-scaling", action="store_true",
+                        help="also the DDP / ZeRO-2 / FULL_SHARD weak-scaling set (scaling/*)")
     parser.add_argument("--runs", type=Path, default=ROOT / "runs-reference")
     parser.add_argument("--out", type=Path, default=ROOT / "book" / "reference")
     parser.add_argument("--profile", default="gpu-workstation")
     parser.add_argument("--only", nargs="*", default=None, help="experiment ids (default: all that fit)")
+    parser.add_argument("--recipe", default="seed", help="run the selected experiments with this recipe "
+                        "(seed: as the chapters do; tuned: the workshop's faster one, ids get -tuned)")
     parser.add_argument("--timeout", type=float, default=540.0, help="seconds to wait for the jobs")
     args = parser.parse_args(argv)
+    if not args.chapter and not args.engine_scaling:
+        parser.error("give --chapter N and/or --engine-scaling")
 
     os.environ.setdefault("WORKSHOP_BACKEND", "local")
     profile = load_profile(args.profile)
-    experiments = [e for chapter in args.chapter for e in chapter_experiments(chapter)
+    sets = {f"chapter{chapter}": chapter_experiments(chapter) for chapter in args.chapter}
+    if args.engine_scaling:
+        sets["engine_scaling"] = engine_scaling_experiments()
+    sets = {name: [with_recipe(e, args.recipe) for e in rows
                    if profile.supports(e) and (args.only is None or e.id in args.only)]
+            for name, rows in sets.items()}
+    if args.recipe != "seed":
+        sets = {f"{name}_{args.recipe}": rows for name, rows in sets.items()}
+    experiments = [e for rows in sets.values() for e in rows]
     # Biggest jobs first: the 1-GPU jobs then fill the gaps the multi-GPU ones leave.
     experiments.sort(key=lambda e: -e.gpus)
     print(f"{len(experiments)} experiments on profile {profile.name}: " + ", ".join(e.id for e in experiments))
@@ -82,10 +102,9 @@ def main(argv: list[str] | None = None) -> int:
 
     args.out.mkdir(parents=True, exist_ok=True)
     record = provenance()
-    for chapter in args.chapter:
-        frame = chapter_results(chapter, args.runs)
-        measured = frame[frame["id"].isin([e.id for e in experiments])]
-        target = args.out / f"chapter{chapter}.json"
+    for name, rows in sets.items():
+        measured = pd.DataFrame([run_record(e, args.runs) for e in rows])
+        target = args.out / f"{name}.json"
         target.write_text(json.dumps({"provenance": record, "profile": profile.name,
                                       "results": json.loads(measured.to_json(orient="records"))},
                                      indent=1, default=str) + "\n")

@@ -124,6 +124,24 @@ def test_gpu_jobs_queue_for_free_gpus(tmp_path, monkeypatch):
     assert devices == ["0", "1"]
 
 
+def test_gpu_jobs_start_in_submission_order(tmp_path, monkeypatch):
+    # 2 GPUs: a 1-GPU job runs; a 2-GPU job waits for it; a 1-GPU job submitted after the 2-GPU one
+    # could fit on the free GPU right away but must not jump the queue (else big jobs starve).
+    monkeypatch.setenv("WORKSHOP_LOCAL_GPUS", "2")
+    stamp = 'date +%s.%N; sleep 1.5; date +%s.%N'
+    jobs = []
+    for name, gpus in (("first", 1), ("big", 2), ("late", 1)):
+        folder = tmp_path / name
+        folder.mkdir()
+        jobs.append(cluster.submit(script(folder, stamp, f"--gpus-per-node={gpus}"), backend="local"))
+        time.sleep(0.3)  # the runners see each other in submission order
+    infos = cluster.wait_for(jobs, timeout=40, poll_interval=0.1, progress=False)
+    assert [i.state for i in infos] == ["COMPLETED"] * 3
+    (start_first, end_first), (start_big, end_big), (start_late, _) = [
+        [float(v) for v in job.stdout_path.read_text().split()] for job in jobs]
+    assert start_big >= end_first and start_late >= end_big
+
+
 def test_more_gpus_than_the_machine_fails_clearly(tmp_path, monkeypatch):
     monkeypatch.setenv("WORKSHOP_LOCAL_GPUS", "2")
     job, info = run(script(tmp_path, "true", "--gpus-per-node=4"))

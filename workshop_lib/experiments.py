@@ -300,6 +300,27 @@ def _chapter_4() -> list[Experiment]:
     return rows
 
 
+# ---------------------------------------------------------------------------------------------
+# Beyond the seeds: the same weak-scaling run (BLOOM-560m, the seed recipe, 500 samples per GPU) under
+# the three data-parallel engines of chapters 3-4, to compare their scaling. Not part of a chapter's
+# matrix (the tiny workshop stays short); `workshop submit scaling/zero2/4-gpus` runs one.
+# ---------------------------------------------------------------------------------------------
+SCALING_ENGINES = {"ddp": {}, "zero2": {"zero_stage": 2}, "full-shard": {"fsdp": "FULL_SHARD"}}
+
+
+def engine_scaling_experiments() -> list[Experiment]:
+    names = {"ddp": "DDP (no sharding)", "zero2": "ZeRO stage 2", "full-shard": "FSDP FULL_SHARD"}
+    rows = []
+    for engine, knobs in SCALING_ENGINES.items():
+        for gpus in (1, 2, 4, 8):
+            recipe = {**_ZERO_RECIPE, "monitor_cpu_memory": False}
+            rows.append(Experiment(
+                id=f"scaling/{engine}/{_gpus(gpus)}", chapter=3, group="engine-scaling",
+                title=f"{names[engine]} weak scaling, {_gpus(gpus, ' ')}, 500 samples per GPU",
+                gpus_per_node=gpus, samples_per_gpu=500, **knobs, **recipe))
+    return rows
+
+
 def _gpus(count: int, separator: str = "-") -> str:
     return f"{count}{separator}gpu" if count == 1 else f"{count}{separator}gpus"
 
@@ -318,7 +339,7 @@ def chapter_experiments(chapter: int) -> list[Experiment]:
 
 def get_experiment(experiment_id: str) -> Experiment:
     """The experiment with this id; the error lists close matches."""
-    by_id = {experiment.id: experiment for experiment in all_experiments()}
+    by_id = {experiment.id: experiment for experiment in all_experiments() + engine_scaling_experiments()}
     if experiment_id in by_id:
         return by_id[experiment_id]
     prefix = experiment_id.split("/")[0]

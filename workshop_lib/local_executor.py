@@ -170,20 +170,33 @@ def machine_gpu_count() -> int | None:
     return count or None
 
 
+def _job_number(job_id: str) -> int:
+    return int(job_id.rsplit("-", 1)[-1])
+
+
 def _claim_gpus(job_id: str, wanted: int, available: int) -> list[int] | None:
-    """Reserve `wanted` free GPUs for the job (a lock file keeps concurrent runners honest)."""
+    """Reserve `wanted` free GPUs for the job (a lock file keeps concurrent runners honest).
+
+    Jobs start in submission order: a job does not take GPUs while an older one still waits for
+    its own, so a 4-GPU job is not starved by a stream of smaller ones (SLURM without backfill)."""
     with open(jobs_dir() / "gpus.lock", "a+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         busy: set[int] = set()
+        older_waiting = False
         for path in jobs_dir().glob("local-*.json"):
             try:
                 other = json.loads(path.read_text())
             except (OSError, ValueError):
                 continue
-            if other["job_id"] != job_id and other.get("state") == "RUNNING" and _alive(other.get("runner_pid")):
+            if other["job_id"] == job_id or not _alive(other.get("runner_pid")):
+                continue
+            if other.get("state") == "RUNNING":
                 busy.update(other.get("gpus", []))
+            elif (other.get("state") == "PENDING" and other.get("gpus_per_node")
+                  and _job_number(other["job_id"]) < _job_number(job_id)):
+                older_waiting = True
         free = [index for index in range(available) if index not in busy]
-        if len(free) < wanted:
+        if older_waiting or len(free) < wanted:
             return None
         record = _read(job_id)
         record.update(gpus=free[:wanted], state="RUNNING", runner_pid=os.getpid())

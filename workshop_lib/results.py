@@ -62,6 +62,10 @@ class RunResult:
     allocated_peak_mib: float | None = None  # the engine's own per-rank peak (max over ranks)
     allocated_kind: str | None = None  # cuda_max_allocated or cpu_max_rss
     rank0_peak_mib: float | None = None  # the engine's peak of rank 0 (GPU 0 of the first node)
+    # Tensor bytes of rank 0 on the second optimizer step (workshop_lib.train.tensor_census), what the
+    # memory estimator predicts: model states at the update, and the step's peak of live tensors
+    rank0_model_state_mib: float | None = None
+    rank0_step_peak_mib: float | None = None
     local_params_max: int | None = None  # the most parameters any rank holds (shows sharding)
     # What actually ran (a profile realises an experiment with its own model, precision, lengths):
     run_model: str | None = None  # e.g. tiny-bloom for bloom-560m on the tiny profile
@@ -194,6 +198,8 @@ def _from_metrics(values: dict, metrics) -> None:
         allocated_kind=summary.peak_memory_kind,
         rank0_peak_mib=summary.peak_memory_mib_per_rank[0] if summary.peak_memory_mib_per_rank else None,
         local_params_max=max(summary.local_params_per_rank) if summary.local_params_per_rank else None,
+        rank0_model_state_mib=_rank0_mib(summary.model_state_bytes_per_rank),
+        rank0_step_peak_mib=_rank0_mib(summary.step_peak_bytes_per_rank),
         run_model=summary.model, run_precision=summary.precision, run_device=summary.device,
         run_seq_len=_int_or_none((summary.settings or {}).get("max_length")),
         run_batch=_int_or_none((summary.settings or {}).get("per_device_batch")),
@@ -201,6 +207,10 @@ def _from_metrics(values: dict, metrics) -> None:
     )
     if summary.final_loss is not None:
         _fill(values, "last_loss", summary.final_loss)
+
+
+def _rank0_mib(per_rank: list) -> float | None:
+    return per_rank[0] / 2**20 if per_rank and per_rank[0] is not None else None
 
 
 def _int_or_none(value) -> int | None:

@@ -9,12 +9,18 @@ data-parallel ranks sharing the states, mixed precision (DeepSpeed fp16/bf16) ke
     stage 0: 2Ψ + 2Ψ + 12Ψ            stage 2: 2Ψ + (2 + 12)Ψ/N_d
     stage 1: 2Ψ + 2Ψ + 12Ψ/N_d        stage 3: (2 + 2 + 12)Ψ/N_d
 
-and pure fp32 training 4Ψ + 4Ψ + 8Ψ (no master copy). PyTorch autocast (HF Trainer --fp16/--bf16
+and pure fp32 training 4Ψ + 4Ψ + 8Ψ (no master copy), except that DeepSpeed ZeRO 1-3 builds its fp32
+master partition even from fp32 weights (K = 12 whatever the precision). PyTorch autocast (HF Trainer --fp16/--bf16
 without DeepSpeed, DDP, FSDP) keeps the parameters themselves in fp32: 4Ψ + 4Ψ + 8Ψ, plus 16-bit
 working copies of the weights (counted as temporaries). FSDP shards like ZeRO: FULL_SHARD ≈ ZeRO-3,
 SHARD_GRAD_OP ≈ ZeRO-2 (fp32 shards, 16-bit parameters gathered for the whole step), HYBRID_SHARD
 shards over the GPUs of a node and replicates across nodes, NO_SHARD = DDP. NeMo/Megatron keeps bf16
 parameters, fp32 main gradients (4 bytes) and a distributed optimizer (12Ψ sharded over data parallel).
+
+DeepSpeed adds two things the paper does not count, both measured (``workshop_lib.train.tensor_census``):
+ZeRO-3 keeps every parameter tensor of at most ``stage3_param_persistence_threshold`` elements (default
+1e5) whole on every GPU next to its partition, and ZeRO 1-3 reduce gradients through a bucket of
+``reduce_bucket_size`` elements (default 5e8: 1 GB in 16-bit, 2 GB in fp32) whatever the model's size.
 
 Activations per layer follow Korthikanti et al. 2022 (s·b·h·(34 + 5·a·s/h) bytes in 16-bit with
 dropout), built here tensor by tensor so that fp32, autocast (fp32 residual stream), fp32 softmax,
@@ -29,13 +35,15 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 
 from ..errors import WorkshopError
-from .shapes import ModelShape, ParameterCounts, lora_trainable_count, model_shape, parameter_counts
+from .shapes import ModelShape, ParameterCounts, lora_trainable_count, model_shape, parameter_counts, parameter_tensors
 
 GIB = 1024**3
 PRECISIONS = ("fp32", "fp16", "bf16")
 FSDP_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD")
 OFFLOADS = ("none", "optimizer", "parameters")
 ENGINES = ("auto", "ddp", "deepspeed", "fsdp", "megatron")
+DEEPSPEED_REDUCE_BUCKET = 500_000_000  # reduce_bucket_size, DeepSpeed's default (elements)
+DEEPSPEED_PERSISTENCE_THRESHOLD = 100_000  # stage3_param_persistence_threshold, DeepSpeed's default (elements)
 
 
 @dataclass(frozen=True)
@@ -57,6 +65,10 @@ class TrainingSetup:
     sequence_parallel: bool = False
     recompute: bool = False  # full activation checkpointing of every layer
     engine: str = "auto"  # auto: deepspeed with zero_stage, fsdp with fsdp, megatron with TP/EP > 1, else ddp
+    reduce_bucket: int = DEEPSPEED_REDUCE_BUCKET  # DeepSpeed ZeRO's reduce_bucket_size (elements)
+    persistence_threshold: int = DEEPSPEED_PERSISTENCE_THRESHOLD  # ZeRO-3: tensors this small stay whole
+    ddp_buckets: bool | None = None  # DDP gradient buckets; None: with more than one GPU (the HF Trainer
+    #                                  wraps even a single CPU process in DDP)
 
     @property
     def gpus_per_node(self) -> int:
@@ -82,6 +94,10 @@ class TrainingSetup:
         if self.tensor_parallel > 1 or self.expert_parallel > 1:
             return "megatron"
         return "ddp"
+
+    @property
+    def has_ddp_buckets(self) -> bool:
+        return self.gpus > 1 if self.ddp_buckets is None else self.ddp_buckets
 
     @property
     def shard_degree(self) -> int:
@@ -127,9 +143,9 @@ class StateBytes:
 
 def state_bytes(setup: TrainingSetup) -> StateBytes:
     """Bytes per trainable parameter of each model state for the engine and precision (see module docstring)."""
-    if not setup.mixed:
-        return StateBytes(4, 4, 8)
     engine = setup.resolved_engine
+    if not setup.mixed:  # ZeRO 1-3 still clone an fp32 master partition of fp32 weights
+        return StateBytes(4, 4, 12 if engine == "deepspeed" and setup.zero_stage else 8)
     if engine == "deepspeed":
         return StateBytes(2, 2, 12)
     if engine == "megatron":
@@ -260,10 +276,11 @@ class MemoryEstimate:
     optimizer_states: float
     activations: float  # layers (and the few tensors outside them), without the logits
     logits: float
-    temporaries: float  # working 16-bit weights, gathered shards, DDP buckets
+    temporaries: float  # working 16-bit weights, gathered shards, DDP buckets, ZeRO-3's reduce bucket
     cpu_parameters: float = 0.0
     cpu_gradients: float = 0.0
     cpu_optimizer_states: float = 0.0
+    reduce_bucket: float = 0.0  # ZeRO-1/2: allocated at the first gradient, after the logits are freed
     formula: str = ""
     assumptions: tuple[str, ...] = field(default_factory=tuple)
 
@@ -272,9 +289,15 @@ class MemoryEstimate:
         return self.parameters + self.gradients + self.optimizer_states
 
     @property
+    def bucket_over_logits(self) -> float:
+        """What ZeRO-1/2's reduce bucket adds to the peak: it replaces the logits' gradients, freed by the
+        time the first parameter gradient (and with it the bucket) exists, so only its excess counts."""
+        return max(0.0, self.reduce_bucket - self.logits)
+
+    @property
     def total(self) -> float:
         """Peak bytes allocated per GPU (what torch.cuda.max_memory_allocated reports)."""
-        return self.model_states + self.activations + self.logits + self.temporaries
+        return self.model_states + self.activations + self.logits + self.bucket_over_logits + self.temporaries
 
     @property
     def cpu_total(self) -> float:
@@ -293,6 +316,7 @@ class MemoryEstimate:
             ("optimizer states", self.optimizer_states / GIB, self.cpu_optimizer_states / GIB),
             ("activations (layers)", self.activations / GIB, 0.0),
             ("activations (logits)", self.logits / GIB, 0.0),
+            ("reduce bucket > logits", self.bucket_over_logits / GIB, 0.0),
             ("buffers / temporaries", self.temporaries / GIB, 0.0),
             ("total", self.total / GIB, self.cpu_total / GIB),
         ]
@@ -300,6 +324,7 @@ class MemoryEstimate:
     def to_dict(self) -> dict:
         data = asdict(self)
         data.update(model_states=self.model_states, total=self.total, cpu_total=self.cpu_total,
+                    bucket_over_logits=self.bucket_over_logits,
                     cpu_per_node=self.cpu_per_node, gib={name: [gpu, cpu] for name, gpu, cpu in self.rows()})
         return data
 
@@ -393,9 +418,10 @@ def temporaries_bytes(model: ModelShape | str, setup: TrainingSetup, trainable: 
 
     DDP: autocast's 16-bit copies of the matmul weights (held by the autograd graph) and, with more than
     one GPU, gradient buckets as large as the gradients (gradient_as_bucket_view off, the default).
-    ZeRO-3: two gathered units (the one in use and the prefetched one). FSDP: the root unit (embeddings,
-    LM head) plus two layers gathered (FULL/HYBRID), or every parameter gathered (SHARD_GRAD_OP, NO_SHARD).
-    Megatron and ZeRO 0-2: none (small buckets left out).
+    ZeRO-3: two gathered units (the one in use and the prefetched one) and its reduce bucket, allocated
+    once. FSDP: the root unit (embeddings, LM head) plus two layers gathered (FULL/HYBRID), or every
+    parameter gathered (SHARD_GRAD_OP, NO_SHARD). Megatron and ZeRO 0-2: none (ZeRO-1/2's bucket is
+    `MemoryEstimate.reduce_bucket`).
     """
     shape = model_shape(model)
     counts = parameter_counts(shape)
@@ -403,10 +429,10 @@ def temporaries_bytes(model: ModelShape | str, setup: TrainingSetup, trainable: 
     layer = (counts.attention + counts.mlp + counts.experts + counts.router) / shape.num_layers
     if engine == "ddp":
         copies = e * _matmul_weights(counts, shape) if setup.mixed and setup.lora_rank is None else 0.0
-        buckets = state_bytes(setup).gradient * trainable if setup.gpus > 1 else 0.0
+        buckets = state_bytes(setup).gradient * trainable if setup.has_ddp_buckets else 0.0
         return copies + buckets
     if engine == "deepspeed" and setup.zero_stage == 3:
-        return 2 * e * max(layer, counts.embedding)
+        return 2 * e * max(layer, counts.embedding) + reduce_bucket_bytes(setup)
     if engine == "fsdp":
         if setup.fsdp in ("SHARD_GRAD_OP", "NO_SHARD"):
             return e * counts.total
@@ -415,11 +441,29 @@ def temporaries_bytes(model: ModelShape | str, setup: TrainingSetup, trainable: 
     return 0.0
 
 
+def reduce_bucket_bytes(setup: TrainingSetup) -> float:
+    """DeepSpeed ZeRO 1-3 reduce gradients through a bucket of reduce_bucket_size elements of the 16-bit
+    (fp32) type, however small the model; plain DeepSpeed (stage 0) has none."""
+    if setup.resolved_engine != "deepspeed" or not setup.zero_stage:
+        return 0.0
+    return float(setup.reduce_bucket * setup.element_bytes)
+
+
+def persistent_parameters(shape: ModelShape, setup: TrainingSetup) -> int:
+    """ZeRO-3 keeps tensors of at most stage3_param_persistence_threshold elements whole on every GPU (norms
+    and biases of a large model; every tensor of a tiny one), besides their share of the partition."""
+    if setup.resolved_engine != "deepspeed" or setup.zero_stage != 3:
+        return 0
+    return sum(n for n in parameter_tensors(shape) if n <= setup.persistence_threshold)
+
+
 def _states(setup: TrainingSetup, shape: ModelShape, counts: ParameterCounts, trainable: int) -> ModelStates:
     """Model states per GPU after the tensor/expert-parallel split; experts shard over fewer data-parallel ranks."""
     tp, ep = setup.tensor_parallel, setup.expert_parallel
     if tp * ep == 1:
-        return model_state_bytes(counts.total, setup, trainable)
+        states = model_state_bytes(counts.total, setup, trainable)
+        whole = setup.element_bytes * persistent_parameters(shape, setup)
+        return replace(states, parameters=states.parameters + whole) if whole else states
     # Megatron: everything but norms and router split by TP (vocab-parallel embedding and LM head).
     dense = (counts.total - counts.experts - counts.norms - counts.router) / tp + counts.norms + counts.router
     experts = counts.experts / (tp * ep)
@@ -446,6 +490,7 @@ def estimate_memory(model: ModelShape | str | dict, setup: TrainingSetup) -> Mem
         temporaries=temporaries_bytes(shape, setup, trainable / setup.tensor_parallel),
         cpu_parameters=states.cpu_parameters, cpu_gradients=states.cpu_gradients,
         cpu_optimizer_states=states.cpu_optimizer_states,
+        reduce_bucket=reduce_bucket_bytes(setup) if setup.zero_stage in (1, 2) else 0.0,
         formula=model_state_formula(setup), assumptions=assumptions(shape, setup))
 
 
@@ -483,10 +528,18 @@ def assumptions(shape: ModelShape, setup: TrainingSetup) -> tuple[str, ...]:
     if engine == "ddp" and setup.mixed:
         notes.append("autocast (HF Trainer --fp16/--bf16): fp32 weights, 16-bit copies of the matmul weights "
                      "held for backward, fp32 residual stream")
-    if engine == "ddp" and setup.gpus > 1:
+    if engine == "ddp" and setup.has_ddp_buckets:
         notes.append("DDP gradient buckets as large as the gradients (gradient_as_bucket_view off)")
-    if engine == "deepspeed" and setup.mixed:
+    if engine == "deepspeed" and setup.zero_stage:
         notes.append("the transient fp32 gradient partition of the optimizer step (4Ψ/N_d) is left out")
+        if not setup.mixed:
+            notes.append("ZeRO keeps an fp32 master partition even of fp32 weights (optimizer 12 bytes)")
+        bucket = f"reduce bucket of {setup.reduce_bucket:,} elements (reduce_bucket_size)"
+        notes.append(f"{bucket}, alive throughout" if setup.zero_stage == 3 else
+                     f"{bucket} from the first gradient on: the logits are freed by then, so only its excess counts")
+    if engine == "deepspeed" and setup.zero_stage == 3:
+        notes.append(f"tensors of at most {setup.persistence_threshold:,} elements stay whole on every GPU "
+                     "(stage3_param_persistence_threshold)")
     if engine == "megatron":
         notes.append("Megatron: vocab-parallel embedding/LM head split by TP; norms and router replicated; "
                      "distributed optimizer; experts split by TP x EP")

@@ -221,6 +221,36 @@ def parameter_counts(model: str | Mapping | ModelShape) -> ParameterCounts:
     )
 
 
+def parameter_tensors(model: str | Mapping | ModelShape) -> list[int]:
+    """The element count of every parameter tensor, as the model registers them (fused QKV in BLOOM and the
+    custom GPT, one fused tensor per expert projection in Mixtral). They add up to `parameter_counts().total`;
+    DeepSpeed ZeRO-3 decides per tensor which ones stay whole on every GPU (`stage3_param_persistence_threshold`)."""
+    shape = model_shape(model)
+    h, f = shape.hidden_size, shape.intermediate_size
+    q_out, kv_out = shape.num_heads * shape.head_dim, shape.num_kv_heads * shape.head_dim
+    norm = [h, h] if shape.layer_norm else [h]
+    tensors = [shape.vocab_size * h] + ([shape.learned_positions * h] if shape.learned_positions else [])
+    tensors += norm if shape.embedding_norm else []
+    layer = list(norm) * 2
+    if shape.family in ("bloom", "gpt"):  # one fused QKV projection
+        layer += [h * (q_out + 2 * kv_out), q_out * h]
+        layer += [q_out + 2 * kv_out] if shape.qkv_bias else []
+    else:
+        layer += [h * q_out, h * kv_out, h * kv_out, q_out * h]
+        layer += [q_out, kv_out, kv_out] if shape.qkv_bias else []
+    layer += [h] if shape.output_bias else []
+    if shape.is_moe:  # transformers 5: gate_up_proj (E, 2f, h) and down_proj (E, h, f), plus the router
+        layer += [shape.num_experts * 2 * f * h, shape.num_experts * h * f, shape.num_experts * h]
+    else:
+        matrices = 3 if shape.gated_mlp else 2
+        layer += [h * f] * matrices
+        if shape.mlp_bias:
+            layer += [f] * (matrices - 1) + [h]
+    tensors += layer * shape.num_layers + norm
+    tensors += [] if shape.tie_embeddings else [shape.vocab_size * h]
+    return tensors
+
+
 def parameter_count(model: str | Mapping | ModelShape) -> int:
     """Total parameters of a model (a known name, a config dict or path, or a ModelShape)."""
     return parameter_counts(model).total

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, fields
 
-from .text import split_lines, to_float
+from .text import is_number, split_lines, to_float
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,10 @@ class RunSummary:
     local_params_per_rank: list[int] = field(default_factory=list)
     peak_memory_mib_per_rank: list[float] = field(default_factory=list)
     peak_memory_kind: str | None = None
+    # What workshop_lib.train.tensor_census measured on the second optimizer step (None: not recorded)
+    model_state_bytes_per_rank: list[int | None] = field(default_factory=list)
+    model_state_parts_per_rank: list[dict | None] = field(default_factory=list)
+    step_peak_bytes_per_rank: list[int | None] = field(default_factory=list)
 
     @property
     def peak_memory_mib(self) -> float | None:
@@ -83,9 +87,18 @@ def _summary(record: dict) -> RunSummary:
         values[key] = int(number) if number is not None else None
     values["local_params_per_rank"] = [int(v) for v in values.get("local_params_per_rank") or []]
     values["peak_memory_mib_per_rank"] = [float(v) for v in values.get("peak_memory_mib_per_rank") or []]
+    for key in ("model_state_bytes_per_rank", "step_peak_bytes_per_rank"):
+        values[key] = [_int_or_none(v) for v in values.get(key) or []]
+    values["model_state_parts_per_rank"] = [v if isinstance(v, dict) else None
+                                            for v in values.get("model_state_parts_per_rank") or []]
     if not isinstance(values.get("settings"), dict):
         values["settings"] = {}
     return RunSummary(**values)
+
+
+def _int_or_none(value) -> int | None:
+    number = to_float(value)
+    return int(number) if is_number(number) else None
 
 
 def _objects_in(line: str) -> list[object]:

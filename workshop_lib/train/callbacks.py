@@ -58,3 +58,22 @@ class ShardSizeCallback(TrainerCallback):
     def on_step_end(self, args, state, control, model=None, **kwargs):
         if self.local_params is None and model is not None:
             self.local_params = self.count_parameters(model)
+
+
+class MemoryProbeCallback(TrainerCallback):
+    """Measures the second optimizer step's tensor bytes (see ``workshop_lib.train.tensor_census``).
+
+    on_step_begin comes before the step's first forward, on_step_end after its ``zero_grad``; the model
+    states are counted inside, by a hook on the optimizer that really updates (DeepSpeed steps inside
+    the backward of the last micro-batch, before the Trainer's own ``optimizer.step()`` call).
+    """
+
+    def __init__(self, probe):
+        self.probe = probe
+
+    def on_step_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
+        if model is not None and optimizer is not None:
+            self.probe.begin(state.global_step + 1, model, optimizer)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.probe.end(state.global_step)  # global_step already counts this step

@@ -29,6 +29,7 @@ from workshop_lib.train.models import build_model, count_parameters, model_spec
 from workshop_lib.train.recipes import AppliedRecipe, apply_recipe, parse_recipe
 from workshop_lib.train.runtime import Runtime, print_main, start_runtime, stop_runtime
 from workshop_lib.train.sharding import STRATEGIES, local_parameter_count, wrap_fsdp
+from workshop_lib.train.tensor_census import MemoryProbe, cuda_peak_before_reset
 
 
 def parse_args(argv=None):
@@ -69,10 +70,15 @@ def deepspeed_settings(path: str) -> dict:
     zero = config.get("zero_optimization", {})
     optimizer_offload = zero.get("offload_optimizer", {})
     param_offload = zero.get("offload_param", {})
-    return {"config": Path(path).name, "zero_stage": int(zero.get("stage", 0)),
-            "offload_optimizer": optimizer_offload.get("device", "none"),
-            "offload_param": param_offload.get("device", "none"),
-            "pin_memory": bool(optimizer_offload.get("pin_memory") or param_offload.get("pin_memory"))}
+    settings = {"config": Path(path).name, "zero_stage": int(zero.get("stage", 0)),
+                "offload_optimizer": optimizer_offload.get("device", "none"),
+                "offload_param": param_offload.get("device", "none"),
+                "pin_memory": bool(optimizer_offload.get("pin_memory") or param_offload.get("pin_memory"))}
+    # Buffer sizes the memory estimate needs, where the config sets them (absent: DeepSpeed's defaults)
+    for key in ("reduce_bucket_size", "stage3_param_persistence_threshold"):
+        if key in zero:
+            settings[key] = zero[key]
+    return settings
 
 
 def engine_settings(args, fsdp_implementation: str | None) -> dict:
@@ -135,7 +141,8 @@ def write_throughput(path: Path, counter, grad_accum: int, recipe: AppliedRecipe
     """``throughput.json``: padded and real tokens of every optimizer step (the benchmark reads it)."""
     record = {"recipe": recipe.settings(), **counter.per_step(grad_accum)}
     if device_kind == "cuda":
-        record["cuda_max_reserved_mib"] = torch.cuda.max_memory_reserved() / 2**20
+        reserved = max(torch.cuda.max_memory_reserved(), cuda_peak_before_reset("reserved"))  # the probe resets it
+        record["cuda_max_reserved_mib"] = reserved / 2**20
     path.write_text(json.dumps(record))
 
 
@@ -143,7 +150,8 @@ def train_with_trainer(args, runtime: Runtime, spec, tokenizer, data, precision:
                        recipe: AppliedRecipe | None = None, clock=None):
     from transformers import TrainingArguments
 
-    from workshop_lib.train.callbacks import MetricsCallback, ShardSizeCallback
+    from workshop_lib.train.callbacks import MemoryProbeCallback, MetricsCallback, ShardSizeCallback
+    from workshop_lib.train.profiling import ProfilerCallback, requested_steps
     from workshop_lib.train.recipes import UnpaddedView, compile_blocks, counting_trainer_class, use_chunked_loss
 
     recipe = recipe or recipe_for(args, runtime, precision)
@@ -172,16 +180,23 @@ def train_with_trainer(args, runtime: Runtime, spec, tokenizer, data, precision:
                  **({"deepspeed": Path(args.deepspeed).name} if args.deepspeed else {}),
                  **({"fsdp": args.fsdp, "offload": args.offload} if args.fsdp else {}))
     if recipe.has("chunked-ce"):
-        use_chunked_loss(model)
+        # With compile on a GPU, each chunk's loss and gradient run as fused kernels too.
+        use_chunked_loss(model, fused_backend="inductor" if recipe.has("compile") else None)
     if recipe.has("compile"):
         compile_blocks(model, spec.layer_class)
     global_batch = args.per_device_batch * args.grad_accum * runtime.world_size
     train_set = UnpaddedView(data.train) if collator is not None else data.train
     shard_size = ShardSizeCallback(local_parameter_count)
+    memory_probe = MemoryProbe()  # first, so its census stays out of the step time
+    callbacks = [MemoryProbeCallback(memory_probe), MetricsCallback(writer, global_batch, runtime.device_kind),
+                 shard_size]
+    profile_steps = requested_steps()
+    if profile_steps and runtime.is_main:
+        callbacks.append(ProfilerCallback(profile_steps, Path(args.output_dir) / "profile.txt", runtime.device_kind))
     with clock.phase("trainer setup"):
         trainer = counting_trainer_class()(
             model=model, args=training_args, train_dataset=train_set, eval_dataset=data.validation,
-            callbacks=[MetricsCallback(writer, global_batch, runtime.device_kind), shard_size],
+            callbacks=callbacks,
             **({"data_collator": collator} if collator is not None else {}))
     with clock.phase("train"):
         result = trainer.train()
@@ -207,7 +222,8 @@ def train_with_trainer(args, runtime: Runtime, spec, tokenizer, data, precision:
             "samples_processed": trainer.state.global_step * global_batch,
             "trainable_params": trainable, "total_params": total,
             "local_params": shard_size.local_params or local_parameter_count(trainer.model_wrapped),
-            "step_times": writer.step_times, "eval_loss": eval_loss, "eval_em": em, "eval_f1": f1}
+            "step_times": writer.step_times, "eval_loss": eval_loss, "eval_em": em, "eval_f1": f1,
+            **memory_probe.outcome()}
 
 
 def train_with_manual_fsdp(args, runtime: Runtime, spec, tokenizer, data, precision: str, writer):
@@ -249,6 +265,9 @@ def run(args, runtime: Runtime, clock=None) -> dict:
     if recipe is not None:  # the recipe may change precision and fold accumulation into the batch
         precision = recipe.precision
         args.per_device_batch, args.grad_accum = recipe.per_device_batch, recipe.grad_accum
+        args.learning_rate *= recipe.learning_rate_factor
+        if args.max_steps and args.max_steps > 0:  # the same samples in fewer, larger steps
+            args.max_steps = max(1, args.max_steps // recipe.batch_factor)
     writer = MetricsWriter(args.output_dir, enabled=runtime.is_main)
     with clock.phase("tokenizer+data"):
         tokenizer = load_tokenizer(spec, args.random_init, runtime)

@@ -15,6 +15,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from workshop_lib.train.cli import autocast_dtype
 from workshop_lib.train.metrics import MetricsWriter
 from workshop_lib.train.runtime import Runtime
+from workshop_lib.train.tensor_census import MemoryProbe
 
 
 @dataclass(frozen=True)
@@ -43,12 +44,14 @@ class LoopResult:
     eval_loss: float | None
     eval_em: float | None
     eval_f1: float | None
+    memory: dict | None = None  # MemoryProbe.outcome(): model-state bytes and step peak of this rank
 
     def outcome(self) -> dict:
         """The loop's share of the summary record (metrics.jsonl); the entry point adds the rest."""
         return {"train_runtime_s": self.train_runtime_s, "final_loss": self.final_loss,
                 "samples_processed": self.samples_processed, "step_times": self.step_times,
-                "eval_loss": self.eval_loss, "eval_em": self.eval_em, "eval_f1": self.eval_f1}
+                "eval_loss": self.eval_loss, "eval_em": self.eval_em, "eval_f1": self.eval_f1,
+                **(self.memory or {})}
 
 
 def default_loss(model, batch) -> torch.Tensor:
@@ -108,6 +111,7 @@ def run_loop(model, optimizer, train_dataset, eval_dataset, runtime: Runtime, wr
     scheduler = linear_schedule(optimizer, settings.warmup_steps, total_steps)
     global_batch = settings.micro_batch * settings.grad_accum * settings.data_world
     dtype = autocast_dtype(settings.precision)
+    probe = MemoryProbe()  # tensor bytes of one step, what workshop_lib.estimate predicts
 
     model.train()
     step, step_times, last_loss = 0, [], float("nan")
@@ -122,6 +126,7 @@ def run_loop(model, optimizer, train_dataset, eval_dataset, runtime: Runtime, wr
             if step >= total_steps:
                 break
             step_started = time.perf_counter()
+            probe.begin(step + 1, model, optimizer)
             micro_losses = []
             for _ in range(settings.grad_accum):
                 batch = {k: v.to(runtime.device) for k, v in next(batches).items()}
@@ -134,6 +139,7 @@ def run_loop(model, optimizer, train_dataset, eval_dataset, runtime: Runtime, wr
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
+            probe.end(step + 1)
             _synchronize(runtime)
             step += 1
             step_time = time.perf_counter() - step_started
@@ -149,4 +155,5 @@ def run_loop(model, optimizer, train_dataset, eval_dataset, runtime: Runtime, wr
             writer.evaluation(step, eval_loss, eval_em, eval_f1)
     _synchronize(runtime)
     runtime_s = time.perf_counter() - started
-    return LoopResult(step, step * global_batch, runtime_s, last_loss, step_times, eval_loss, eval_em, eval_f1)
+    return LoopResult(step, step * global_batch, runtime_s, last_loss, step_times, eval_loss, eval_em, eval_f1,
+                      probe.outcome())

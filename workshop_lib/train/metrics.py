@@ -5,7 +5,10 @@ Records, one JSON object per line:
 * ``step``    — step, loss, lr, step_time_s, samples_per_s, epoch
 * ``eval``    — step, eval_loss, eval_em, eval_f1 (EM/F1 may be null)
 * ``summary`` — one at the end: engine and its settings, world size, throughput, losses,
-  parameter counts and every rank's local parameter count and peak memory.
+  parameter counts and every rank's local parameter count and peak memory, and per rank what
+  :mod:`workshop_lib.train.tensor_census` measured on the second optimizer step: the model-state
+  bytes (total and by part) and the step's peak of live tensor bytes (null where the run was
+  shorter than two steps).
 
 :data:`SUMMARY_FIELDS` and :func:`validate_record` state the schema; the results side of the
 workshop reads runs through it, so change both together.
@@ -34,7 +37,8 @@ SUMMARY_FIELDS = {"kind": str, "engine": str, "settings": dict, "model": str, "w
                   "final_loss": _NUMBER, "eval_loss": _OPTIONAL_NUMBER, "eval_em": _OPTIONAL_NUMBER,
                   "eval_f1": _OPTIONAL_NUMBER, "trainable_params": int, "total_params": int,
                   "local_params_per_rank": list, "peak_memory_mib_per_rank": list,
-                  "peak_memory_kind": str}
+                  "peak_memory_kind": str, "model_state_bytes_per_rank": list,
+                  "model_state_parts_per_rank": list, "step_peak_bytes_per_rank": list}
 FIELDS_BY_KIND = {"step": STEP_FIELDS, "eval": EVAL_FIELDS, "summary": SUMMARY_FIELDS}
 
 
@@ -64,10 +68,16 @@ def validate_record(record: dict) -> None:
             raise SchemaError(f"summary.peak_memory_kind {record['peak_memory_kind']!r}")
         if record["device"] not in ("cpu", "cuda"):
             raise SchemaError(f"summary.device {record['device']!r}")
-        for name in ("local_params_per_rank", "peak_memory_mib_per_rank"):
+        for name in ("local_params_per_rank", "peak_memory_mib_per_rank", "model_state_bytes_per_rank",
+                     "model_state_parts_per_rank", "step_peak_bytes_per_rank"):
             if len(record[name]) != record["world_size"]:
                 raise SchemaError(f"summary.{name} has {len(record[name])} entries for "
                                   f"world size {record['world_size']}")
+        for name, types in (("model_state_bytes_per_rank", (int, type(None))),
+                            ("model_state_parts_per_rank", (dict, type(None))),
+                            ("step_peak_bytes_per_rank", (int, type(None)))):
+            if any(isinstance(value, bool) or not isinstance(value, types) for value in record[name]):
+                raise SchemaError(f"summary.{name} = {record[name]!r}: entries must be {types}")
 
 
 def read_metrics(path: Path | str) -> list[dict]:
@@ -81,7 +91,10 @@ def peak_memory_mib(device_kind: str) -> tuple[float, str]:
     if device_kind == "cuda":
         import torch
 
-        return torch.cuda.max_memory_allocated() / 2**20, "cuda_max_allocated"
+        from workshop_lib.train.tensor_census import cuda_peak_before_reset
+
+        peak = max(torch.cuda.max_memory_allocated(), cuda_peak_before_reset())  # a probe resets the counter
+        return peak / 2**20, "cuda_max_allocated"
     max_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     divisor = 2**20 if sys.platform == "darwin" else 2**10  # bytes on macOS, KiB on Linux
     return max_rss / divisor, "cpu_max_rss"
@@ -131,16 +144,20 @@ class MetricsWriter:
 def summary_fields(*, runtime, engine: str, settings: dict, model: str, precision: str, samples: int,
                    train_runtime_s: float, final_loss: float, trainable_params: int, total_params: int,
                    local_params: int, step_times: list[float], samples_processed: int, eval_loss=None,
-                   eval_em=None, eval_f1=None) -> dict:
+                   eval_em=None, eval_f1=None, model_state_bytes: int | None = None,
+                   model_state_parts: dict | None = None, step_peak_bytes: int | None = None) -> dict:
     """Collect the summary. Collective: every rank must call it (it gathers per-rank values).
 
     ``samples`` is the size of the training subset, ``samples_processed`` how many samples the
     optimizer steps consumed in ``train_runtime_s`` (epochs × subset, or fewer with --max-steps).
+    ``model_state_*`` and ``step_peak_bytes`` are this rank's :class:`~workshop_lib.train.tensor_census.MemoryProbe`
+    outcome.
     """
     from workshop_lib.train.runtime import gather_from_ranks
 
     peak, kind = peak_memory_mib(runtime.device_kind)
-    per_rank = gather_from_ranks((int(local_params), float(peak)))
+    per_rank = gather_from_ranks((int(local_params), float(peak), model_state_bytes, model_state_parts,
+                                  step_peak_bytes))
     # The first step carries one-off costs (allocation, compilation, NCCL setup): leave it out
     # of the mean when there are others.
     timed = step_times[1:] if len(step_times) > 1 else step_times
@@ -155,5 +172,8 @@ def summary_fields(*, runtime, engine: str, settings: dict, model: str, precisio
             "eval_em": None if eval_em is None else float(eval_em),
             "eval_f1": None if eval_f1 is None else float(eval_f1),
             "trainable_params": int(trainable_params), "total_params": int(total_params),
-            "local_params_per_rank": [count for count, _ in per_rank],
-            "peak_memory_mib_per_rank": [mib for _, mib in per_rank], "peak_memory_kind": kind}
+            "local_params_per_rank": [rank[0] for rank in per_rank],
+            "peak_memory_mib_per_rank": [rank[1] for rank in per_rank], "peak_memory_kind": kind,
+            "model_state_bytes_per_rank": [rank[2] for rank in per_rank],
+            "model_state_parts_per_rank": [rank[3] for rank in per_rank],
+            "step_peak_bytes_per_rank": [rank[4] for rank in per_rank]}

@@ -12,6 +12,8 @@ every sample padded to 512 tokens, the full fp32 logits over the vocabulary, eag
                   positions that have a label: the (tokens × 250,880) fp32 logits never exist at once
 * ``fused-adamw`` ``adamw_torch_fused`` and TF32 matmuls for what stays in fp32
 * ``compile``     ``torch.compile`` of each transformer block (regional compilation)
+* ``large-batch`` a 4× larger batch per optimizer step (the same samples in ¼ of the steps) with the
+                  learning rate scaled by √4 = 2, the square-root rule for Adam
 
 A feature that cannot apply where the job runs (bf16, fused AdamW and compile on a CPU; the chunked
 loss, which reads the output weight directly, under ZeRO-3 or FSDP; compile under DeepSpeed or FSDP)
@@ -26,10 +28,14 @@ import torch
 
 from workshop_lib.errors import WorkshopError
 
-FEATURES = ("bf16", "batch", "padding", "grouping", "chunked-ce", "fused-adamw", "compile")
-RECIPES = {"seed": (), "tuned": FEATURES}
+FEATURES = ("bf16", "batch", "padding", "grouping", "chunked-ce", "fused-adamw", "compile", "large-batch")
+# large-batch is not in tuned: at a 4× batch the same samples give ¼ of the optimizer steps, and in
+# the benchmark's short run that cost 17-42 % in eval loss (benchmarks/NOTES.md).
+RECIPES = {"seed": (), "tuned": tuple(name for name in FEATURES if name != "large-batch")}
+LARGE_BATCH_FACTOR = 4
 PAD_MULTIPLE = 16  # dynamic padding rounds the batch length up to this (tensor-core friendly)
 LOSS_CHUNK_ROWS = 1024  # rows of logits alive at once: 1024 × 250,880 × 4 bytes ≈ 1 GB
+FUSED_CHUNK_ROWS = 4096  # the fused path keeps only bf16 logits and gradient: 4096 × 250,880 × 2 × 2 ≈ 4 GB
 
 
 def parse_recipe(text: str) -> tuple[str, ...]:
@@ -57,6 +63,8 @@ class AppliedRecipe:
     per_device_batch: int
     grad_accum: int
     eval_batch: int
+    batch_factor: int = 1  # optimizer steps shrink by this factor, the batch grows by it
+    learning_rate_factor: float = 1.0
 
     def has(self, feature: str) -> bool:
         return feature in self.features
@@ -97,9 +105,15 @@ def apply_recipe(name: str, *, precision: str, per_device_batch: int, grad_accum
         applied.append("fused-adamw")
     if allow("compile", cuda and engine == "hf", "only on a GPU with the plain engine (no DeepSpeed/FSDP)"):
         applied.append("compile")
+    batch_factor, learning_rate_factor = 1, 1.0
+    if "large-batch" in wanted:
+        batch_factor, learning_rate_factor = LARGE_BATCH_FACTOR, LARGE_BATCH_FACTOR ** 0.5
+        per_device_batch *= batch_factor
+        applied.append("large-batch")
     base = name.split("+")[0].strip()
     label = base if name.strip() in RECIPES else name.strip()
-    return AppliedRecipe(label, tuple(applied), skipped, precision, per_device_batch, grad_accum, eval_batch)
+    return AppliedRecipe(label, tuple(applied), skipped, precision, per_device_batch, grad_accum, eval_batch,
+                         batch_factor, learning_rate_factor)
 
 
 # ---------------------------------------------------------------- data
@@ -161,22 +175,55 @@ def sampler_arguments(training_argument_names: set[str], grouping: bool) -> dict
 
 # ---------------------------------------------------------------- chunked cross-entropy
 
+def _chunk_loss_and_gradient(logits, target, scale):
+    """Summed CE of one chunk of logits and its gradient (softmax − one-hot) × scale, in the logits'
+    dtype. Compiled, this is two passes over the chunk (a reduction, then one elementwise kernel)
+    instead of the eager path's fp32 upcast, subtraction, exponential, scatter and downcast."""
+    wide = logits.float()
+    log_norm = torch.logsumexp(wide, dim=-1, keepdim=True)
+    loss = (log_norm.squeeze(1) - wide.gather(1, target[:, None]).squeeze(1)).sum()
+    columns = torch.arange(wide.shape[1], device=wide.device)
+    one_hot = (columns[None, :] == target[:, None]).to(wide.dtype)
+    gradient = (torch.exp(wide - log_norm) - one_hot) * scale
+    return loss, gradient.to(logits.dtype)
+
+
+_FUSED_CHUNK = {}
+
+
+def fused_chunk_function(backend: str = "inductor"):
+    """The compiled :func:`_chunk_loss_and_gradient` (one per backend; chunk rows are dynamic)."""
+    if backend not in _FUSED_CHUNK:
+        _FUSED_CHUNK[backend] = torch.compile(_chunk_loss_and_gradient, backend=backend, dynamic=True,
+                                              fullgraph=True)
+    return _FUSED_CHUNK[backend]
+
+
 class _ChunkedLinearCrossEntropy(torch.autograd.Function):
     """sum CE(hidden @ weightᵀ, targets) / divisor, with the gradients computed chunk by chunk
     during the forward pass (as Liger's fused linear cross-entropy does): only one chunk of
     logits exists at a time, and no logits are kept for the backward pass."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, targets, divisor, compute_dtype, chunk_rows, need_grad):
+    def forward(ctx, hidden, weight, targets, divisor, compute_dtype, chunk_rows, need_grad, fused):
         rows = hidden.shape[0]
         h_all = hidden.to(compute_dtype)
         w = weight.to(compute_dtype)
         grad_hidden = torch.empty_like(hidden) if need_grad else None
         grad_weight = torch.zeros_like(weight, dtype=torch.float32) if need_grad else None
         total = torch.zeros((), dtype=torch.float32, device=hidden.device)
+        scale = (1.0 / divisor).to(torch.float32)
         for start in range(0, rows, chunk_rows):
             h = h_all[start:start + chunk_rows]
             target = targets[start:start + chunk_rows]
+            if fused:
+                # Scaled before the matmuls: safe in bf16/fp32, whose exponent range is fp32's.
+                chunk_loss, grad_logits = fused(h @ w.t(), target, scale)
+                total += chunk_loss
+                if need_grad:
+                    grad_hidden[start:start + chunk_rows] = (grad_logits @ w).to(hidden.dtype)
+                    grad_weight += grad_logits.t() @ h
+                continue
             logits = (h @ w.t()).float()
             log_norm = torch.logsumexp(logits, dim=-1)
             total += (log_norm - logits.gather(1, target[:, None]).squeeze(1)).sum()
@@ -201,16 +248,19 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
         grad_hidden, grad_weight = ctx.saved_tensors
         grad_h = grad_hidden * grad_output if ctx.needs_input_grad[0] else None
         grad_w = (grad_weight * grad_output).to(ctx.weight_dtype) if ctx.needs_input_grad[1] else None
-        return grad_h, grad_w, None, None, None, None, None
+        return grad_h, grad_w, None, None, None, None, None, None
 
 
 @torch.compiler.disable
 def chunked_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
-                          num_items_in_batch=None, chunk_rows: int = LOSS_CHUNK_ROWS) -> torch.Tensor:
+                          num_items_in_batch=None, chunk_rows: int | None = None,
+                          fused_backend: str | None = None) -> torch.Tensor:
     """The causal-LM loss of ``hidden @ weightᵀ`` against ``labels`` (shifted, -100 ignored).
 
     Same value as Hugging Face's ``ForCausalLMLoss``: summed over labelled positions, divided
     by ``num_items_in_batch`` when the Trainer gives it, else by the number of those positions.
+    ``fused_backend`` (e.g. "inductor") computes each chunk's loss and gradient with the compiled
+    :func:`_chunk_loss_and_gradient`; not under fp16, whose range needs the division after the matmuls.
     """
     from workshop_lib.train.data import IGNORE_INDEX
 
@@ -224,13 +274,15 @@ def chunked_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, labels: to
         compute_dtype = torch.get_autocast_dtype(hidden.device.type)
     else:
         compute_dtype = weight.dtype
+    fused = fused_chunk_function(fused_backend) if fused_backend and compute_dtype != torch.float16 else None
+    chunk_rows = chunk_rows or (FUSED_CHUNK_ROWS if fused else LOSS_CHUNK_ROWS)
     with torch.autocast(hidden.device.type, enabled=False):
         need_grad = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
         return _ChunkedLinearCrossEntropy.apply(hidden, weight, targets, divisor, compute_dtype, chunk_rows,
-                                                need_grad)
+                                                need_grad, fused)
 
 
-def use_chunked_loss(model) -> None:
+def use_chunked_loss(model, fused_backend: str | None = None) -> None:
     """Make ``model(input_ids, attention_mask, labels=...)`` compute its loss with
     :func:`chunked_cross_entropy` (no logits returned then); without labels (generation) the
     model's own forward runs unchanged. Parameter names and checkpoints stay the same."""
@@ -247,7 +299,7 @@ def use_chunked_loss(model) -> None:
         outputs = self.base_model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False,
                                   return_dict=True)
         loss = chunked_cross_entropy(outputs[0], self.get_output_embeddings().weight, labels,
-                                     num_items_in_batch)
+                                     num_items_in_batch, fused_backend=fused_backend)
         return CausalLMOutputWithPast(loss=loss)
 
     model.forward = types.MethodType(forward, model)
