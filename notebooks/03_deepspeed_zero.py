@@ -115,7 +115,9 @@ runs = nb.run_experiments(selection, runs_dir, wait_timeout_s)
 # The seed's tables: the baseline summary, the single-GPU stage comparison, weak scaling on one
 # node, the 2-GPU stage comparison with and without offload, and weak scaling across nodes. The last
 # table puts the memory estimator's prediction (the formulas above, plus activations and logits,
-# `workshop estimate`) next to what each run measured. A cell shows the run's state when it did not
+# `workshop estimate`) next to what each run measured: the tensor bytes of one training step on rank 0,
+# counted by the engine itself (model states when the optimizer step begins, and the step's peak), which
+# is what the formulas predict even on the tiny profile. A cell shows the run's state when it did not
 # complete and `n/a` when the run did not record the value (no `nvidia-smi` on the tiny profile).
 
 # %%
@@ -126,7 +128,9 @@ nb.show_plots(selection, runs_dir);
 
 # %% [markdown]
 # **Reading the tiny results.** With a model of a few hundred thousand parameters the model states are
-# a rounding error next to the Python process, so the per-process memory barely moves between stages;
+# a rounding error next to the Python process, so the per-process memory barely moves between stages
+# (the prediction table, which counts tensor bytes, does show each stage's share; its ZeRO peaks are
+# mostly DeepSpeed's gradient bucket of 5·10⁸ elements, allocated whatever the model's size);
 # the differences you can see are in time (stage 3 and offload add work per step) and in CPU memory
 # (offload and pinned buffers live in host memory, which `psrecord` records). On A100s with
 # BLOOM-560m the GPU memory column is where the stages separate: on one GPU only offload (and

@@ -107,7 +107,9 @@ runs = nb.run_experiments(selection, runs_dir, wait_timeout_s)
 # The baseline summary, BLOOM on one node and across nodes, the custom GPT on one node and across
 # nodes, weak scaling by depth, and the memory estimator's prediction next to each measurement.
 # "GPU memory allocated" is the engine's own peak per rank (on the tiny profile the process's
-# resident memory); "GPU Utilization" was never recorded by any monitor and stays `n/a`.
+# resident memory); "GPU Utilization" was never recorded by any monitor and stays `n/a`. The prediction
+# table compares tensor bytes on every profile: the model states each rank holds when the optimizer step
+# begins, and the peak of one step (on a CPU counted tensor by tensor, on a GPU by the CUDA allocator).
 
 # %%
 nb.show_tables(selection, runs_dir);

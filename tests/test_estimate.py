@@ -13,7 +13,8 @@ from workshop_lib.errors import WorkshopError
 from workshop_lib.estimate import (
     GIB, KNOWN_CONFIGS, ModelShape, TrainingSetup, activation_bytes, estimate_memory, flops_per_token,
     layer_activation_bytes, logits_bytes, lora_trainable_count, matmul_parameters, mfu, model_shape,
-    model_state_bytes, parameter_count, parameter_counts, setup_from_experiment,
+    model_state_bytes, parameter_count, parameter_counts, parameter_tensors, persistent_parameters,
+    setup_from_experiment,
 )
 
 PSI = 1e9
@@ -38,8 +39,53 @@ def test_zero_stage_three_splits_each_state():
 def test_fp32_training_is_4_4_8():
     states = model_state_bytes(PSI, TrainingSetup(gpus=4, zero_stage=0, precision="fp32"))
     assert (states.parameters, states.gradients, states.optimizer_states) == pytest.approx((4e9, 4e9, 8e9))
-    assert model_state_bytes(PSI, TrainingSetup(gpus=4, zero_stage=3, precision="fp32")).gpu_total == \
+    assert model_state_bytes(PSI, TrainingSetup(gpus=4, fsdp="FULL_SHARD", precision="fp32")).gpu_total == \
         pytest.approx(4e9)
+
+
+@pytest.mark.parametrize("stage, bytes_per_param", [(1, 4 + 4 + 12 / 4), (2, 4 + 16 / 4), (3, 20 / 4)])
+def test_deepspeed_zero_keeps_an_fp32_master_even_of_fp32_weights(stage, bytes_per_param):
+    """ZeRO 1-3 clone an fp32 master partition whatever the model's dtype (measured on the tiny CPU runs,
+    tests/train/test_engines.py): K = 12 in fp32 too; plain DeepSpeed (stage 0) has no master copy."""
+    states = model_state_bytes(PSI, TrainingSetup(gpus=4, zero_stage=stage, precision="fp32"))
+    assert states.gpu_total == pytest.approx(bytes_per_param * PSI)
+    assert states.optimizer_states == pytest.approx(12 * PSI / 4)
+
+
+def test_zero3_keeps_small_tensors_whole_on_every_gpu():
+    """stage3_param_persistence_threshold (1e5 elements by default): every tensor of tiny-bloom, only the norms
+    and biases of BLOOM-560m."""
+    tiny = parameter_counts("tiny-bloom").total
+    setup = TrainingSetup(gpus=2, zero_stage=3, precision="fp32", batch=2, seq_len=128)
+    assert persistent_parameters(model_shape("tiny-bloom"), setup) == tiny
+    assert estimate_memory("tiny-bloom", setup).parameters == 4 * tiny / 2 + 4 * tiny
+    auto = TrainingSetup(gpus=2, zero_stage=3, precision="fp32", persistence_threshold=10 * 64)  # HF's "auto"
+    # norms (weight and bias of 64) and biases (192, 64, 256, 64 per layer): 2 x 832 + 2 x 128 elements
+    assert estimate_memory("tiny-bloom", auto).parameters == 4 * tiny / 2 + 4 * (2 * 832 + 2 * 128)
+    small = persistent_parameters(model_shape("bloom-560m"), TrainingSetup(gpus=2, zero_stage=3))
+    assert small == 24 * (2 * 1024 * 2 + 3 * 1024 + 1024 + 4096 + 1024) + 4 * 1024  # norms and biases
+
+
+def test_deepspeed_reduce_bucket_counts_where_it_is_alive():
+    """ZeRO-3 allocates its reduce bucket once (a temporary throughout); ZeRO-1/2 at the first gradient, when the
+    logits' gradients are gone: it replaces them in the peak if larger."""
+    tiny = dict(gpus=2, precision="fp32", batch=2, seq_len=128)
+    two = estimate_memory("tiny-bloom", TrainingSetup(zero_stage=2, **tiny))
+    assert two.reduce_bucket == 4 * 500_000_000 and two.temporaries == 0
+    assert two.total == two.model_states + two.activations + two.reduce_bucket
+    three = estimate_memory("tiny-bloom", TrainingSetup(zero_stage=3, **tiny))
+    assert three.reduce_bucket == 0 and three.temporaries > 4 * 500_000_000
+    bloom = estimate_memory("bloom-560m", TrainingSetup(gpus=2, zero_stage=2, precision="fp16"))
+    assert bloom.logits > bloom.reduce_bucket == 2 * 500_000_000  # BLOOM's logits are larger: no change
+    assert bloom.total == bloom.model_states + bloom.activations + bloom.logits + bloom.temporaries
+    assert estimate_memory("tiny-bloom", TrainingSetup(zero_stage=0, **tiny)).reduce_bucket == 0
+    small = estimate_memory("tiny-bloom", TrainingSetup(zero_stage=2, reduce_bucket=64 * 64, **tiny))
+    assert small.total == small.model_states + small.activations + small.logits
+
+
+def test_parameter_tensors_add_up_to_the_counts():
+    for name in KNOWN_CONFIGS:
+        assert sum(parameter_tensors(name)) == parameter_count(name), name
 
 
 def test_optimizer_offload_keeps_16bit_params_on_gpu_and_moves_master_states_and_fp32_grads():
@@ -78,13 +124,13 @@ def test_lora_frozen_base_has_no_gradients_or_optimizer_state():
 # Parameter counts against transformers' real architectures (meta device: no memory, no download)
 # ---------------------------------------------------------------------------------------------
 
-def _meta_model_parameters(config) -> int:
+def _meta_model_tensors(config) -> list[int]:
     torch = pytest.importorskip("torch")
     from transformers import AutoModelForCausalLM
 
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
-    return sum(p.numel() for p in model.parameters())  # tied weights appear once
+    return sorted(p.numel() for p in model.parameters())  # tied weights appear once
 
 
 @pytest.mark.parametrize("name", ["bloom-560m", "llama-3.1-8b", "mixtral-8x7b", "tiny-bloom", "tiny-llama",
@@ -93,9 +139,11 @@ def test_parameter_count_matches_the_transformers_model(name):
     from workshop_lib.train.models import REGISTRY, build_config
 
     config = build_config(REGISTRY[name])
-    real = _meta_model_parameters(config)
+    tensors = _meta_model_tensors(config)
+    real = sum(tensors)
     assert parameter_count(name) == real  # the built-in table agrees with the training registry
     assert parameter_count(config.to_dict()) == real  # and the reader understands the real config.json
+    assert sorted(parameter_tensors(name)) == tensors  # tensor by tensor (what ZeRO-3 keeps whole)
 
 
 def test_known_sizes():
@@ -322,7 +370,9 @@ def test_cli_json_and_offload(capsys):
     argv = ["estimate", "--model", "bloom-560m", "--gpus", "2", "--zero", "3", "--offload", "parameters", "--json"]
     assert main(argv) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["parameters"] == 0 and data["cpu_total"] == pytest.approx(18 * 559_214_592 / 2)
+    # Only the tensors ZeRO-3 keeps whole (norms, biases) stay on the GPU; DeepSpeed never offloads them.
+    small = persistent_parameters(model_shape("bloom-560m"), TrainingSetup(gpus=2, zero_stage=3))
+    assert data["parameters"] == 2 * small and data["cpu_total"] == pytest.approx(18 * 559_214_592 / 2)
     assert data["cpu_per_node"] == pytest.approx(2 * data["cpu_total"])
 
 

@@ -260,6 +260,9 @@ def _mib(value: float) -> float:
 # ---- reference GPU runs (benchmarks/results/cuda_smoke/*.metrics.jsonl) -----------------------------
 
 
+SUMMARY_ENGINES = ("hf", "deepspeed", "fsdp", "gpt")  # the engines setup_from_summary understands
+
+
 def setup_from_summary(summary: dict) -> TrainingSetup:
     """A TrainingSetup from a metrics.jsonl summary record (engine, settings, world size, precision)."""
     settings = summary.get("settings") or {}
@@ -291,7 +294,9 @@ def model_of_summary(summary: dict):
     settings = summary.get("settings") or {}
     if summary.get("engine") == "gpt" or summary.get("model") == "gpt":
         keys = ("layers", "hidden", "heads", "ffn", "vocab", "seq_len")
-        return {"model_type": "gpt", **{key: settings[key] for key in keys}} if all(k in settings for k in keys) else None
+        if not all(key in settings for key in keys):
+            return None
+        return {"model_type": "gpt", **{key: settings[key] for key in keys}}
     model = summary.get("model")
     return model if model in KNOWN_CONFIGS else None
 
@@ -316,6 +321,9 @@ def read_summary(path: str | Path) -> dict:
 
 def compare_summary(summary: dict, label: str) -> MemoryComparison:
     """Estimate vs the measurements (max over ranks) of one finished run's summary."""
+    if summary.get("engine") not in SUMMARY_ENGINES:
+        raise WorkshopError(f"{label}: engine {summary.get('engine')!r} is not compared (its LoRA / tensor-parallel "
+                            f"settings are not read into a setup); compare runs of {', '.join(SUMMARY_ENGINES)}")
     model = model_of_summary(summary)
     if model is None:
         raise WorkshopError(f"{label}: model {summary.get('model')!r} is not known to the estimator; use one of "
@@ -368,5 +376,5 @@ def reference_frame(comparisons: list[MemoryComparison], reference: str = "plain
 
 
 __all__ = ["GOAL_MODEL_STATES", "GOAL_PEAK", "PREDICTION_NOTE", "STEP_PEAK", "MemoryComparison", "compare_summary",
-           "model_of_summary", "predict_record", "predicted_bytes", "prediction_frame", "read_summary", "reference_comparisons",
-           "reference_frame", "setup_for_record", "setup_from_summary"]
+           "model_of_summary", "predict_record", "predicted_bytes", "prediction_frame", "read_summary",
+           "reference_comparisons", "reference_frame", "setup_for_record", "setup_from_summary"]

@@ -35,3 +35,14 @@ def test_two_writers_on_one_line_and_garbage():
     assert [record.step for record in log.steps] == [1, 2, 3, 4]
     assert log.summary is not None
     assert log.skipped_lines == 4  # prose, a step without loss, an unknown kind, NUL bytes
+
+
+def test_tensor_census_fields_and_older_summaries_without_them():
+    older = parse_metrics(read_text(SAMPLE)).summary
+    assert older.model_state_bytes_per_rank == [] and older.step_peak_bytes_per_rank == []
+    record = ('{"kind": "summary", "engine": "gpt", "world_size": 2, "model_state_bytes_per_rank": [1595928, null], '
+              '"step_peak_bytes_per_rank": [7608212, "7608212"], "model_state_parts_per_rank": [{"parameters": 4}, 3]}')
+    summary = parse_metrics(record).summary
+    assert summary.model_state_bytes_per_rank == [1595928, None]  # a rank too short to measure: null
+    assert summary.step_peak_bytes_per_rank == [7608212, 7608212]
+    assert summary.model_state_parts_per_rank == [{"parameters": 4}, None]

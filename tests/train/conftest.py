@@ -80,3 +80,23 @@ def assert_sharded(summary: dict, world_size: int) -> None:
     assert len(local) == world_size
     for count in local:
         assert abs(count - total / world_size) <= 0.02 * total, (local, total)
+
+
+def assert_memory_as_predicted(summary: dict, model_states: bool = True, peak: bool = True):
+    """Every rank's tensor bytes (workshop_lib.train.tensor_census) against workshop_lib.estimate for the
+    setup that ran: model states within 15 %, the second step's peak within 25 % (the goals of
+    workshop_lib.predictions). Returns the estimate."""
+    from workshop_lib.estimate import estimate_memory
+    from workshop_lib.predictions import (GOAL_MODEL_STATES, GOAL_PEAK, model_of_summary, predicted_bytes,
+                                          setup_from_summary)
+
+    estimate = estimate_memory(model_of_summary(summary), setup_from_summary(summary))
+    predicted_states, predicted_peak = predicted_bytes(estimate, summary["device"])
+    measured = zip(summary["model_state_bytes_per_rank"], summary["step_peak_bytes_per_rank"])
+    for rank, (states, step_peak) in enumerate(measured):
+        assert states and step_peak, (rank, summary["model_state_bytes_per_rank"], summary["step_peak_bytes_per_rank"])
+        if model_states:
+            assert abs(predicted_states - states) <= GOAL_MODEL_STATES * states, (rank, predicted_states, states)
+        if peak:
+            assert abs(predicted_peak - step_peak) <= GOAL_PEAK * step_peak, (rank, predicted_peak, step_peak)
+    return estimate

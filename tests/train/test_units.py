@@ -96,6 +96,21 @@ def test_schema_rejects_missing_fields_and_wrong_types():
         validate_record({**good, "loss": float("nan")})
 
 
+def test_summary_schema_takes_one_census_entry_per_rank():
+    summary = {"kind": "summary", "engine": "gpt", "settings": {}, "model": "gpt", "world_size": 2, "nodes": 1,
+               "precision": "fp32", "device": "cpu", "samples": 8, "train_runtime_s": 1.0, "samples_per_s": 8.0,
+               "mean_step_time_s": 0.1, "final_loss": 6.0, "eval_loss": None, "eval_em": None, "eval_f1": None,
+               "trainable_params": 10, "total_params": 10, "local_params_per_rank": [5, 5],
+               "peak_memory_mib_per_rank": [500.0, 500.0], "peak_memory_kind": "cpu_max_rss",
+               "model_state_bytes_per_rank": [80, None], "model_state_parts_per_rank": [{"parameters": 20}, None],
+               "step_peak_bytes_per_rank": [200, None]}  # a rank that ran fewer than two steps records null
+    validate_record(summary)
+    with pytest.raises(SchemaError, match="entries"):
+        validate_record({**summary, "step_peak_bytes_per_rank": [200, 1.5]})
+    with pytest.raises(SchemaError, match="world size"):
+        validate_record({**summary, "model_state_bytes_per_rank": [80]})
+
+
 def test_bloom_560m_random_init_config_has_the_real_dimensions():
     config = build_config(model_spec("bloom-560m"))
     assert (config.hidden_size, config.n_layer, config.n_head, config.vocab_size) == (1024, 24, 16, 250880)

@@ -10,23 +10,25 @@ configs (``KNOWN_CONFIGS``) or any Hugging Face ``config.json``; see ``memory`` 
 
 from .flops import PEAK_FLOPS, attention_flops_per_token, flops_per_token, matmul_parameters, mfu
 from .memory import (
-    FSDP_STRATEGIES, GIB, OFFLOADS, PRECISIONS, MemoryEstimate, ModelStates, StateBytes, TrainingSetup,
-    activation_bytes, check_setup, estimate_memory, layer_activation_bytes, logits_bytes, model_state_bytes,
-    model_state_formula, state_bytes, temporaries_bytes,
+    DEEPSPEED_PERSISTENCE_THRESHOLD, DEEPSPEED_REDUCE_BUCKET, FSDP_STRATEGIES, GIB, OFFLOADS, PRECISIONS,
+    MemoryEstimate, ModelStates, StateBytes, TrainingSetup, activation_bytes, check_setup, estimate_memory,
+    layer_activation_bytes, logits_bytes, model_state_bytes, model_state_formula, persistent_parameters,
+    reduce_bucket_bytes, state_bytes, temporaries_bytes,
 )
 from .report import format_estimate, setup_from_experiment
 from .shapes import (
     KNOWN_CONFIGS, ModelShape, ParameterCounts, lora_linears, lora_trainable_count, model_shape,
-    parameter_count, parameter_counts, read_config, shape_from_config,
+    parameter_count, parameter_counts, parameter_tensors, read_config, shape_from_config,
 )
 from .crosscheck import deepspeed_zero_estimates
 
 __all__ = [
-    "FSDP_STRATEGIES", "GIB", "KNOWN_CONFIGS", "OFFLOADS", "PEAK_FLOPS", "PRECISIONS", "MemoryEstimate",
+    "DEEPSPEED_PERSISTENCE_THRESHOLD", "DEEPSPEED_REDUCE_BUCKET", "FSDP_STRATEGIES", "GIB", "KNOWN_CONFIGS", "OFFLOADS", "PEAK_FLOPS", "PRECISIONS", "MemoryEstimate",
     "ModelShape", "ModelStates", "ParameterCounts", "StateBytes", "TrainingSetup", "activation_bytes",
     "attention_flops_per_token", "check_setup", "deepspeed_zero_estimates", "estimate_memory",
     "flops_per_token", "format_estimate", "layer_activation_bytes", "logits_bytes", "lora_linears",
     "lora_trainable_count", "matmul_parameters", "mfu", "model_shape", "model_state_bytes",
-    "model_state_formula", "parameter_count", "parameter_counts", "read_config", "setup_from_experiment",
-    "shape_from_config", "state_bytes", "temporaries_bytes",
+    "model_state_formula", "parameter_count", "parameter_counts", "parameter_tensors", "persistent_parameters",
+    "read_config", "reduce_bucket_bytes", "setup_from_experiment", "shape_from_config", "state_bytes",
+    "temporaries_bytes",
 ]

@@ -169,6 +169,10 @@ def train_with_trainer(args, runtime: Runtime, spec, tokenizer, data, precision:
         learning_rate=args.learning_rate, weight_decay=args.weight_decay,
         bf16=precision == "bf16", fp16=precision == "fp16", use_cpu=runtime.device_kind == "cpu",
         logging_steps=1, report_to="none", seed=args.seed, disable_tqdm=True,
+        # Every parameter gets a gradient. The Trainer's default for a model without gradient
+        # checkpointing (True) makes DDP walk the autograd graph after every forward (its cost on
+        # 4×H200 is in benchmarks/NOTES.md).
+        ddp_find_unused_parameters=False,
         dataloader_drop_last=True, **extra)
     from workshop_lib.train.timing import PhaseClock
 

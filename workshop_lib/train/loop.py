@@ -125,8 +125,8 @@ def run_loop(model, optimizer, train_dataset, eval_dataset, runtime: Runtime, wr
         for _ in range(steps_per_epoch):
             if step >= total_steps:
                 break
+            probe.begin(step + 1, model, optimizer)  # its census before the clock starts
             step_started = time.perf_counter()
-            probe.begin(step + 1, model, optimizer)
             micro_losses = []
             for _ in range(settings.grad_accum):
                 batch = {k: v.to(runtime.device) for k, v in next(batches).items()}

@@ -14,14 +14,20 @@ Two numbers per rank, both taken on one optimizer step (the second: the optimize
 
 On a GPU the step peak is the allocator's own ``torch.cuda.max_memory_allocated()`` over the step (its
 peak counter is reset at the step's start; :func:`cuda_peak_before_reset` keeps the run's peak whole), so
-the GPU pays nothing per operator. ``torch.distributed._tools.mem_tracker.MemTracker`` does the second half too, but it needs every tensor
-registered up front (it sees neither DeepSpeed's flat buffers nor FSDP's flat parameters) and hooks every
-module; counting storages ourselves is shorter and covers all the engines the same way.
+the GPU pays nothing per operator; on a CPU the dispatch mode costs tens of microseconds per operator,
+on one step only.
+
+``torch.distributed._tools.mem_tracker.MemTracker`` gives the same peak on a plain model (a test checks
+it), but it needs every live tensor registered up front (it cannot reach DeepSpeed's flat buffers or FSDP's
+flat parameters, and counts a buffer it was not told about as new when an in-place operator returns it)
+and hooks every module; counting storages here is shorter and treats all the engines alike.
+``WORKSHOP_CENSUS_TRACE=1`` prints every storage the census counted, with the path it was reached by.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import weakref
 
 import torch
@@ -159,7 +165,7 @@ def _never_walk(obj) -> bool:
 def census(*roots, trace: list | None = None) -> Census:
     """The model-state census of models and optimizers (pass the model first: its tensors count as parameters)."""
     found = Census(trace)
-    for index, root in enumerate(roots):
+    for root in roots:
         found.walk(root, "parameters" if isinstance(root, torch.nn.Module) else "optimizer_states",
                    path=type(root).__name__)
     return found
@@ -191,8 +197,6 @@ class LiveTensorPeak(TorchDispatchMode):
             self._cells[ident] = cell
             if not new:  # alive before the mode started: part of every moment since
                 self.peak += storage.nbytes()
-                if os.environ.get("DBG") and storage.nbytes() > 50000:
-                    import traceback; print("DISCOVERED", storage.nbytes(), getattr(self, "_func", None), file=__import__("sys").stderr, flush=True)
         self._resized(cell, storage.nbytes())
 
     def _resized(self, cell: list, nbytes: int) -> None:
@@ -216,7 +220,6 @@ class LiveTensorPeak(TorchDispatchMode):
         if any(getattr(kind, "__name__", "") == "DTensor" for kind in types):
             return NotImplemented  # let DTensor run its local ops, which come back through this mode
         kwargs = kwargs or {}
-        self._func = func
         self._see((args, kwargs), new=False)
         out = func(*args, **kwargs)
         self._see(out, new=True)
@@ -274,7 +277,8 @@ class MemoryProbe:
             return
         roots = (model, optimizer)
         for link in optimizer_chain(optimizer):
-            self._count_before_step(link, roots)
+            if callable(getattr(link, "step", None)):
+                self._count_before_step(link, roots)
         if torch.cuda.is_available():
             peaks = _cuda_peaks_before_reset
             peaks["allocated"] = max(peaks["allocated"], torch.cuda.max_memory_allocated())
@@ -293,7 +297,7 @@ class MemoryProbe:
                 self.model_states = census(*roots, trace=self.trace)
             return original(*args, **kwargs)
 
-        self._patched.append((link, vars(link).get("step")))
+        self._patched.append((link, getattr(link, "__dict__", {}).get("step")))
         link.step = step  # an instance attribute: the class's step (and torch's hooks on it) stay untouched
 
     def end(self, step: int) -> None:
@@ -311,7 +315,6 @@ class MemoryProbe:
                 link.step = own
         self._patched.clear()
         if self.trace:  # WORKSHOP_CENSUS_TRACE=1: what the census counted, for engine developers
-            import sys
             for path, part, nbytes in self.trace:
                 print(f"census[{os.environ.get('RANK', '0')}] {part:16s} {nbytes:>12,d} {path}", file=sys.stderr)
 
