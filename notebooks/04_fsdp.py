@@ -33,11 +33,12 @@ profile = "tiny"  # "ibex" on the cluster, "tiny" anywhere else
 experiments = None  # None: every experiment of the chapter that the profile can run; or a list of ids
 wait_timeout_s = 2400  # stop waiting after this long (jobs keep running; re-run the cell to pick them up)
 runs_dir = None  # None: <repository>/runs (or $WORKSHOP_RUNS_DIR)
+recipe = "seed"  # "seed": the original material's recipe (comparable numbers); "tuned": the faster one
 
 # %%
 from workshop_lib import notebook as nb
 
-selection = nb.chapter_header(4, profile, experiments, runs_dir)
+selection = nb.chapter_header(4, profile, experiments, runs_dir, recipe)
 nb.experiments_overview(selection);
 
 # %% [markdown]
@@ -124,6 +125,20 @@ nb.show_plots(selection, runs_dir);
 # the numbers live, not the arithmetic), offload moves memory from the training process's device to
 # the host, and the weak-scaling efficiency uses the right formula. On A100s, expect the multi-GPU
 # throughput to grow with the GPU count and the allocated memory per GPU to fall.
+
+# %% [markdown]
+# ## Measured on real GPUs
+#
+# The experiments of this chapter that fit one machine with four H200 GPUs, at real size (BLOOM-560m's
+# architecture with random weights and the seed's recipe; the custom GPT as declared), 30 optimizer
+# steps, rendered with the `gpu-workstation` profile and run through the local executor
+# (`benchmarks/reference_runs.py`). Multi-node rows and the 2-node strategy comparison need a real
+# cluster and stay empty. Notice how FULL_SHARD's memory per GPU falls with the GPU count while its
+# step time grows: every micro-batch gathers the parameters again. Chapter 3's section *Weak scaling:
+# DDP, ZeRO-2 and FSDP side by side* puts FULL_SHARD next to DDP and ZeRO-2 on the same run.
+
+# %%
+nb.show_reference_tables(4);
 
 # %% [markdown]
 # ## Questions

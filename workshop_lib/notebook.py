@@ -22,9 +22,10 @@ import pandas as pd
 
 from . import tables as tables_module
 from .errors import WorkshopError
-from .experiments import CHAPTERS, Experiment, chapter_experiments, get_experiment
+from .experiments import (CHAPTERS, DEFAULT_RECIPE, HF, RECIPES, Experiment, chapter_experiments, get_experiment,
+                          with_recipe)
 from .profiles import Profile, load_profile
-from .results import COMPLETED, chapter_results
+from .results import COMPLETED, chapter_results, run_record
 from .runs import RUNS_VARIABLE, Run, load_run, submit_experiments, wait_for_runs
 from .scripts import render_script
 from .tables import Table
@@ -81,8 +82,15 @@ class Selection:
     left_out: tuple[tuple[Experiment, str], ...]  # (experiment, why) for the rest
 
 
-def select(chapter: int, profile: Profile | str = "tiny", experiments: Sequence[str] | str | None = None) -> Selection:
-    """The chapter's experiments named in ``experiments`` (ids, or None for all), checked against the profile."""
+def select(chapter: int, profile: Profile | str = "tiny", experiments: Sequence[str] | str | None = None,
+           recipe: str = DEFAULT_RECIPE) -> Selection:
+    """The chapter's experiments named in ``experiments`` (ids, or None for all), checked against the profile.
+
+    ``recipe="tuned"`` runs the Hugging Face Trainer experiments with the workshop's tuned recipe; they
+    get their own ids (``…-tuned``) and run folders, so seed results are never overwritten."""
+    if recipe not in RECIPES:
+        raise WorkshopError(f"recipe={recipe!r}: choose one of {', '.join(RECIPES)} (seed: as the original "
+                            "material, for comparable numbers; tuned: the workshop's faster recipe)")
     profile = load_profile(profile)
     matrix = chapter_experiments(chapter)
     if experiments is None:
@@ -94,6 +102,7 @@ def select(chapter: int, profile: Profile | str = "tiny", experiments: Sequence[
             raise WorkshopError(f"{', '.join(foreign)} belong(s) to another chapter than {chapter}: "
                                 f"list ids of chapter {chapter} (`workshop experiments --chapter {chapter}`)")
         chosen = [experiment for experiment in matrix if experiment.id in set(wanted)]
+    chosen = [with_recipe(experiment, recipe) if experiment.engine == HF else experiment for experiment in chosen]
     runnable, left_out = [], []
     for experiment in chosen:
         reason = profile.unsupported_reason(experiment)
@@ -258,10 +267,18 @@ def _show_run_table(runs: Sequence[Run], read_only: bool = False) -> pd.DataFram
 
 # ---- tables and plots ------------------------------------------------------------------------------
 def chapter_results_for(selection: Selection, runs_dir: Path | str | None = None) -> pd.DataFrame:
-    """The chapter's results restricted to the selection's runnable experiments."""
-    results = chapter_results(selection.chapter, resolve_runs_dir(runs_dir))
-    ids = {experiment.id for experiment in selection.runnable}
-    return results[results["id"].isin(ids)].reset_index(drop=True)
+    """The chapter's results restricted to the selection's runnable experiments.
+
+    Rows keep the matrix's ids (a tuned run's ``-tuned`` is dropped), so the seeds' tables fill the same
+    way whichever recipe ran; the ``recipe`` column says which one did."""
+    root = resolve_runs_dir(runs_dir)
+    if not selection.runnable:
+        return chapter_results(selection.chapter, root).iloc[0:0]
+    results = pd.DataFrame([run_record(experiment, root) for experiment in selection.runnable])
+    suffixes = {experiment.id: f"-{experiment.recipe}" for experiment in selection.runnable
+                if experiment.recipe != DEFAULT_RECIPE}
+    results["id"] = [i.removesuffix(suffixes.get(i, "")) for i in results["id"]]
+    return results
 
 
 def selection_tables(selection: Selection, runs_dir: Path | str | None = None) -> list[Table]:
@@ -314,6 +331,40 @@ def show_reference_tables(chapter: int) -> list[Table]:
     for table in tables:
         _display(_html(table_html(table)))
     return tables
+
+
+def show_recipe_benchmark() -> list[Table]:
+    """The seed recipe against the tuned one on one GPU (benchmarks/recipe_benchmark.py), and the ladder
+    that adds one change at a time, from the stored result files."""
+    from . import reference_views
+
+    tables = []
+    for path, title in ((reference_views.RECIPE_RESULT, "Seed vs tuned recipe, one run"),
+                        (reference_views.RECIPE_LADDER, "The ladder: one change at a time (an earlier run)")):
+        if not path.is_file():
+            message(f"No recipe benchmark result yet ({path.name}).")
+            continue
+        note = f"Measured on {reference_views.recipe_provenance(path)}."
+        tables.append(Table(title, reference_views.recipe_table(path), note))
+    for table in tables:
+        _display(_html(table_html(table)))
+    return tables
+
+
+def show_engine_scaling() -> Table | None:
+    """DDP vs ZeRO-2 vs FSDP FULL_SHARD weak scaling on real GPUs (book/reference/engine_scaling.json)."""
+    from . import reference_views
+
+    if not reference_views.ENGINE_SCALING.is_file():
+        message("No engine-scaling reference results yet (book/reference/engine_scaling.json).")
+        return None
+    table = Table("Weak scaling of the data-parallel engines, measured on real GPUs",
+                  reference_views.engine_scaling_table(),
+                  "Efficiency = T1/TN from the median step time (steps 4-30): each GPU does the same work, so "
+                  "100 % means no time lost to communication or waiting. Blank model states: measured before "
+                  "the engines recorded them.")
+    _display(_html(table_html(table)))
+    return table
 
 
 def table_html(table: Table) -> str:
@@ -436,11 +487,11 @@ def _throughput_plot(series: dict[str, pd.DataFrame], title: str):
 
 
 # ---- the whole chapter ----------------------------------------------------------------------------
-def chapter_header(chapter: int, profile: str, experiments, runs_dir) -> Selection:
+def chapter_header(chapter: int, profile: str, experiments, runs_dir, recipe: str = DEFAULT_RECIPE) -> Selection:
     """Resolve the parameters cell into a Selection and say where results go."""
     if chapter not in CHAPTERS:
         raise WorkshopError(f"there is no chapter {chapter}: choose one of {sorted(CHAPTERS)}")
-    selection = select(chapter, profile, experiments)
+    selection = select(chapter, profile, experiments, recipe)
     root = resolve_runs_dir(runs_dir)
     mode = "submits what has not completed yet" if submitting_enabled() else "only reads results"
     message(f"Chapter {chapter} ({CHAPTERS[chapter]}) on profile {selection.profile.name!r}: "
