@@ -310,10 +310,10 @@ SCALING_ENGINES = {"ddp": {}, "zero2": {"zero_stage": 2}, "full-shard": {"fsdp":
 
 def engine_scaling_experiments() -> list[Experiment]:
     names = {"ddp": "DDP (no sharding)", "zero2": "ZeRO stage 2", "full-shard": "FSDP FULL_SHARD"}
+    recipe = {**_ZERO_RECIPE, "monitor_cpu_memory": False}
     rows = []
     for engine, knobs in SCALING_ENGINES.items():
         for gpus in (1, 2, 4, 8):
-            recipe = {**_ZERO_RECIPE, "monitor_cpu_memory": False}
             rows.append(Experiment(
                 id=f"scaling/{engine}/{_gpus(gpus)}", chapter=3, group="engine-scaling",
                 title=f"{names[engine]} weak scaling, {_gpus(gpus, ' ')}, 500 samples per GPU",

@@ -212,7 +212,7 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
         grad_hidden = torch.empty_like(hidden) if need_grad else None
         grad_weight = torch.zeros_like(weight, dtype=torch.float32) if need_grad else None
         total = torch.zeros((), dtype=torch.float32, device=hidden.device)
-        scale = (1.0 / divisor).to(torch.float32)
+        scale = 1.0 / divisor  # divisor is an fp32 tensor
         for start in range(0, rows, chunk_rows):
             h = h_all[start:start + chunk_rows]
             target = targets[start:start + chunk_rows]
