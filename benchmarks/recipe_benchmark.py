@@ -40,7 +40,8 @@ sys.path.insert(0, str(REPO))
 
 LADDER = ["seed", "seed+bf16", "seed+bf16+batch", "seed+bf16+batch+padding",
           "seed+bf16+batch+padding+grouping", "seed+bf16+batch+padding+grouping+chunked-ce",
-          "seed+bf16+batch+padding+grouping+chunked-ce+fused-adamw", "tuned"]
+          "seed+bf16+batch+padding+grouping+chunked-ce+fused-adamw",
+          "seed+bf16+batch+padding+grouping+chunked-ce+fused-adamw+compile", "tuned"]
 SEED_RECIPE = ["--per-device-batch", "4", "--grad-accum", "4"]  # seeds 002/003, global batch 16
 
 
@@ -104,6 +105,10 @@ def provenance(argv) -> dict:
     try:
         git = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
         record["git_commit"] = git.stdout.strip() or None
+        status = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+                                capture_output=True, text=True, timeout=10)
+        # A run from a working tree with edits is not that commit: say which files differed.
+        record["git_modified"] = [line[3:] for line in status.stdout.splitlines()]
     except (OSError, subprocess.SubprocessError):
         record["git_commit"] = None
     return record

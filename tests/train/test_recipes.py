@@ -101,3 +101,32 @@ def test_dynamic_padding_only_drops_pad_columns():
     assert batch["input_ids"].shape == (2, 8)  # longest 5, rounded up to 4's multiple
     assert batch["labels"][0].tolist() == [0, 1, 2] + [-100] * 5
     assert batch["attention_mask"].sum().item() == 8
+
+
+def test_compile_model_scopes_and_a_clear_error_for_an_unknown_mode():
+    from workshop_lib.train.recipes import compile_model
+
+    model = build_model(model_spec("tiny-bloom"), random_init=True, seed=0)
+    assert compile_model(model, "BloomBlock", "blocks") == model.config.n_layer
+    model = build_model(model_spec("tiny-bloom"), random_init=True, seed=0)
+    assert compile_model(model, "BloomBlock", "stack") == 1
+    assert getattr(model.base_model, "_compiled_call_impl", None) is not None
+    with pytest.raises(WorkshopError, match="--compile-mode 'whole'.*blocks-cpp"):
+        compile_model(model, "BloomBlock", "whole")
+
+
+def test_gc_freeze_moves_live_objects_out_of_collection_for_the_training_only():
+    import gc
+
+    from workshop_lib.train.recipes import gc_freeze_callback
+
+    callback = gc_freeze_callback()
+    gc.unfreeze()
+    callback.on_train_begin(None, None, None)
+    try:
+        assert gc.get_freeze_count() > 1000  # torch, transformers and this test's objects
+    finally:
+        callback.on_train_end(None, None, None)
+    assert gc.get_freeze_count() == 0
+    assert "gc-freeze" in apply_recipe("tuned", precision="fp32", per_device_batch=4, grad_accum=4,
+                                       device_kind="cpu", engine="hf").features

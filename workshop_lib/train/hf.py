@@ -26,7 +26,7 @@ from workshop_lib.train.cli import add_sample_count_flags, check_positive, commo
 from workshop_lib.train.common import answer_quality, load_tokenizer, prepare_data, print_header
 from workshop_lib.train.metrics import MetricsWriter, summary_fields
 from workshop_lib.train.models import build_model, count_parameters, model_spec
-from workshop_lib.train.recipes import AppliedRecipe, apply_recipe, parse_recipe
+from workshop_lib.train.recipes import COMPILE_MODES, AppliedRecipe, apply_recipe, parse_recipe
 from workshop_lib.train.runtime import Runtime, print_main, start_runtime, stop_runtime
 from workshop_lib.train.sharding import STRATEGIES, local_parameter_count, wrap_fsdp
 from workshop_lib.train.tensor_census import MemoryProbe, cuda_peak_before_reset
@@ -49,6 +49,8 @@ def parse_args(argv=None):
     parser.add_argument("--recipe", default="seed",
                         help="seed (the seeds' fp16, batch 4 x accumulation 4, padded to 512), tuned, "
                              "or seed+FEATURE+... (see workshop_lib.train.recipes)")
+    parser.add_argument("--compile-mode", default="blocks-cpp", choices=COMPILE_MODES,
+                        help="what the recipe's compile feature compiles and how (benchmarks/NOTES.md)")
     args = parser.parse_args(argv)
     parse_recipe(args.recipe)  # a typo fails here, before any process group exists
     args.samples_total, args.samples_per_gpu = sample_counts(args)
@@ -152,7 +154,7 @@ def train_with_trainer(args, runtime: Runtime, spec, tokenizer, data, precision:
 
     from workshop_lib.train.callbacks import MemoryProbeCallback, MetricsCallback, ShardSizeCallback
     from workshop_lib.train.profiling import ProfilerCallback, requested_steps
-    from workshop_lib.train.recipes import UnpaddedView, compile_blocks, counting_trainer_class, use_chunked_loss
+    from workshop_lib.train.recipes import UnpaddedView, compile_model, counting_trainer_class, gc_freeze_callback, use_chunked_loss
 
     recipe = recipe or recipe_for(args, runtime, precision)
     extra, collator = recipe_training_arguments(recipe, tokenizer.pad_token_id, args.max_length)
@@ -187,13 +189,15 @@ def train_with_trainer(args, runtime: Runtime, spec, tokenizer, data, precision:
         # With compile on a GPU, each chunk's loss and gradient run as fused kernels too.
         use_chunked_loss(model, fused_backend="inductor" if recipe.has("compile") else None)
     if recipe.has("compile"):
-        compile_blocks(model, spec.layer_class)
+        compile_model(model, spec.layer_class, args.compile_mode)
     global_batch = args.per_device_batch * args.grad_accum * runtime.world_size
     train_set = UnpaddedView(data.train) if collator is not None else data.train
     shard_size = ShardSizeCallback(local_parameter_count)
     memory_probe = MemoryProbe()  # first, so its census stays out of the step time
     callbacks = [MemoryProbeCallback(memory_probe), MetricsCallback(writer, global_batch, runtime.device_kind),
                  shard_size]
+    if recipe.has("gc-freeze"):
+        callbacks.append(gc_freeze_callback())
     profile_steps = requested_steps()
     if profile_steps and runtime.is_main:
         callbacks.append(ProfilerCallback(profile_steps, Path(args.output_dir) / "profile.txt", runtime.device_kind))

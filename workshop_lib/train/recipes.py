@@ -11,7 +11,11 @@ every sample padded to 512 tokens, the full fp32 logits over the vocabulary, eag
 * ``chunked-ce``  the cross-entropy over the vocabulary computed in row chunks, only on the
                   positions that have a label: the (tokens × 250,880) fp32 logits never exist at once
 * ``fused-adamw`` ``adamw_torch_fused`` and TF32 matmuls for what stays in fp32
-* ``compile``     ``torch.compile`` of each transformer block (regional compilation)
+* ``compile``     ``torch.compile`` of each transformer block (regional compilation), its kernels
+                  launched by inductor's C++ wrapper (other ways with ``--compile-mode``, see
+                  :func:`compile_model`)
+* ``gc-freeze``   the objects alive when training starts (model, libraries) are frozen out of Python's
+                  garbage collector (``gc.freeze``), so its full collections stop rescanning them
 * ``large-batch`` a 4× larger batch per optimizer step (the same samples in ¼ of the steps) with the
                   learning rate scaled by √4 = 2, the square-root rule for Adam
 
@@ -28,7 +32,8 @@ import torch
 
 from workshop_lib.errors import WorkshopError
 
-FEATURES = ("bf16", "batch", "padding", "grouping", "chunked-ce", "fused-adamw", "compile", "large-batch")
+FEATURES = ("bf16", "batch", "padding", "grouping", "chunked-ce", "fused-adamw", "compile", "gc-freeze",
+            "large-batch")
 # large-batch is not in tuned: at a 4× batch the same samples give ¼ of the optimizer steps, and in
 # the benchmark's short run that cost 17-42 % in eval loss (benchmarks/NOTES.md).
 RECIPES = {"seed": (), "tuned": tuple(name for name in FEATURES if name != "large-batch")}
@@ -105,6 +110,8 @@ def apply_recipe(name: str, *, precision: str, per_device_batch: int, grad_accum
         applied.append("fused-adamw")
     if allow("compile", cuda and engine == "hf", "only on a GPU with the plain engine (no DeepSpeed/FSDP)"):
         applied.append("compile")
+    if "gc-freeze" in wanted:
+        applied.append("gc-freeze")
     batch_factor, learning_rate_factor = 1, 1.0
     if "large-batch" in wanted:
         batch_factor, learning_rate_factor = LARGE_BATCH_FACTOR, LARGE_BATCH_FACTOR ** 0.5
@@ -305,14 +312,52 @@ def use_chunked_loss(model, fused_backend: str | None = None) -> None:
     model.forward = types.MethodType(forward, model)
 
 
-def compile_blocks(model, layer_class: str) -> int:
-    """``torch.compile`` each transformer block in place (one compiled graph reused by all blocks)."""
+COMPILE_MODES = ("blocks", "blocks-cpp", "stack", "stack-cpp", "stack-cudagraphs")
+
+
+def compile_model(model, layer_class: str, mode: str = "blocks") -> int:
+    """``torch.compile`` the model's transformer in place; returns how many modules were compiled.
+
+    ``blocks``: each transformer block (regional compilation: one graph reused by all blocks, quick
+    to compile). ``stack``: the whole base model (embedding, every block, final norm) as one graph,
+    so the per-call costs of a compiled region (guards, autograd wrapper) are paid once per step
+    instead of once per block. ``-cpp``: inductor's C++ wrapper launches the kernels instead of
+    generated Python. ``stack-cudagraphs``: the stack replayed as CUDA graphs, one per batch length.
+    """
+    if mode not in COMPILE_MODES:
+        raise WorkshopError(f"--compile-mode {mode!r}: choose one of {', '.join(COMPILE_MODES)}")
+    scope, _, flavour = mode.partition("-")
+    if flavour == "cpp":
+        torch._inductor.config.cpp_wrapper = True  # also for the fused loss chunk compiled later
+    options = {"mode": "reduce-overhead"} if flavour == "cudagraphs" else {}
+    if scope == "stack":
+        model.base_model.compile(**options)
+        return 1
     compiled = 0
     for module in model.modules():
         if type(module).__name__ == layer_class:
-            module.compile()
+            module.compile(**options)
             compiled += 1
     return compiled
+
+
+def gc_freeze_callback():
+    """A Trainer callback for ``gc-freeze``: at train begin, collect once and freeze the survivors;
+    unfreeze at train end. A CPU-bound step (the tuned recipe's is) otherwise pays for full
+    collections that walk every object of torch, transformers and the model."""
+    import gc
+
+    from transformers import TrainerCallback
+
+    class GcFreeze(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            gc.collect()
+            gc.freeze()
+
+        def on_train_end(self, args, state, control, **kwargs):
+            gc.unfreeze()
+
+    return GcFreeze()
 
 
 # ---------------------------------------------------------------- token accounting
