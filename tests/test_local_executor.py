@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import time
 
 import pytest
@@ -71,13 +72,42 @@ def test_another_process_sees_the_job(tmp_path):
     assert again.backend == "local" and again.info().state == "COMPLETED"
 
 
-def test_refuses_multi_node_and_missing_output_folder(tmp_path):
-    with pytest.raises(SubmitError, match="workshop cluster up --nodes 2"):
-        cluster.submit(script(tmp_path, "true", "--nodes=2"), backend="local")
+def test_refuses_a_missing_output_folder_and_an_unreadable_node_count(tmp_path):
     bad = tmp_path / "bad.sh"
     bad.write_text("#!/bin/bash\n#SBATCH --output=nowhere/out.txt\ntrue\n")
     with pytest.raises(SubmitError, match="does not exist"):
         cluster.submit(bad, backend="local")
+    with pytest.raises(SubmitError, match="--nodes='two'.*--nodes=2"):
+        cluster.submit(script(tmp_path, "true", "--nodes=two"), backend="local")
+
+
+def test_a_two_node_job_runs_as_two_emulated_nodes_with_their_own_gpus(tmp_path, monkeypatch):
+    # 4 GPUs, 2 nodes x 2 GPUs x 2 tasks: every task learns its node, node name, rank and its node's GPUs;
+    # the batch shell (node 0) sees node 0's GPUs; scontrol lists the head node first.
+    monkeypatch.setenv("WORKSHOP_LOCAL_GPUS", "4")
+    body = "\n".join([
+        'echo "batch $SLURM_NNODES $SLURM_NTASKS $CUDA_VISIBLE_DEVICES $(scontrol show hostnames | tr "\\n" " ")"',
+        "srun bash -c 'echo \"task $SLURM_PROCID $SLURM_NODEID $SLURM_LOCALID $SLURMD_NODENAME $CUDA_VISIBLE_DEVICES\"'",
+        "srun --nodes=1 --ntasks-per-node=1 bash -c 'echo \"head $SLURM_NODEID\"'",
+    ])
+    job, info = run(script(tmp_path, body, "--nodes=2", "--ntasks-per-node=2", "--gpus-per-node=2"))
+    assert info.state == "COMPLETED", job.stdout_path.read_text()
+    lines = job.stdout_path.read_text().splitlines()
+    batch = next(line for line in lines if line.startswith("batch")).split()
+    assert batch[1:4] == ["2", "4", "0,1"]
+    head, second = batch[4:]
+    assert head == socket.gethostname().split(".")[0] and second == f"{head}-node1"
+    tasks = sorted(line.split()[1:] for line in lines if line.startswith("task"))
+    assert tasks == [["0", "0", "0", head, "0,1"], ["1", "0", "1", head, "0,1"],
+                     ["2", "1", "0", second, "2,3"], ["3", "1", "1", second, "2,3"]]
+    assert [line for line in lines if line.startswith("head")] == ["head 0"]
+    assert info.node_list == f"{head},{second}"
+
+
+def test_a_job_wider_than_the_machine_fails_with_the_reason(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORKSHOP_LOCAL_GPUS", "2")
+    job, info = run(script(tmp_path, "true", "--nodes=2", "--gpus-per-node=2"))
+    assert info.state == "FAILED" and "asks for 4 GPUs (2 node(s) × 2); this machine has 2" in info.reason
 
 
 def test_backend_choice_and_errors(monkeypatch, tmp_path):
@@ -156,3 +186,21 @@ def test_job_finds_the_submitters_python_without_activation(tmp_path, monkeypatc
     job, info = run(script(tmp_path, "command -v python"))
     assert info.state == "COMPLETED"
     assert job.stdout_path.read_text().strip() == str(Path(sys.executable).parent / "python")
+
+
+def test_hybrid_shard_on_emulated_nodes_shards_inside_each_node(tmp_path):
+    # The chapter's 2 nodes x 2 processes job, run by the local executor: HYBRID_SHARD must see two
+    # nodes (a shard group per node: half the parameters per rank), not one node of four.
+    from workshop_lib.experiments import get_experiment
+    from workshop_lib.parse.metrics import parse_metrics
+    from workshop_lib.runs import submit_experiments, wait_for_runs
+
+    experiment = get_experiment("fsdp/strategies/hybrid-shard")
+    [run_] = submit_experiments([experiment], "tiny", root=tmp_path / "runs", backend="local")
+    [info] = wait_for_runs([run_], timeout=300, progress=False, poll_interval=0.5)
+    log = run_.job.stdout_path.read_text()
+    assert info.state == "COMPLETED", log[-3000:]
+    assert "world_size=4 nodes=2" in log
+    summary = parse_metrics((run_.directory / "train" / "metrics.jsonl").read_text()).summary
+    assert (summary.world_size, summary.nodes) == (4, 2)
+    assert summary.local_params_per_rank == [summary.total_params // 2] * 4

@@ -3,7 +3,12 @@
 Each job gets a record (JSON) in the state folder and a detached runner process
 (`python -m workshop_lib.local_executor run ID`) that sets SLURM-like variables, honours
 --output, --time and the GPU count of the #SBATCH lines, and writes the final state.
-Only single-node jobs: a --nodes=2 job needs a real cluster (`workshop cluster up`).
+
+A ``--nodes=N`` job runs as N emulated nodes on this machine: the job claims N × its GPUs per node,
+and ``srun`` starts each node's tasks with that node's ``SLURM_NODEID``, its own node name and its
+own slice of the GPUs, so torchrun's multi-node rendezvous, HYBRID_SHARD's node groups and the
+per-node monitor files behave as on a cluster. What it cannot emulate is the network between nodes:
+NCCL goes over this machine's NVLink or shared memory instead.
 """
 
 from __future__ import annotations
@@ -66,10 +71,13 @@ def submit(script: Path, workdir: Path, sbatch_args: Sequence[str] = ()):
     from .cluster import Job
 
     options = slurm_output.sbatch_directives(script.read_text(errors="replace")) + list(sbatch_args)
-    nodes = slurm_output.option_value(options, "nodes", "N") or "1"
-    if nodes.split("-")[0] != "1":
-        raise SubmitError(f"{script.name} asks for --nodes={nodes}; the local executor runs on this machine only. "
-                          "Start a multi-node cluster with `workshop cluster up --nodes 2` (needs root).")
+    nodes_text = slurm_output.option_value(options, "nodes", "N") or "1"
+    try:
+        nodes = int(nodes_text.split("-")[0])
+        if nodes < 1:
+            raise ValueError
+    except ValueError:
+        raise SubmitError(f"{script.name}: cannot read --nodes={nodes_text!r}; give a count such as --nodes=2") from None
     try:
         time_limit = slurm_output.parse_time_limit(slurm_output.option_value(options, "time", "t"))
     except ValueError:
@@ -84,7 +92,7 @@ def submit(script: Path, workdir: Path, sbatch_args: Sequence[str] = ()):
                           "(SLURM would fail the job at launch with JobLaunchFailure)")
     record = {
         "job_id": job_id, "name": name, "script": str(script), "workdir": str(workdir), "stdout": str(stdout),
-        "time_limit_s": time_limit, "gpus_per_node": slurm_output.gpus_per_node(options),
+        "time_limit_s": time_limit, "nodes": nodes, "gpus_per_node": slurm_output.gpus_per_node(options),
         "ntasks_per_node": int(slurm_output.option_value(options, "ntasks-per-node") or 1),
         "cpus_per_task": int(slurm_output.option_value(options, "cpus-per-task", "c") or 1),
         "state": "PENDING", "submitted_at": time.time(),
@@ -106,7 +114,8 @@ def job_info(job_id: str) -> JobInfo:
     return JobInfo(
         job_id=job_id, state=state, exit_code=record.get("exit_code"), signal=record.get("signal"),
         elapsed_s=(ended - started) if started else None, reason=record.get("reason"),
-        stdout_path=Path(record["stdout"]), name=record.get("name"), node_list=socket.gethostname(),
+        stdout_path=Path(record["stdout"]), name=record.get("name"),
+        node_list=",".join(node_names(record.get("nodes", 1))),
     )
 
 
@@ -135,26 +144,37 @@ def _alive(pid: int | None) -> bool:
     return True
 
 
+def node_names(nodes: int) -> list[str]:
+    """The job's node names: this host first (the head node, which must resolve), then emulated ones."""
+    host = socket.gethostname().split(".")[0]
+    return [host] + [f"{host}-node{index}" for index in range(1, nodes)]
+
+
 def _job_environment(record: dict) -> dict[str, str]:
     from .cluster import python_environment_path
 
-    host = socket.gethostname().split(".")[0]
+    nodes = record.get("nodes", 1)
+    names = node_names(nodes)
     gpus = record["gpus_per_node"]
+    tasks_per_node = record["ntasks_per_node"]
     env = {
         **os.environ,
-        # srun / scontrol for one node, then the submitter's interpreter (as sbatch would hand it over).
+        # srun / scontrol as this machine emulates them, then the submitter's interpreter (as sbatch would hand it over).
         "PATH": f"{SHIMS}{os.pathsep}{python_environment_path()}",
         "SLURM_JOB_ID": record["job_id"], "SLURM_JOBID": record["job_id"], "SLURM_JOB_NAME": record["name"],
-        "SLURM_SUBMIT_DIR": record["workdir"], "SLURM_JOB_NODELIST": host, "SLURM_NODELIST": host,
-        "SLURM_NNODES": "1", "SLURM_JOB_NUM_NODES": "1", "SLURM_NODEID": "0", "SLURM_PROCID": "0",
-        "SLURM_NTASKS_PER_NODE": str(record["ntasks_per_node"]), "SLURM_NTASKS": str(record["ntasks_per_node"]),
-        "SLURM_CPUS_PER_TASK": str(record["cpus_per_task"]), "SLURMD_NODENAME": host,
+        "SLURM_SUBMIT_DIR": record["workdir"], "SLURM_JOB_NODELIST": ",".join(names),
+        "SLURM_NODELIST": ",".join(names), "SLURM_NNODES": str(nodes), "SLURM_JOB_NUM_NODES": str(nodes),
+        "SLURM_NODEID": "0", "SLURM_PROCID": "0",  # the batch shell runs on the first node
+        "SLURM_NTASKS_PER_NODE": str(tasks_per_node), "SLURM_NTASKS": str(tasks_per_node * nodes),
+        "SLURM_CPUS_PER_TASK": str(record["cpus_per_task"]), "SLURMD_NODENAME": names[0],
         "WORKSHOP_BACKEND": "local",
     }
     if gpus:
         env["SLURM_GPUS_ON_NODE"] = env["SLURM_GPUS_PER_NODE"] = str(gpus)
-        indices = record.get("gpus") or range(gpus)  # the claimed GPUs on a GPU machine
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in indices)
+        indices = record.get("gpus") or range(gpus * nodes)  # the claimed GPUs on a GPU machine
+        # All of the job's GPUs for srun to slice per node; the batch shell sees the first node's.
+        env["WORKSHOP_LOCAL_JOB_GPUS"] = ",".join(str(i) for i in indices)
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in list(indices)[:gpus])
     return env
 
 
@@ -207,12 +227,13 @@ def _claim_gpus(job_id: str, wanted: int, available: int) -> list[int] | None:
 def _wait_for_gpus(record: dict) -> dict:
     """On a GPU machine, stay PENDING until enough GPUs are free, like SLURM's GRES scheduling."""
     available = machine_gpu_count()
-    wanted = record["gpus_per_node"]
+    wanted = record["gpus_per_node"] * record.get("nodes", 1)
     if not available or not wanted:
         return record  # no real GPUs: number them 0..n-1 as SLURM would on an empty node
     if wanted > available:
         record.update(state="FAILED", exit_code=1, ended_at=time.time(),
-                      reason=f"asks for {wanted} GPUs; this machine has {available}")
+                      reason=f"asks for {wanted} GPUs ({record.get('nodes', 1)} node(s) × "
+                             f"{record['gpus_per_node']}); this machine has {available}")
         _write(record)
         return record
     while _claim_gpus(record["job_id"], wanted, available) is None:
