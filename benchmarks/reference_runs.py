@@ -104,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     record = provenance()
     for name, rows in sets.items():
         measured = pd.DataFrame([run_record(e, args.runs) for e in rows])
+        if "run_dir" in measured:  # relative to --runs: this machine's folders mean nothing elsewhere
+            measured["run_dir"] = [os.path.relpath(path, args.runs) if isinstance(path, str) and os.path.isabs(path)
+                                   else path for path in measured["run_dir"]]
         target = args.out / f"{name}.json"
         target.write_text(json.dumps({"provenance": record, "profile": profile.name,
                                       "results": json.loads(measured.to_json(orient="records"))},

@@ -204,3 +204,11 @@ def test_hybrid_shard_on_emulated_nodes_shards_inside_each_node(tmp_path):
     summary = parse_metrics((run_.directory / "train" / "metrics.jsonl").read_text()).summary
     assert (summary.world_size, summary.nodes) == (4, 2)
     assert summary.local_params_per_rank == [summary.total_params // 2] * 4
+    assert (summary.settings["fsdp_shard_group"], summary.settings["fsdp_replicate_group"]) == (2, 2)
+    # The chapter's strategy table reads the same record: HYBRID_SHARD split over one node's 2 ranks.
+    from workshop_lib.tables import chapter_tables
+
+    table = {t.title: t.frame for t in chapter_tables(4, tmp_path / "runs")}["FSDP sharding strategies, 2 nodes x 2 GPUs"]
+    row = table[table["Strategy"] == "HYBRID_SHARD"].iloc[0]
+    assert (row["CPU Offload"], row["Nodes x GPUs"], row["Shard Group (ranks)"]) == ("no", "2 x 2", 2)
+    assert row["Samples/s"] > 0

@@ -146,10 +146,11 @@ def _as_run(setup: TrainingSetup, model, settings: dict, device: str | None, tra
 
 
 def predicted_bytes(estimate: MemoryEstimate, device: str | None) -> tuple[float, float]:
-    """(model states, peak) as the run measured them. On a CPU the offloaded states share the one memory
-    with everything else, so the host part of the estimate counts too; on a GPU only the GPU part."""
-    host = estimate.cpu_total if device == "cpu" else 0.0
-    return estimate.model_states + host, estimate.total + host
+    """(model states, peak) as the run measured them. The model-state census counts the states wherever
+    they live, so the offloaded host part always counts there; the peak counts it only on a CPU, where
+    offloaded states share the one memory with everything else (on a GPU the peak is the GPU's)."""
+    host = estimate.cpu_total
+    return estimate.model_states + host, estimate.total + (host if device == "cpu" else 0.0)
 
 
 def setup_for_record(record: dict) -> TrainingSetup:

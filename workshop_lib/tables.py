@@ -416,11 +416,40 @@ def weak_scaling_table(records: list[dict]) -> pd.DataFrame:
     ], fixed=("GPUs", "Num Layers", "Per-GPU Batch"))
 
 
+def _shard_group(record: dict):
+    """Over how many ranks FSDP really sharded (what the engine recorded), else n/a."""
+    settings = record.get("run_settings")
+    value = settings.get("fsdp_shard_group") if isinstance(settings, dict) else None
+    return None if value is None else int(value)
+
+
+def fsdp_strategy_table(records: list[dict]) -> pd.DataFrame:
+    """The strategy comparison on 2 nodes x 2 GPUs: speed, GPU memory and host memory side by side."""
+    return _rows(records, [
+        ("Strategy", lambda r: r.get("fsdp")),
+        ("CPU Offload", lambda r: "yes" if r.get("offload") else "no"),
+        ("Nodes x GPUs", lambda r: f"{int(r['nodes'])} x {int(r['gpus_per_node'])}"),
+        ("Shard Group (ranks)", _shard_group),
+        ("Samples/s", _get("train_samples_per_s", digits=3)),
+        ("Train Step (s)", _get("train_step_time_s", digits=3)),
+        ("Runtime (s)", _get("train_runtime_s", digits=2)),
+        ("GPU Memory Allocated (GB)", _get("allocated_peak_mib", scale=1 / 1024, digits=3)),
+        ("Model States per Rank (MiB)", _get("rank0_model_state_mib", digits=1)),
+        ("Peak CPU Memory (GB)", _get("cpu_peak_mib", scale=1 / 1024, digits=2)),
+        ("Loss", _get("train_loss", digits=4)),
+    ], fixed=("Strategy", "CPU Offload", "Nodes x GPUs"))
+
+
 def chapter_4_tables(results: pd.DataFrame) -> list[Table]:
     tables = []
     baseline = _group(results, "baseline")
     if baseline:
         tables.append(Table("Baseline: HF Trainer without FSDP", baseline_summary(baseline[0], fsdp=True)))
+    strategies = _group(results, "strategies")
+    if strategies:
+        tables.append(Table("FSDP sharding strategies, 2 nodes x 2 GPUs", fsdp_strategy_table(strategies),
+                            "Same model, data and steps for every row. Shard Group: the ranks each parameter "
+                            "is split over, as the engine recorded it (HYBRID_SHARD: the GPUs of one node)."))
     single = _group(results, "single-gpu")
     strong = ("Fixed data set (strong scaling): Runtime Scale Factor = runtime(first row) / runtime(N) is the "
               "speedup; Parallel Efficiency = speedup / (N / GPUs of the first row) x 100.")

@@ -130,3 +130,38 @@ def test_gc_freeze_moves_live_objects_out_of_collection_for_the_training_only():
     assert gc.get_freeze_count() == 0
     assert "gc-freeze" in apply_recipe("tuned", precision="fp32", per_device_batch=4, grad_accum=4,
                                        device_kind="cpu", engine="hf").features
+
+
+def test_trainer_fsdp_options_take_fsdp1_only_for_hybrid_shard(monkeypatch):
+    # Transformers 5's default FSDP2 has no HYBRID_SHARD; the Trainer refuses it unless version 1.
+    import argparse
+
+    from workshop_lib.train.hf import trainer_fsdp_arguments
+
+    def options(strategy, offload=False):
+        return trainer_fsdp_arguments(argparse.Namespace(fsdp=strategy, offload=offload), "BloomBlock")
+
+    hybrid = options("HYBRID_SHARD", offload=True)
+    assert hybrid["fsdp"] == "hybrid_shard auto_wrap offload" and hybrid["fsdp_config"]["version"] == 1
+    assert hybrid["optim"] == "adamw_torch"  # not the fused one, which FSDP1's loss scaler breaks
+    for strategy in ("FULL_SHARD", "SHARD_GRAD_OP"):
+        assert "version" not in options(strategy)["fsdp_config"] and "optim" not in options(strategy)
+    from transformers import TrainingArguments
+
+    arguments = TrainingArguments(output_dir="unused", use_cpu=True, **hybrid)  # accepted as written
+    assert arguments.fsdp_config["reshard_after_forward"] == "hybrid_shard" and arguments.fsdp_config["cpu_offload"]
+    # What Accelerate will build from these arguments: HYBRID_SHARD only once the strategy is pinned.
+    from accelerate.utils import FullyShardedDataParallelPlugin
+
+    from workshop_lib.train.hf import pin_fsdp1_strategy
+
+    monkeypatch.delenv("FSDP_SHARDING_STRATEGY", raising=False)
+    pin_fsdp1_strategy("HYBRID_SHARD")  # without it: FULL_SHARD (Accelerate 1.15)
+    plain = TrainingArguments(output_dir="unused", use_cpu=True, **options("HYBRID_SHARD"))
+    assert plain.fsdp_plugin_args["backward_prefetch"] == "BACKWARD_POST"
+    # (sync_module_states and offload look for a GPU at construction; the strategy does not need them)
+    plugin = FullyShardedDataParallelPlugin(**{**plain.fsdp_plugin_args, "sync_module_states": False})
+    assert plugin.sharding_strategy.name == plugin.reshard_after_forward.name == "HYBRID_SHARD"
+    with pytest.raises(ValueError, match="only available with FSDP1"):  # why the version is there
+        TrainingArguments(output_dir="unused", use_cpu=True, fsdp="hybrid_shard auto_wrap",
+                          fsdp_config={"transformer_layer_cls_to_wrap": ["BloomBlock"]})

@@ -15,6 +15,7 @@ either way every rank's local parameter count lands in the summary, so the shard
 from __future__ import annotations
 
 import json
+import os
 import sys
 from contextlib import nullcontext
 from pathlib import Path
@@ -28,7 +29,7 @@ from workshop_lib.train.metrics import MetricsWriter, summary_fields
 from workshop_lib.train.models import build_model, count_parameters, model_spec
 from workshop_lib.train.recipes import COMPILE_MODES, AppliedRecipe, apply_recipe, parse_recipe
 from workshop_lib.train.runtime import Runtime, print_main, start_runtime, stop_runtime
-from workshop_lib.train.sharding import STRATEGIES, local_parameter_count, wrap_fsdp
+from workshop_lib.train.sharding import STRATEGIES, fsdp_layout, local_parameter_count, wrap_fsdp
 from workshop_lib.train.tensor_census import MemoryProbe, cuda_peak_before_reset
 
 
@@ -99,12 +100,33 @@ def engine_settings(args, fsdp_implementation: str | None) -> dict:
 
 
 def trainer_fsdp_arguments(args, layer_class: str) -> dict:
-    """The Trainer's FSDP options, as in seed 003's fsdp_cfg."""
+    """The Trainer's FSDP options, as in seed 003's fsdp_cfg.
+
+    Transformers 5 runs FSDP2 by default, which has FULL_SHARD and SHARD_GRAD_OP only; HYBRID_SHARD
+    needs the FSDP1 implementation (``version: 1``, deprecated there). FSDP1 builds its shard groups
+    from the GPUs each node sees, so on a cluster every node is one shard group.
+    """
     options = [args.fsdp.lower(), "auto_wrap"] + (["offload"] if args.offload else [])
-    return {"fsdp": " ".join(options),
-            "fsdp_config": {"transformer_layer_cls_to_wrap": [layer_class],
-                            "backward_prefetch": "backward_post", "forward_prefetch": True,
-                            "sync_module_states": True}}
+    config = {"transformer_layer_cls_to_wrap": [layer_class], "backward_prefetch": "backward_post",
+              "forward_prefetch": True, "sync_module_states": True}
+    extra = {}
+    if args.fsdp == "HYBRID_SHARD":
+        config["version"] = 1
+        # FSDP1's sharded loss scaler hands the fused AdamW a found-inf tensor of shape [1] where it
+        # expects a scalar (RuntimeError in _fused_adam on 4×H200, torch 2.11): the foreach AdamW.
+        extra["optim"] = "adamw_torch"
+    return {"fsdp": " ".join(options), "fsdp_config": config, **extra}
+
+
+def pin_fsdp1_strategy(strategy: str) -> None:
+    """Make Accelerate's FSDP1 plugin use ``strategy``.
+
+    Transformers 5 hands an FSDP1 strategy to Accelerate as ``reshard_after_forward``, but Accelerate
+    (1.15) fills the older ``sharding_strategy`` field from $FSDP_SHARDING_STRATEGY, FULL_SHARD when
+    unset, and that field wins: HYBRID_SHARD silently ran as FULL_SHARD on 4×H200 (the run's
+    ``fsdp_sharding_strategy`` said so). Setting the variable makes both fields agree.
+    """
+    os.environ["FSDP_SHARDING_STRATEGY"] = strategy
 
 
 def recipe_for(args, runtime: Runtime, precision: str) -> AppliedRecipe:
@@ -162,6 +184,8 @@ def train_with_trainer(args, runtime: Runtime, spec, tokenizer, data, precision:
         extra["deepspeed"] = args.deepspeed
     if args.fsdp:
         extra.update(trainer_fsdp_arguments(args, spec.layer_class))
+        if extra["fsdp_config"].get("version") == 1:
+            pin_fsdp1_strategy(args.fsdp)
     # TrainingArguments first: with ZeRO-3 it makes from_config build the model already partitioned.
     training_args = TrainingArguments(
         output_dir=args.output_dir, eval_strategy="epoch",
@@ -231,7 +255,7 @@ def train_with_trainer(args, runtime: Runtime, spec, tokenizer, data, precision:
             "trainable_params": trainable, "total_params": total,
             "local_params": shard_size.local_params or local_parameter_count(trainer.model_wrapped),
             "step_times": writer.step_times, "eval_loss": eval_loss, "eval_em": em, "eval_f1": f1,
-            **memory_probe.outcome()}
+            "layout": fsdp_layout(trainer.model_wrapped) if args.fsdp else {}, **memory_probe.outcome()}
 
 
 def train_with_manual_fsdp(args, runtime: Runtime, spec, tokenizer, data, precision: str, writer):
@@ -257,7 +281,8 @@ def train_with_manual_fsdp(args, runtime: Runtime, spec, tokenizer, data, precis
                                          runtime, precision, args.max_length)
     result = run_loop(wrapped, optimizer, data.train, data.validation, runtime, writer, settings,
                       clip=wrapped.clip_grad_norm_, answer_quality=quality)
-    return {**result.outcome(), "trainable_params": trainable, "total_params": total, "local_params": local_params}
+    return {**result.outcome(), "trainable_params": trainable, "total_params": total, "local_params": local_params,
+            "layout": fsdp_layout(wrapped)}
 
 
 def run(args, runtime: Runtime, clock=None) -> dict:
@@ -288,6 +313,7 @@ def run(args, runtime: Runtime, clock=None) -> dict:
         outcome = train_with_trainer(args, runtime, spec, tokenizer, data, precision, writer, recipe, clock)
     fsdp_implementation = ("fsdp1-manual" if manual_fsdp else "trainer") if args.fsdp else None
     settings = engine_settings(args, fsdp_implementation)
+    settings.update(outcome.pop("layout", {}))  # what FSDP really did with the ranks
     if recipe is not None and args.recipe != "seed":
         settings.update(recipe.settings())  # seed runs keep the settings they always had
     summary = summary_fields(runtime=runtime, engine=engine_of(args),
@@ -302,7 +328,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     clock = PhaseClock()
     with clock.phase("process group"):
-        runtime = start_runtime(deepspeed=bool(args.deepspeed))
+        runtime = start_runtime(deepspeed=bool(args.deepspeed), cpu_collectives=bool(args.fsdp and args.offload))
     try:
         summary = run(args, runtime, clock)
         print_main(runtime, clock.line())

@@ -44,11 +44,13 @@ class Runtime:
         return self.device.type
 
 
-def start_runtime(deepspeed: bool = False) -> Runtime:
+def start_runtime(deepspeed: bool = False, cpu_collectives: bool = False) -> Runtime:
     """Join the process group torchrun prepared; bind this process to its GPU if there is one.
 
     With ``deepspeed`` the group is made through DeepSpeed, whose communication layer otherwise
     does not see a group created before it (it then believes the world has one rank).
+    ``cpu_collectives``: on GPUs, add gloo for tensors that live on the CPU (FSDP's CPU offload with
+    fp16 reduces the loss scaler's inf check over them), as Accelerate does when it makes the group.
     """
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
         raise WorkshopError(
@@ -62,7 +64,7 @@ def start_runtime(deepspeed: bool = False) -> Runtime:
     if torch.cuda.is_available():
         torch.cuda.set_device(local_rank)
         device = torch.device("cuda", local_rank)
-        backend = "nccl"
+        backend = "cuda:nccl,cpu:gloo" if cpu_collectives else "nccl"
     else:
         device = torch.device("cpu")
         backend = "gloo"

@@ -77,3 +77,21 @@ def local_parameter_count(model) -> int:
         else:
             total += parameter.numel()
     return total
+
+
+def fsdp_layout(model) -> dict:
+    """How FSDP actually grouped the ranks: the size of the group each parameter is sharded over and
+    of the group it is replicated over (HYBRID_SHARD: GPUs per node, and nodes). Empty without FSDP."""
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(model, FSDP):  # FSDP1: the root's groups are every unit's groups
+        replicate = getattr(model, "_inter_node_pg", None)
+        return {"fsdp_implementation": "fsdp1", "fsdp_sharding_strategy": model.sharding_strategy.name,
+                "fsdp_shard_group": model.process_group.size(),
+                "fsdp_replicate_group": replicate.size() if replicate is not None else 1}
+    for parameter in model.parameters():
+        if isinstance(parameter, DTensor):  # FSDP2: a 1-D mesh shards, a 2-D one replicates × shards
+            shape = tuple(parameter.device_mesh.shape)
+            return {"fsdp_implementation": "fsdp2", "fsdp_shard_group": shape[-1],
+                    "fsdp_replicate_group": shape[0] if len(shape) > 1 else 1}
+    return {}
