@@ -89,6 +89,8 @@ def test_a_two_node_job_runs_as_two_emulated_nodes_with_their_own_gpus(tmp_path,
         'echo "batch $SLURM_NNODES $SLURM_NTASKS $CUDA_VISIBLE_DEVICES $(scontrol show hostnames | tr "\\n" " ")"',
         "srun bash -c 'echo \"task $SLURM_PROCID $SLURM_NODEID $SLURM_LOCALID $SLURMD_NODENAME $CUDA_VISIBLE_DEVICES\"'",
         "srun --nodes=1 --ntasks-per-node=1 bash -c 'echo \"head $SLURM_NODEID\"'",
+        "srun -n 1 bash -c 'echo \"single $SLURM_PROCID\"'",
+        "srun --nodes=3 true 2> too-many.txt || echo refused",
     ])
     job, info = run(script(tmp_path, body, "--nodes=2", "--ntasks-per-node=2", "--gpus-per-node=2"))
     assert info.state == "COMPLETED", job.stdout_path.read_text()
@@ -101,6 +103,8 @@ def test_a_two_node_job_runs_as_two_emulated_nodes_with_their_own_gpus(tmp_path,
     assert tasks == [["0", "0", "0", head, "0,1"], ["1", "0", "1", head, "0,1"],
                      ["2", "1", "0", second, "2,3"], ["3", "1", "1", second, "2,3"]]
     assert [line for line in lines if line.startswith("head")] == ["head 0"]
+    assert [line for line in lines if line.startswith("single")] == ["single 0"]
+    assert "refused" in lines and "asks for 3 nodes; the job has 2" in (tmp_path / "too-many.txt").read_text()
     assert info.node_list == f"{head},{second}"
 
 
