@@ -118,9 +118,9 @@ def test_compile_model_scopes_and_a_clear_error_for_an_unknown_mode():
 def test_gc_freeze_moves_live_objects_out_of_collection_for_the_training_only():
     import gc
 
-    from workshop_lib.train.recipes import gc_freeze_callback
+    from workshop_lib.train.callbacks import GcFreezeCallback
 
-    callback = gc_freeze_callback()
+    callback = GcFreezeCallback()
     gc.unfreeze()
     callback.on_train_begin(None, None, None)
     try:

@@ -3,6 +3,7 @@ into the one metrics writer)."""
 
 from __future__ import annotations
 
+import gc
 import time
 
 from transformers import TrainerCallback
@@ -77,3 +78,16 @@ class MemoryProbeCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         self.probe.end(state.global_step)  # global_step already counts this step
+
+
+class GcFreezeCallback(TrainerCallback):
+    """The recipe's ``gc-freeze``: at train begin, collect once and freeze the survivors; unfreeze at
+    train end. A CPU-bound step (the tuned recipe's is) otherwise pays for full collections that walk
+    every object of torch, transformers and the model."""
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        gc.collect()
+        gc.freeze()
+
+    def on_train_end(self, args, state, control, **kwargs):
+        gc.unfreeze()

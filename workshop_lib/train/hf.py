@@ -174,9 +174,10 @@ def train_with_trainer(args, runtime: Runtime, spec, tokenizer, data, precision:
                        recipe: AppliedRecipe | None = None, clock=None):
     from transformers import TrainingArguments
 
-    from workshop_lib.train.callbacks import MemoryProbeCallback, MetricsCallback, ShardSizeCallback
+    from workshop_lib.train.callbacks import (GcFreezeCallback, MemoryProbeCallback, MetricsCallback,
+                                              ShardSizeCallback)
     from workshop_lib.train.profiling import ProfilerCallback, requested_steps
-    from workshop_lib.train.recipes import UnpaddedView, compile_model, counting_trainer_class, gc_freeze_callback, use_chunked_loss
+    from workshop_lib.train.recipes import UnpaddedView, compile_model, counting_trainer_class, use_chunked_loss
 
     recipe = recipe or recipe_for(args, runtime, precision)
     extra, collator = recipe_training_arguments(recipe, tokenizer.pad_token_id, args.max_length)
@@ -221,7 +222,7 @@ def train_with_trainer(args, runtime: Runtime, spec, tokenizer, data, precision:
     callbacks = [MemoryProbeCallback(memory_probe), MetricsCallback(writer, global_batch, runtime.device_kind),
                  shard_size]
     if recipe.has("gc-freeze"):
-        callbacks.append(gc_freeze_callback())
+        callbacks.append(GcFreezeCallback())
     profile_steps = requested_steps()
     if profile_steps and runtime.is_main:
         callbacks.append(ProfilerCallback(profile_steps, Path(args.output_dir) / "profile.txt", runtime.device_kind))

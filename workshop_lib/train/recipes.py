@@ -341,25 +341,6 @@ def compile_model(model, layer_class: str, mode: str = "blocks") -> int:
     return compiled
 
 
-def gc_freeze_callback():
-    """A Trainer callback for ``gc-freeze``: at train begin, collect once and freeze the survivors;
-    unfreeze at train end. A CPU-bound step (the tuned recipe's is) otherwise pays for full
-    collections that walk every object of torch, transformers and the model."""
-    import gc
-
-    from transformers import TrainerCallback
-
-    class GcFreeze(TrainerCallback):
-        def on_train_begin(self, args, state, control, **kwargs):
-            gc.collect()
-            gc.freeze()
-
-        def on_train_end(self, args, state, control, **kwargs):
-            gc.unfreeze()
-
-    return GcFreeze()
-
-
 # ---------------------------------------------------------------- token accounting
 
 class TokenCounter:
