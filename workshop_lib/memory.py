@@ -163,8 +163,10 @@ def memory_summary(paths: list[str | Path], busy_fraction: float = DEFAULT_BUSY_
     skipped = sum(log.skipped_lines for _, log in gpu_logs) + sum(log.skipped_lines for _, log in cpu_logs)
     if not any(log.samples for _, log in gpu_logs) and not any(log.samples for _, log in cpu_logs):
         names = ", ".join(source for source, _ in gpu_logs + cpu_logs)
+        first = next(((source, log.problems[0]) for source, log in gpu_logs + cpu_logs if log.problems), None)
+        where = f" First unreadable line: {first[1].format(first[0])}." if first else ""
         raise MemoryLogError(f"no readable sample in {names}: the logs are empty or damaged "
-                             f"({skipped} lines could not be read).")
+                             f"({skipped} lines could not be read).{where}")
     cpus = [CpuMemorySummary(label=Path(source).stem, stats=memory_stats(log.real_mib, busy_fraction), source=source)
             for source, log in cpu_logs if log.samples]
     return MemoryReport(gpus=summarize_gpu_logs(gpu_logs, busy_fraction), cpus=cpus,

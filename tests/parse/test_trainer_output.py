@@ -25,9 +25,13 @@ def test_printed_dicts_of_the_seed_baseline():
 
 def test_string_values_duplicates_and_a_cut_record():
     log = parse_trainer_output(read_text(SAMPLES / "string_values_interleaved.out"))
-    # Two ranks printed the epoch-2 record on one line: both copies are read; the cut eval is skipped.
+    # Two ranks printed the epoch-2 record on one line: both copies are read. The cut eval keeps the
+    # values printed whole before the cut ('eval_samp…' is not one) and its line is reported.
     assert [entry.loss for entry in log.train] == [2.031, 1.72, 1.5, 1.5]
-    assert len(log.evals) == 1 and log.evals[0].extra["eval_f1"] == pytest.approx(0.1733)
+    assert log.evals[0].extra["eval_f1"] == pytest.approx(0.1733)
+    cut = log.evals[1]
+    assert (cut.eval_loss, cut.eval_runtime, cut.eval_samples_per_second, cut.epoch) == (1.844, 0.8, None, None)
+    assert [problem.line for problem in log.problems] == [5]
     assert log.summary.train_runtime == 12.5 and log.summary.train_loss == 1.75
     assert log.skipped_lines == 1
 

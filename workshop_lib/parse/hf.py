@@ -1,5 +1,9 @@
 """Hugging Face Trainer output: the metric dicts it prints ({'loss': …}, {'eval_loss': …},
-{'train_runtime': …}) and the `trainer_state.json` it saves."""
+{'train_runtime': …}) and the `trainer_state.json` it saves.
+
+Printed dicts are often damaged: a tqdm bar or another rank's output cuts a record in the middle.
+The values printed whole before the cut are kept (a careful reader reads them too); the line is
+reported as a problem. Transformers 5 prints values as strings ('10.95'): they are read as numbers."""
 
 from __future__ import annotations
 
@@ -9,10 +13,16 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from .text import split_lines, to_float
+from .text import LogProblem, log_lines, to_float
 
 # A flat dict literal: HF prints one per log call; two ranks may put two on a line.
 _DICT = re.compile(r"\{[^{}]*\}")
+# Where a record starts, and one `'key': value` pair of it followed by the `,` or `}` that shows
+# the value was printed whole.
+_RECORD_START = re.compile(r"\{['\"]")
+_PAIR = re.compile(r"""['"](?P<key>[A-Za-z_][\w.-]*)['"]\s*:\s*(?P<value>'[^']*'|"[^"]*"|[^,{}'"\s]+)\s*(?=[,}])""")
+# `eval_loss`, or `eval_<set>_loss` when the Trainer evaluated several sets (metric_key_prefix).
+_EVAL_LOSS = re.compile(r"^eval_(?:(?P<dataset>\w+?)_)?loss$")
 
 
 @dataclass(frozen=True)
@@ -33,6 +43,7 @@ class EvalEntry:
     eval_loss: float
     epoch: float | None = None
     step: int | None = None
+    dataset: str = ""  # the set's name when several were evaluated (`eval_<dataset>_loss`)
     eval_runtime: float | None = None
     eval_samples_per_second: float | None = None
     extra: dict[str, float] = field(default_factory=dict)  # eval_em, eval_f1, … when computed
@@ -57,11 +68,22 @@ class TrainerLog:
     train: list[TrainLogEntry] = field(default_factory=list)
     evals: list[EvalEntry] = field(default_factory=list)
     summary: TrainSummary | None = None
-    skipped_lines: int = 0
+    problems: list[LogProblem] = field(default_factory=list)
+
+    @property
+    def skipped_lines(self) -> int:
+        return len(self.problems)
 
     @property
     def final_eval(self) -> EvalEntry | None:
-        return self.evals[-1] if self.evals else None
+        """The last evaluation of the main set (the one logged as plain `eval_loss` if there is one)."""
+        main = [entry for entry in self.evals if not entry.dataset] or self.evals
+        return main[-1] if main else None
+
+    @property
+    def datasets(self) -> list[str]:
+        """The evaluation sets, in the order they first appear ("" is the unnamed one)."""
+        return list(dict.fromkeys(entry.dataset for entry in self.evals))
 
     def eval_at_epoch(self, epoch: float, tolerance: float = 0.05) -> EvalEntry | None:
         """The evaluation logged at (about) the given epoch, e.g. 1.0 or 2.0."""
@@ -115,14 +137,18 @@ def classify_record(record: dict) -> TrainLogEntry | EvalEntry | TrainSummary | 
             train_loss=numbers.get("train_loss"),
             epoch=numbers.get("epoch"),
         )
-    if "eval_loss" in numbers:
-        known = {"eval_loss", "epoch", "step", "eval_runtime", "eval_samples_per_second"}
+    losses = [match for key in numbers if (match := _EVAL_LOSS.match(key))]
+    if losses:
+        loss_key = losses[0].group(0)
+        prefix = loss_key[: -len("loss")]  # "eval_" or "eval_<dataset>_"
+        known = {loss_key, "epoch", "step", prefix + "runtime", prefix + "samples_per_second"}
         return EvalEntry(
-            eval_loss=numbers["eval_loss"],
+            eval_loss=numbers[loss_key],
             epoch=numbers.get("epoch"),
             step=_step(numbers),
-            eval_runtime=numbers.get("eval_runtime"),
-            eval_samples_per_second=numbers.get("eval_samples_per_second"),
+            dataset=losses[0]["dataset"] or "",
+            eval_runtime=numbers.get(prefix + "runtime"),
+            eval_samples_per_second=numbers.get(prefix + "samples_per_second"),
             extra={key: value for key, value in numbers.items() if key not in known},
         )
     if "loss" in numbers:
@@ -136,7 +162,7 @@ def classify_record(record: dict) -> TrainLogEntry | EvalEntry | TrainSummary | 
     return None
 
 
-def _collect(records: list[dict], skipped: int) -> TrainerLog:
+def _collect(records: list[dict], problems: list[LogProblem]) -> TrainerLog:
     train, evals, summary = [], [], None
     for record in records:
         entry = classify_record(record)
@@ -146,30 +172,54 @@ def _collect(records: list[dict], skipped: int) -> TrainerLog:
             evals.append(entry)
         elif isinstance(entry, TrainLogEntry):
             train.append(entry)
-    return TrainerLog(train=train, evals=evals, summary=summary, skipped_lines=skipped)
+    return TrainerLog(train=train, evals=evals, summary=summary, problems=problems)
+
+
+def _whole_pairs(fragment: str) -> dict:
+    """The pairs of a cut record whose values were printed whole (followed by `,` or `}`)."""
+    record = {}
+    for match in _PAIR.finditer(fragment):
+        value = match["value"]
+        record[match["key"]] = value[1:-1] if value[0] in "'\"" else value
+    return record
+
+
+def _records_in(line: str) -> tuple[list[dict], bool]:
+    """The records printed on one line, and whether one of them was cut or garbled."""
+    records, damaged = [], False
+    starts = [match.start() for match in _RECORD_START.finditer(line)]
+    for start, end in zip(starts, starts[1:] + [len(line)]):
+        piece = line[start:end]
+        whole = _DICT.match(piece)
+        if whole:
+            try:
+                value = ast.literal_eval(whole.group(0))
+            except (ValueError, SyntaxError, MemoryError, RecursionError):
+                value = None
+            if isinstance(value, dict):
+                records.append(value)
+                continue
+        damaged = True
+        salvaged = _whole_pairs(piece.split("}")[0])
+        if salvaged:
+            records.append(salvaged)
+    return records, damaged
 
 
 def parse_trainer_output(text: str) -> TrainerLog:
     """The metric dicts a Trainer printed into a job's stdout."""
     records: list[dict] = []
-    skipped = 0
-    for line in split_lines(text):
+    problems: list[LogProblem] = []
+    for number, line in log_lines(text):
         if "{'" not in line and '{"' not in line:
             continue
-        found = _DICT.findall(line)
-        readable = []
-        for literal in found:
-            try:
-                value = ast.literal_eval(literal)
-            except (ValueError, SyntaxError, MemoryError, RecursionError):
-                continue
-            if isinstance(value, dict):
-                readable.append(value)
-        # A line whose record is cut (no closing brace) or garbled is one we could not read.
-        if not readable or line.count("{'") + line.count('{"') > len(readable):
-            skipped += 1
-        records.extend(readable)
-    return _collect(records, skipped)
+        found, damaged = _records_in(line)
+        if damaged:
+            problems.append(LogProblem(number, line.strip(), "a Trainer record cut by other output "
+                                       "(the values printed before the cut were kept)" if found
+                                       else "a Trainer record that is not a readable dict"))
+        records.extend(found)
+    return _collect(records, problems)
 
 
 def parse_trainer_state(text: str) -> TrainerState:
@@ -184,5 +234,5 @@ def parse_trainer_state(text: str) -> TrainerState:
         num_train_epochs=to_float(state.get("num_train_epochs")),
         epoch=to_float(state.get("epoch")),
         train_batch_size=state.get("train_batch_size"),
-        log=_collect(history, skipped=0),
+        log=_collect(history, problems=[]),
     )

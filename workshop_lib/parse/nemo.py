@@ -1,16 +1,20 @@
-"""NeMo / Lightning job logs: the per-step training lines, the "resolved arguments" table,
-and the model summaries Lightning prints before and after LoRA is applied."""
+"""NeMo / Lightning job logs: the per-step training lines, the "Resolved Arguments" table (printed
+at start-up and by `nemo llm finetune --dryrun`), and the model summaries Lightning prints before
+and after LoRA is applied. Launcher prefixes (`finetune/0 [default0]:`, `srun -l`'s `0: `) are
+seen through on every kind of line."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
 
-from .text import split_lines
+from .text import LogProblem, log_lines
 
 STEP_MARKER = "Training epoch"
 _STEP_HEAD = re.compile(r"Training epoch (?P<epoch>\d+), iteration (?P<iteration>\d+)/(?P<last_iteration>\d+)\s*$")
-_FIELD = re.compile(r"^\s*(?P<key>[A-Za-z_][A-Za-z_ ]*?)\s*:\s*(?P<value>[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf)\s*$")
+# A value may be followed by junk another process or a person appended ("1.916 <<< note"), never glued to it.
+_FIELD = re.compile(r"^\s*(?P<key>[A-Za-z_][A-Za-z_ ]*?)\s*:\s*"
+                    r"(?P<value>[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf)(?=\s|$)")
 # The names in the line, mapped to the attribute names of NemoStep.
 _STEP_FIELDS = {
     "lr": "lr",
@@ -21,7 +25,8 @@ _STEP_FIELDS = {
     "consumed_samples": "consumed_samples",
     "val_loss": "val_loss",
 }
-_REQUIRED = ("global_step", "reduced_train_loss", "train_step_timing_s")
+# Step timing comes from NeMo's TimingCallback, which a recipe may leave out: not required.
+_REQUIRED = ("global_step", "reduced_train_loss")
 _INTEGER_FIELDS = {"global_batch_size", "global_step", "consumed_samples"}
 
 
@@ -34,7 +39,7 @@ class NemoStep:
     last_iteration: int  # N in "i/N": the index of the last iteration (249 for 250 steps)
     global_step: int
     reduced_train_loss: float
-    train_step_timing_s: float
+    train_step_timing_s: float | None = None  # None when the TimingCallback was off
     lr: float | None = None
     global_batch_size: int | None = None
     consumed_samples: int | None = None  # NeMo leaves it out of the very first line
@@ -61,13 +66,17 @@ class ParameterSummary:
 
 @dataclass(frozen=True)
 class NemoLog:
-    """Everything read from one NeMo log. `skipped_lines` counts lines that looked like step lines
+    """Everything read from one NeMo log. `problems` lists the lines that looked like step lines
     or summary totals but could not be read (cut, garbled, or mixed with another rank's output)."""
 
     steps: list[NemoStep] = field(default_factory=list)
     resolved_arguments: dict[str, str] = field(default_factory=dict)
     parameter_summaries: list[ParameterSummary] = field(default_factory=list)
-    skipped_lines: int = 0
+    problems: list[LogProblem] = field(default_factory=list)
+
+    @property
+    def skipped_lines(self) -> int:
+        return len(self.problems)
 
     @property
     def last_step(self) -> NemoStep | None:
@@ -151,16 +160,21 @@ def _summary_value(match: re.Match) -> tuple[str, float | int]:
 
 _TABLE_BORDERS = "│|┃"
 _TABLE_RULE_CHARS = set("━─┏┓┗┛┡┩┢┪╇┳┻╋┼├┤└┘┌┐═╞╡╪ ")
+# The header row of the table (NeMo 2.0-2.2), or the title the dry run prints above it (2.4).
+_TABLE_START = re.compile(r"Argument Name.*Resolved Value|^\s*Resolved Arguments\s*$")
 
 
 def parse_resolved_arguments(lines: list[str]) -> dict[str, str]:
-    """The "Argument Name │ Resolved Value" table NeMo prints first; wrapped values are joined."""
+    """The "Argument Name │ Resolved Value" table NeMo prints first; wrapped values are joined.
+
+    Rich draws it with or without a right border and a header row; values longer than the
+    column are wrapped onto rows whose name cell is empty (and cut with `…` past 60 characters)."""
     arguments: dict[str, str] = {}
     inside = False
     last_name: str | None = None
     for line in lines:
         if not inside:
-            inside = "Argument Name" in line and "Resolved Value" in line
+            inside = bool(_TABLE_START.search(line))
             continue
         stripped = line.strip()
         if not stripped or set(stripped) <= _TABLE_RULE_CHARS:
@@ -168,11 +182,17 @@ def parse_resolved_arguments(lines: list[str]) -> dict[str, str]:
                 break  # the bottom border, or the blank line after the table
             continue
         if stripped[0] not in _TABLE_BORDERS:
-            break
-        cells = [cell.strip() for cell in re.split(f"[{_TABLE_BORDERS}]", stripped)[1:-1]]
+            if arguments:
+                break
+            continue  # the dry run's title lines before the first row
+        cells = [cell.strip() for cell in re.split(f"[{_TABLE_BORDERS}]", stripped)[1:]]
+        if cells and not cells[-1] and stripped[-1] in _TABLE_BORDERS:
+            cells = cells[:-1]  # the right border
         if len(cells) < 2:
             continue
         name, value = cells[0], " ".join(cell for cell in cells[1:] if cell)
+        if name in ("Argument Name",):
+            continue
         if name:
             arguments[name] = value
             last_name = name
@@ -181,20 +201,32 @@ def parse_resolved_arguments(lines: list[str]) -> dict[str, str]:
     return arguments
 
 
+def _filled(step: NemoStep) -> int:
+    return sum(value is not None for value in vars(step).values())
+
+
 def parse_nemo_log(text: str) -> NemoLog:
-    """Read the step lines, resolved arguments and parameter summaries of a NeMo job log."""
-    lines = split_lines(text)
-    steps_by_key: dict[tuple[int, int], NemoStep] = {}
+    """Read the step lines, resolved arguments and parameter summaries of a NeMo job log.
+
+    A step printed twice keeps its last copy: after a restart from a checkpoint NeMo prints the
+    steps since that checkpoint again, and the resumed run's values are the ones that count. A
+    later copy that only lacks fields another rank's output cut off does not replace a fuller one."""
+    numbered = log_lines(text)
+    steps_by_step: dict[int, NemoStep] = {}
     summaries: list[dict[str, float | int]] = []
-    skipped = 0
-    for line in lines:
+    problems: list[LogProblem] = []
+    for number, line in numbered:
         if STEP_MARKER in line:
-            parsed = [parse_step(segment) for segment in _step_segments(line)]
-            good = [step for step in parsed if step is not None]
-            skipped += len(parsed) - len(good)
-            for step in good:
-                # Several ranks may print the same step: the first complete copy wins.
-                steps_by_key.setdefault((step.epoch, step.global_step), step)
+            for segment in _step_segments(line):
+                step = parse_step(segment)
+                if step is None:
+                    problems.append(LogProblem(number, segment, "a NeMo step line without a readable "
+                                               "global_step and reduced_train_loss"))
+                    continue
+                old = steps_by_step.get(step.global_step)
+                if (old is None or old.reduced_train_loss != step.reduced_train_loss
+                        or _filled(step) >= _filled(old)):
+                    steps_by_step[step.global_step] = step
             continue
         match = _SUMMARY_LINE.match(line)
         if match is not None:
@@ -203,11 +235,10 @@ def parse_nemo_log(text: str) -> NemoLog:
                 summaries.append({})
             summaries[-1][key] = value
         elif _SUMMARY_HINT.search(line):
-            skipped += 1
-    steps = sorted(steps_by_key.values(), key=lambda step: (step.epoch, step.global_step))
+            problems.append(LogProblem(number, line, "a model summary total that is not '<number> [K|M|B] <label>'"))
     return NemoLog(
-        steps=steps,
-        resolved_arguments=parse_resolved_arguments(lines),
+        steps=[steps_by_step[key] for key in sorted(steps_by_step)],
+        resolved_arguments=parse_resolved_arguments([line for _, line in numbered]),
         parameter_summaries=[ParameterSummary(**values) for values in summaries],
-        skipped_lines=skipped,
+        problems=problems,
     )

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from .text import read_text, split_lines
+from .text import LogProblem, log_lines, read_text
 
 # What the job scripts ask for when a file has no header line (`--format=csv,noheader`).
 DEFAULT_COLUMNS = ("timestamp", "index", "name", "memory.used", "memory.total")
@@ -33,7 +33,11 @@ class GpuMemoryLog:
 
     node: str
     samples: list[GpuMemorySample] = field(default_factory=list)
-    skipped_lines: int = 0
+    problems: list[LogProblem] = field(default_factory=list)
+
+    @property
+    def skipped_lines(self) -> int:
+        return len(self.problems)
 
     @property
     def gpu_indices(self) -> list[int]:
@@ -87,43 +91,53 @@ def _is_header(cells: list[str]) -> bool:
 
 
 def parse_nvidia_smi(text: str, node: str = "") -> GpuMemoryLog:
-    """Read an nvidia-smi CSV with or without units. Lines with `[N/A]`, cut lines and lines mixed
-    with other output are skipped and counted; a repeated header (an appended file) is accepted."""
+    """Read an nvidia-smi CSV with or without units. The header names the columns (any query that
+    has memory.used); a repeated header (an appended file, or one nvidia-smi call per sample) is
+    read again. Without a header the job scripts' columns (DEFAULT_COLUMNS) are assumed. Lines with
+    `[N/A]`, cut lines and lines mixed with other output are reported, with the reason."""
     columns: tuple[str, ...] = DEFAULT_COLUMNS
+    has_header = False
     samples: list[GpuMemorySample] = []
-    skipped = 0
-    for line in split_lines(text):
+    problems: list[LogProblem] = []
+    for number, line in log_lines(text):
         if not line.strip():
             continue
         cells = [cell.strip() for cell in line.split(",")]
         if _is_header(cells):
-            columns = tuple(_column_name(cell) for cell in cells)
+            columns, has_header = tuple(_column_name(cell) for cell in cells), True
             continue
         sample = _sample(cells, columns)
-        if sample is None:
-            skipped += 1
+        if isinstance(sample, str):
+            if not has_header and len(cells) != len(columns):
+                sample = (f"{len(cells)} fields and no header line to name them; without one the columns "
+                          f"are taken to be {', '.join(DEFAULT_COLUMNS)} (log with --format=csv, without "
+                          "noheader, so the file names its columns)")
+            problems.append(LogProblem(number, line, sample))
         else:
             samples.append(sample)
-    return GpuMemoryLog(node=node, samples=samples, skipped_lines=skipped)
+    return GpuMemoryLog(node=node, samples=samples, problems=problems)
 
 
-def _sample(cells: list[str], columns: tuple[str, ...]) -> GpuMemorySample | None:
-    if len(cells) != len(columns) or "memory.used" not in columns:
-        return None
+def _sample(cells: list[str], columns: tuple[str, ...]) -> GpuMemorySample | str:
+    """The sample of one line, or why there is none."""
+    if "memory.used" not in columns:
+        return f"the header names no memory.used column ({', '.join(columns)})"
+    if len(cells) != len(columns):
+        return f"{len(cells)} fields where the header names {len(columns)}"
     row = dict(zip(columns, cells))
     used = _mib(row["memory.used"])
     if used is None:
-        return None
+        return f"memory.used is {row['memory.used']!r}, not a number of MiB"
     index = 0  # a query without `index` is a single-GPU log
     if "index" in row:
         if not row["index"].isdigit():
-            return None
+            return f"index is {row['index']!r}, not a GPU number"
         index = int(row["index"])
     timestamp = None
     if "timestamp" in row:
         timestamp = _timestamp(row["timestamp"])
         if timestamp is None:
-            return None  # a garbled or cut time stamp means the line itself is damaged
+            return f"timestamp {row['timestamp']!r} is not YYYY/MM/DD HH:MM:SS.fff"  # a damaged line
     return GpuMemorySample(
         gpu_index=index,
         used_mib=used,

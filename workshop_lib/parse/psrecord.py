@@ -5,10 +5,11 @@ psrecord divides psutil's byte counts by 1024², so its "MB" columns are MiB; we
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .text import is_number, read_text, split_lines, to_float
+from .text import LogProblem, is_number, log_lines, read_text, to_float
 
 _CSV_HEADER_START = "elapsed_time,"
 
@@ -18,28 +19,46 @@ class CpuMemorySample:
     elapsed_s: float
     cpu_percent: float
     real_mib: float  # resident memory of the process and its children
-    virtual_mib: float
+    virtual_mib: float | None = None  # absent from logs with fewer columns
 
 
 @dataclass(frozen=True)
 class CpuMemoryLog:
     samples: list[CpuMemorySample] = field(default_factory=list)
-    skipped_lines: int = 0
+    problems: list[LogProblem] = field(default_factory=list)
+
+    @property
+    def skipped_lines(self) -> int:
+        return len(self.problems)
 
     @property
     def real_mib(self) -> list[float]:
         return [sample.real_mib for sample in self.samples]
 
 
-def _plain_sample(line: str) -> CpuMemorySample | None:
+# The plain layout's header comment names its columns; these are the ones we read.
+_PLAIN_COLUMNS = {"Elapsed time": "elapsed_s", "CPU (%)": "cpu_percent", "Real (MB)": "real_mib",
+                  "Virtual (MB)": "virtual_mib"}
+_PLAIN_DEFAULT = ("elapsed_s", "cpu_percent", "real_mib", "virtual_mib")
+
+
+def _plain_columns(header: str) -> tuple[str, ...]:
+    """`# Elapsed time   CPU (%)   Real (MB) …` -> the attribute of each column (None for others)."""
+    names = re.split(r"\s{2,}", header.lstrip("#").strip())
+    return tuple(_PLAIN_COLUMNS.get(name) for name in names)
+
+
+def _plain_sample(line: str, columns: tuple[str | None, ...]) -> CpuMemorySample | str:
     cells = line.split()
-    if len(cells) < 4:
-        return None
-    numbers = [to_float(cell) for cell in cells[:4]]
-    if not all(is_number(number) for number in numbers) or len(cells) not in (4, 8):
-        return None  # 8 columns when --include-io added its counters
-    elapsed, cpu, real, virtual = numbers
-    return CpuMemorySample(elapsed_s=elapsed, cpu_percent=cpu, real_mib=real, virtual_mib=virtual)
+    numbers = [to_float(cell) for cell in cells]
+    if not all(is_number(number) for number in numbers):
+        return "a sample line with a field that is not a number"
+    if len(cells) != len(columns) and not (columns == _PLAIN_DEFAULT and len(cells) in (4, 8)):
+        return f"{len(cells)} fields where the header names {len(columns)}"  # 8 with --include-io
+    values = {name: number for name, number in zip(columns, numbers) if name}
+    if not {"elapsed_s", "cpu_percent", "real_mib"} <= values.keys():
+        return "no elapsed time, CPU and Real (MB) columns"
+    return CpuMemorySample(**values)
 
 
 def _csv_sample(line: str, columns: list[str]) -> CpuMemorySample | None:
@@ -56,23 +75,28 @@ def _csv_sample(line: str, columns: list[str]) -> CpuMemorySample | None:
 
 
 def parse_psrecord(text: str) -> CpuMemoryLog:
-    """Read a psrecord log; header and comment lines are passed over, damaged lines counted."""
+    """Read a psrecord log; the header names the columns, damaged lines are reported."""
     samples: list[CpuMemorySample] = []
-    skipped = 0
+    problems: list[LogProblem] = []
     csv_columns: list[str] | None = None
-    for line in split_lines(text):
+    plain_columns: tuple[str | None, ...] = _PLAIN_DEFAULT
+    for number, line in log_lines(text):
         stripped = line.strip()
-        if not stripped or stripped.startswith("#"):
+        if not stripped:
+            continue
+        if stripped.startswith("#"):
+            if "Elapsed time" in stripped:
+                plain_columns = _plain_columns(stripped)
             continue
         if stripped.startswith(_CSV_HEADER_START):
             csv_columns = stripped.split(",")
             continue
-        sample = _csv_sample(stripped, csv_columns) if csv_columns else _plain_sample(stripped)
-        if sample is None:
-            skipped += 1
+        sample = _csv_sample(stripped, csv_columns) if csv_columns else _plain_sample(stripped, plain_columns)
+        if sample is None or isinstance(sample, str):
+            problems.append(LogProblem(number, stripped, sample or "a CSV line that does not match its header"))
         else:
             samples.append(sample)
-    return CpuMemoryLog(samples=samples, skipped_lines=skipped)
+    return CpuMemoryLog(samples=samples, problems=problems)
 
 
 def read_psrecord(path: str | Path) -> CpuMemoryLog:
