@@ -160,7 +160,7 @@ def parse_nccl_allreduce(text: str) -> NcclResult:
 def read_nccl(path: str | Path) -> NcclLog:
     """Parse an nccl-tests output file; raise UnreadableLog when it holds no result at all."""
     log = parse_nccl(read_text(path))
-    if not log.collectives or not any(result.rows or result.averages for result in log.collectives.values()):
+    if not log.collectives or not any(result.rows or result.avg_bus_bandwidths_gbps for result in log.collectives.values()):
         problems = [problem for result in log.collectives.values() for problem in result.problems]
         raise UnreadableLog(str(path), "nccl-tests rows (`size count type … time algbw busbw …`) and an "
                             "`# Avg bus bandwidth` line", problems[0] if problems else None)

@@ -85,9 +85,12 @@ def _timestamp(cell: str) -> datetime | None:
     return None
 
 
+# A header cell: a query property (`memory.used`, `index`), with or without its unit (` [MiB]`).
+_HEADER_CELL = re.compile(r"^[a-z_]+(?:\.[a-z_]+)*(?: \[[^\]]+\])?$")
+
+
 def _is_header(cells: list[str]) -> bool:
-    names = {_column_name(cell) for cell in cells}
-    return "memory.used" in names or "timestamp" in names
+    return all(_HEADER_CELL.match(cell) for cell in cells)
 
 
 def parse_nvidia_smi(text: str, node: str = "") -> GpuMemoryLog:

@@ -1,0 +1,150 @@
+"""The parsers on real logs written elsewhere (../shared/real-logs/, read in place, skipped when
+absent), and the general cases those logs stand for, on small logs written here."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from workshop_lib.parse.hf import parse_trainer_output
+from workshop_lib.parse.nccl import UnreadableLog, parse_nccl, read_nccl
+from workshop_lib.parse.nemo import parse_nemo_log
+from workshop_lib.parse.nvidia_smi import parse_nvidia_smi
+from workshop_lib.parse.psrecord import parse_psrecord
+from workshop_lib.parse.text import read_text, strip_launcher_prefix
+
+ROOT = Path(__file__).resolve().parents[2]
+REAL_LOGS = ROOT.parent / "shared" / "real-logs"
+SPIKE = ROOT.parent / "shared" / "nemo-validate" / "SPIKE.md"
+DRYRUN_SAMPLE = Path(__file__).parents[1] / "samples" / "nemo" / "dryrun_resolved_arguments.txt"
+needs_real_logs = pytest.mark.skipif(not REAL_LOGS.is_dir(), reason="../shared/real-logs is not here")
+
+
+def _benchmark():
+    spec = importlib.util.spec_from_file_location("real_logs_accuracy", ROOT / "benchmarks" / "real_logs_accuracy.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@needs_real_logs
+def test_every_value_a_person_reads_in_the_real_logs_is_read_right():
+    rows = _benchmark().measure(REAL_LOGS)
+    wrong = [f"{row['file']}: {row['value']}: expected {row['expected']}, read {row['read']}"
+             for row in rows if not row["right"]]
+    assert len(rows) >= 80 and wrong == []
+
+
+@needs_real_logs
+def test_nemo_run_prefixes_and_a_log_without_step_timing():
+    log = parse_nemo_log(read_text(REAL_LOGS / "nemo" / "nemo2_resiliency_8gpu_run.log"))
+    assert [summary.total_params for summary in log.parameter_summaries] == [54_700_000]
+    assert log.last_step.global_step == 19 and log.problems == []
+    untimed = parse_nemo_log(read_text(REAL_LOGS / "nemo" / "nemo2_gmo_multinode_sft_no_timing.log"))
+    assert [step.train_step_timing_s for step in untimed.steps] == [None] * 4
+    assert untimed.steps[0].reduced_train_loss == 2.064  # a note appended after the value
+
+
+@pytest.mark.parametrize("prefix", ["finetune/0 [default0]:", "ining-demo/0 [default3]:", "[default1]:",
+                                    "[rank0]:", "0: ", "  3: ", "[1,0]<stdout>:", "1: [default0]:"])
+def test_launcher_prefixes_on_every_kind_of_nemo_line(prefix):
+    lines = ["8.0 B     Trainable params", "0         Non-trainable params", "8.0 B     Total params",
+             "Training epoch 0, iteration 0/1 | global_step: 0 | reduced_train_loss: 2.5 | train_step_timing in s: 3",
+             "Training epoch 0, iteration 1/1 | global_step: 1 | reduced_train_loss: 2.0"]
+    log = parse_nemo_log("\n".join(prefix + line for line in lines))
+    assert log.before_lora.trainable_params == 8_000_000_000 and log.before_lora.non_trainable_params == 0
+    assert [(step.global_step, step.train_step_timing_s) for step in log.steps] == [(0, 3.0), (1, None)]
+
+
+def test_a_prefix_is_only_taken_where_a_launcher_puts_one():
+    assert strip_launcher_prefix("12:30:01 started") == "12:30:01 started"
+    assert strip_launcher_prefix("0 | module | DDP  | 54.7 M | train") == "0 | module | DDP  | 54.7 M | train"
+    assert strip_launcher_prefix("logs/0 written") == "logs/0 written"
+
+
+def test_after_a_restart_the_last_run_of_a_step_wins():
+    step = "Training epoch 0, iteration {0}/9 | global_step: {0} | reduced_train_loss: {1} | train_step_timing in s: 1.5"
+    text = "\n".join([step.format(3, 2.0), step.format(4, 1.9), "Restoring states from the checkpoint of step 3",
+                      step.format(4, 1.7), step.format(5, 1.6)])
+    log = parse_nemo_log(text)
+    assert [(s.global_step, s.reduced_train_loss) for s in log.steps] == [(3, 2.0), (4, 1.7), (5, 1.6)]
+
+
+def test_dry_run_resolved_arguments_sample():
+    arguments = parse_nemo_log(read_text(DRYRUN_SAMPLE)).resolved_arguments
+    assert arguments["data"] == "SquadDataModule(seq_length=2048, micro_batch_size=1, global_batch_size=8)"
+    assert arguments["peft"] == "None"
+    assert "expert_model_parallel_size=2, ...), devices='4'" in arguments["trainer"]
+    assert arguments["optim"].endswith("lr_scheduler=CosineAnnealingScheduler(warmup_steps=50, constant_steps=0, min_lr=0))")
+    assert list(arguments) == ["data", "model", "optim", "peft", "resume", "tokenizer", "trainer"]
+
+
+@pytest.mark.skipif(not SPIKE.is_file(), reason="../shared/nemo-validate/SPIKE.md is not here")
+def test_dry_run_captured_in_the_spike():
+    text = read_text(SPIKE)
+    arguments = parse_nemo_log(text[text.index("Dry run, `model-parallel/mixtral"):]).resolved_arguments
+    assert "sequence_parallel=True" in arguments["trainer"] and arguments["tokenizer"] == "'model'"
+
+
+def test_several_evaluation_sets_and_string_values():
+    text = ("{'eval_squad_loss': '1.25', 'eval_squad_runtime': '2.0', 'epoch': '1.0'}\n"
+            "{'eval_loss': '1.5', 'epoch': '1.0'}\n"
+            "{'eval_trivia_loss': '2.5', 'eval_trivia_f1': '0.3', 'epoch': '1.0'}\n")
+    log = parse_trainer_output(text)
+    assert log.datasets == ["squad", "", "trivia"]
+    assert [(entry.dataset, entry.eval_loss) for entry in log.evals] == [("squad", 1.25), ("", 1.5), ("trivia", 2.5)]
+    assert log.evals[0].eval_runtime == 2.0 and log.evals[2].extra == {"eval_trivia_f1": 0.3}
+    assert log.final_eval.eval_loss == 1.5
+
+
+def test_a_record_cut_by_another_rank_keeps_what_was_printed_whole():
+    log = parse_trainer_output("{'loss': 0.5, 'learning_rate': 1e-05, 'epo[rank1]: {'loss': 0.4, 'epoch': 2.0}\n")
+    assert [(entry.loss, entry.learning_rate, entry.epoch) for entry in log.train] == [(0.5, 1e-05, None), (0.4, None, 2.0)]
+    assert [problem.line for problem in log.problems] == [1]
+
+
+def test_nccl_older_layout_and_several_collectives_by_name():
+    header = "#       size         count    type     time   algbw   busbw  error     time   algbw   busbw  error\n"
+    text = ("Running: ./build/all_gather_perf -b 8 -e 16 -g 2\n" + header
+            + "           8             1   float    50.00    0.00    0.00  0e+00    51.00    0.00    0.00  0e+00\n"
+            + "...\n# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 1.5\n"
+            + "Running: ./build/broadcast_perf -b 8 -e 16 -g 2\n"
+            + "           8             2   float       0    59.75    0.00    0.10  0e+00    59.96    0.00    0.20  0e+00\n"
+            + "# Avg bus bandwidth    : 2.5\n")
+    log = parse_nccl(text)
+    assert list(log.collectives) == ["all_gather_perf", "broadcast_perf"]
+    assert log["all_gather"].avg_bus_bandwidth_gbps == 1.5 and log["all_gather"].rows[0].in_place_time_us == 51.0
+    assert log["broadcast"].peak_bus_bandwidth_gbps == 0.2 and log["broadcast"].problems == []
+
+
+def test_an_nccl_file_with_nothing_readable_names_file_line_and_expectation(tmp_path):
+    path = tmp_path / "nccl.txt"
+    path.write_text("# nThread 1\n  8  2  float  sum  -1  12.9  0.00\n")
+    with pytest.raises(UnreadableLog) as raised:
+        read_nccl(path)
+    message = str(raised.value)
+    assert f"{path}:2" in message and "Avg bus bandwidth" in message and "12.9" in message
+
+
+def test_nvidia_smi_without_a_header_says_which_columns_it_assumed():
+    log = parse_nvidia_smi("2026/11/21 15:14:14.137, 0, NVIDIA H200, 00000000:01:00.0, 6251, 143771\n")
+    assert log.samples == []
+    (problem,) = log.problems
+    assert problem.line == 1 and "no header line" in problem.reason and "memory.used" in problem.reason
+
+
+def test_nvidia_smi_header_names_the_columns_every_time_it_repeats():
+    text = ("memory.used [MiB], index\n100 MiB, 1\n"
+            "timestamp, index, memory.used [MiB]\n2026/11/21 15:14:14.137, 0, 200 MiB\n"
+            "index, name\n0, H200\n")
+    log = parse_nvidia_smi(text)
+    assert [(s.gpu_index, s.used_mib) for s in log.samples] == [(1, 100.0), (0, 200.0)]
+    assert [problem.line for problem in log.problems] == [6] and "no memory.used" in log.problems[0].reason
+
+
+def test_psrecord_with_fewer_columns_follows_its_header():
+    log = parse_psrecord("# Elapsed time   CPU (%)     Real (MB)\n       0.000       93.700        5.000\n")
+    (sample,) = log.samples
+    assert (sample.cpu_percent, sample.real_mib, sample.virtual_mib) == (93.7, 5.0, None)
