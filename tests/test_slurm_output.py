@@ -30,13 +30,6 @@ def test_parse_elapsed(raw, seconds):
     assert so.parse_elapsed(raw) == seconds
 
 
-@pytest.mark.parametrize("raw, seconds", [
-    ("30", 1800), ("00:02", 2), ("01:00:00", 3600), ("1-00", 86400), ("1-02:03", 93780), ("UNLIMITED", None),
-])
-def test_parse_time_limit(raw, seconds):
-    assert so.parse_time_limit(raw) == seconds
-
-
 def test_sacct_lines_with_odd_states_and_arrays():
     output = "\n".join([
         "41|train.sh|CANCELLED by 0|0:15|12|node1|None",
@@ -77,13 +70,9 @@ def test_scontrol_array_lines_aggregate():
     assert info.state == "RUNNING" and [t.job_id for t in info.tasks] == ["20_1", "20_2"]
 
 
-def test_directives_stop_at_first_command_and_command_line_wins(tmp_path):
+def test_expected_stdout_follows_the_directives_and_the_command_line_wins(tmp_path):
     script = tmp_path / "s.sh"
-    script.write_text("#!/bin/bash\n#SBATCH --job-name=demo\n#SBATCH -o logs/%x-%j.out  # comment\n"
-                      "#SBATCH --gres=gpu:a100:4\necho hi\n#SBATCH --time=5\n")
-    options = so.sbatch_directives(script.read_text())
-    assert so.option_value(options, "time", "t") is None  # after the first command: SLURM ignores it
-    assert so.gpus_per_node(options) == 4
+    script.write_text("#!/bin/bash\n#SBATCH --job-name=demo\n#SBATCH -o logs/%x-%j.out  # comment\necho hi\n")
     assert so.expected_stdout(script, tmp_path, "99") == tmp_path / "logs/demo-99.out"
     assert so.expected_stdout(script, tmp_path, "99", ["--output=/x/%j.log"]) == Path("/x/99.log")
     assert so.expected_stdout(tmp_path / "s.sh", tmp_path, "5_2", ["-o", "a-%A-%a.txt"]) == tmp_path / "a-5-2.txt"

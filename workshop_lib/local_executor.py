@@ -26,6 +26,8 @@ from pathlib import Path
 
 from . import slurm_output
 from .errors import SubmitError, ClusterError
+from .durations import parse_duration
+from .sbatch_script import sbatch_request
 from .slurm_output import JobInfo
 
 SHIMS = Path(__file__).resolve().parent / "local_shims"
@@ -70,8 +72,8 @@ def submit(script: Path, workdir: Path, sbatch_args: Sequence[str] = ()):
     """Start the script in the background; returns a cluster.Job with backend 'local'."""
     from .cluster import Job
 
-    options = slurm_output.sbatch_directives(script.read_text(errors="replace")) + list(sbatch_args)
-    nodes_text = slurm_output.option_value(options, "nodes", "N") or "1"
+    request = sbatch_request(script.read_text(errors="replace"), sbatch_args)
+    nodes_text = request.get("nodes") or "1"
     try:
         nodes = int(nodes_text.split("-")[0])
         if nodes < 1:
@@ -79,12 +81,12 @@ def submit(script: Path, workdir: Path, sbatch_args: Sequence[str] = ()):
     except ValueError:
         raise SubmitError(f"{script.name}: cannot read --nodes={nodes_text!r}; give a count such as --nodes=2") from None
     try:
-        time_limit = slurm_output.parse_time_limit(slurm_output.option_value(options, "time", "t"))
+        time_limit = parse_duration(request.get("time"))
     except ValueError:
-        raise SubmitError(f"{script.name}: cannot read --time={slurm_output.option_value(options, 'time', 't')!r}; "
+        raise SubmitError(f"{script.name}: cannot read --time={request.get('time')!r}; "
                           "use MM, HH:MM:SS or D-HH:MM:SS") from None
     job_id = _next_job_id()
-    name = slurm_output.option_value(options, "job-name", "J") or script.name
+    name = request.get("job-name") or script.name
     stdout = slurm_output.expected_stdout(script, workdir, job_id, sbatch_args)
     if not stdout.parent.is_dir():
         # SLURM fails such a job at launch; say so before it runs.
@@ -92,9 +94,9 @@ def submit(script: Path, workdir: Path, sbatch_args: Sequence[str] = ()):
                           "(SLURM would fail the job at launch with JobLaunchFailure)")
     record = {
         "job_id": job_id, "name": name, "script": str(script), "workdir": str(workdir), "stdout": str(stdout),
-        "time_limit_s": time_limit, "nodes": nodes, "gpus_per_node": slurm_output.gpus_per_node(options),
-        "ntasks_per_node": int(slurm_output.option_value(options, "ntasks-per-node") or 1),
-        "cpus_per_task": int(slurm_output.option_value(options, "cpus-per-task", "c") or 1),
+        "time_limit_s": time_limit, "nodes": nodes, "gpus_per_node": request.gpus_per_node,
+        "ntasks_per_node": int(request.get("ntasks-per-node") or 1),
+        "cpus_per_task": int(request.get("cpus-per-task") or 1),
         "state": "PENDING", "submitted_at": time.time(),
     }
     _write(record)

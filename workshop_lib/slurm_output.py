@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import getpass
 import re
-import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+
+from .durations import format_duration, parse_duration  # noqa: F401  (format_duration: part of this API)
+from .sbatch_script import sbatch_request
 
 # States after which a job never runs again.
 FINAL_STATES = frozenset({
@@ -86,28 +88,11 @@ def parse_exit_code(raw: str | None) -> tuple[int | None, int | None]:
 
 
 def parse_elapsed(raw: str | None) -> float | None:
-    """'1-02:03:04', '02:03:04', '03:04' or seconds -> seconds."""
-    if not raw or raw in ("UNLIMITED", "INVALID", "Partition_Limit"):
-        return None
-    if raw.isdigit():
-        return float(raw)
-    days = 0
-    if "-" in raw:
-        day_part, raw = raw.split("-", 1)
-        days = int(day_part)
+    """sacct's ElapsedRaw (seconds) or scontrol's RunTime ('1-02:03:04') -> seconds; None if unreadable."""
     try:
-        numbers = [int(part) for part in raw.split(":")]
+        return parse_duration(raw, bare_unit="seconds")
     except ValueError:
         return None
-    while len(numbers) < 3:
-        numbers.insert(0, 0)
-    hours, minutes, seconds = numbers[-3:]
-    return float(days * 86400 + hours * 3600 + minutes * 60 + seconds)
-
-
-def format_duration(seconds: float) -> str:
-    seconds = int(round(seconds))
-    return f"{seconds // 3600:02d}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
 
 def parse_scontrol_record(line: str) -> dict[str, str]:
@@ -195,35 +180,6 @@ def aggregate_array(array_id: str, tasks: Sequence[JobInfo]) -> JobInfo:
 
 
 # ---- what the script asks for ----------------------------------------------------------------
-def sbatch_directives(script_text: str) -> list[str]:
-    """The options of the #SBATCH lines that SLURM reads (those before the first command)."""
-    options: list[str] = []
-    for line in script_text.splitlines()[1:]:
-        stripped = line.strip()
-        if stripped.startswith("#SBATCH"):
-            body = stripped[len("#SBATCH"):].split("#", 1)[0]
-            try:
-                options.extend(shlex.split(body))
-            except ValueError:
-                options.extend(body.split())
-        elif stripped and not stripped.startswith("#"):
-            break
-    return options
-
-
-def option_value(options: Sequence[str], long: str, short: str | None = None) -> str | None:
-    """The last value given for --long=V, --long V, -s V or -sV."""
-    value = None
-    for index, option in enumerate(options):
-        if option.startswith(f"--{long}="):
-            value = option.split("=", 1)[1]
-        elif option == f"--{long}" or (short and option == f"-{short}"):
-            value = options[index + 1] if index + 1 < len(options) else None
-        elif short and option.startswith(f"-{short}") and not option.startswith("--") and len(option) > 2:
-            value = option[2:]
-    return value
-
-
 def expand_filename_pattern(pattern: str, job_id: str, job_name: str, node: str = "node1") -> str:
     """SLURM's %j %x %u %N %A %a %% replacements in --output names."""
     array_id, _, task = job_id.partition("_")
@@ -234,9 +190,9 @@ def expand_filename_pattern(pattern: str, job_id: str, job_name: str, node: str 
 
 def expected_stdout(script: Path, workdir: Path, job_id: str, sbatch_args: Sequence[str] = ()) -> Path:
     """Where SLURM writes the job's stdout: --output if given (command line wins), else slurm-%j.out."""
-    options = sbatch_directives(script.read_text(errors="replace")) + list(sbatch_args)
-    pattern = option_value(options, "output", "o") or "slurm-%j.out"
-    name = option_value(options, "job-name", "J") or script.name
+    request = sbatch_request(script.read_text(errors="replace"), sbatch_args)
+    pattern = request.get("output") or "slurm-%j.out"
+    name = request.get("job-name") or script.name
     path = Path(expand_filename_pattern(pattern, job_id, name))
     return path if path.is_absolute() else workdir / path
 
@@ -249,34 +205,3 @@ def tail(path: Path | None, lines: int = 20) -> str:
     except OSError:
         return f"(log {path} does not exist yet)"
     return "\n".join(text.splitlines()[-lines:])
-
-
-def parse_time_limit(raw: str | None) -> float | None:
-    """--time values (MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS) -> seconds; None for no limit."""
-    if not raw or raw.upper() in ("UNLIMITED", "INFINITE"):
-        return None
-    days = 0
-    if "-" in raw:
-        day_part, raw = raw.split("-", 1)
-        days = int(day_part)
-        parts = [int(p) for p in raw.split(":")]
-        hours, minutes, seconds = (parts + [0, 0])[:3]
-    else:
-        parts = [int(p) for p in raw.split(":")]
-        if len(parts) == 1:
-            hours, minutes, seconds = 0, parts[0], 0
-        elif len(parts) == 2:
-            hours, minutes, seconds = 0, parts[0], parts[1]
-        else:
-            hours, minutes, seconds = parts[:3]
-    return float(days * 86400 + hours * 3600 + minutes * 60 + seconds)
-
-
-def gpus_per_node(options: Sequence[str]) -> int:
-    """GPUs a script asks for on each node, from --gpus-per-node, --gres=gpu[:type]:N or --gpus."""
-    for long, short in (("gpus-per-node", None), ("gres", None), ("gpus", "G")):
-        value = option_value(options, long, short)
-        if value:
-            match = re.search(r"(\d+)$", value.split(",")[0])
-            return int(match.group(1)) if match else 1
-    return 0

@@ -3,7 +3,7 @@
 from datetime import datetime
 from pathlib import Path
 
-from workshop_lib.parse.footer import format_duration, parse_duration, parse_footer
+from workshop_lib.parse.footer import parse_footer
 from workshop_lib.parse.text import read_text
 
 SAMPLES = Path(__file__).parents[1] / "samples"
@@ -35,8 +35,8 @@ def test_garbled_footer_lines_are_counted():
     assert footer.skipped_lines == 2
 
 
-def test_durations():
-    assert parse_duration("26:00:01") == 26 * 3600 + 1
-    assert parse_duration("1-02:00:00") == 26 * 3600
-    assert parse_duration("00:61:00") is None
-    assert format_duration(26 * 3600 + 61) == "26:01:01"
+def test_total_time_past_a_day_and_one_that_is_not_a_time():
+    assert parse_footer(" Total time : 26:00:01\n").total_time_s == 26 * 3600 + 1
+    assert parse_footer(" Total time : 1-02:00:00\n").total_time_text == "26:00:00"
+    footer = parse_footer(" Total time : 00:61:00\n")
+    assert footer.total_time_s is None and footer.skipped_lines == 1

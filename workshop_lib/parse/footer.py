@@ -6,14 +6,15 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 
+from ..durations import format_duration, parse_duration
 from .text import split_lines
 
 # `date "+%Y-%m-%d %H:%M:%S"` pads; the seeds' example ("2025-12-5 10:34:24") does not: accept both.
 _TIMESTAMP = r"(?P<stamp>\d{4}-\d{1,2}-\d{1,2}[ T]\d{1,2}:\d{2}:\d{2})"
 _START = re.compile(r"Start time\s*:\s*" + _TIMESTAMP)
 _END = re.compile(r"End time\s*:\s*" + _TIMESTAMP)
-# HH:MM:SS, hours may pass 24; SLURM-style D-HH:MM:SS also accepted.
-_TOTAL = re.compile(r"Total time\s*:\s*(?:(?P<days>\d+)-)?(?P<hours>\d+):(?P<minutes>\d{2}):(?P<seconds>\d{2})\b")
+# HH:MM:SS, hours may pass 24; SLURM-style D-HH:MM:SS also accepted (durations.parse_duration reads it).
+_TOTAL = re.compile(r"Total time\s*:\s*(?:\d+-)?\d+:\d{2}:\d{2}\b")
 _HINT = re.compile(r"(Start time|End time|Total time)\s*:")
 
 
@@ -43,19 +44,12 @@ def _timestamp(text: str) -> datetime | None:
         return None
 
 
-def parse_duration(text: str) -> int | None:
-    """Seconds in `HH:MM:SS` or `D-HH:MM:SS`; None when the text is not a duration."""
-    match = _TOTAL.search(f"Total time : {text.strip()}")
-    if match is None or int(match["minutes"]) > 59 or int(match["seconds"]) > 59:
+def _total_seconds(match: re.Match) -> int | None:
+    try:
+        seconds = parse_duration(match.group(0).split(":", 1)[1])
+    except ValueError:
         return None
-    days = int(match["days"] or 0)
-    return ((days * 24 + int(match["hours"])) * 60 + int(match["minutes"])) * 60 + int(match["seconds"])
-
-
-def format_duration(seconds: float) -> str:
-    """`HH:MM:SS` (hours may pass 24), the form the seeds' tables use."""
-    whole = int(round(seconds))
-    return f"{whole // 3600:02d}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
+    return int(seconds) if seconds is not None else None
 
 
 def parse_footer(text: str) -> JobFooter:
@@ -72,7 +66,7 @@ def parse_footer(text: str) -> JobFooter:
             start, read_something = stamp, True
         if (match := _END.search(line)) and (stamp := _timestamp(match["stamp"])):
             end, read_something = stamp, True
-        if (match := _TOTAL.search(line)) and (seconds := parse_duration(match.group(0).split(":", 1)[1])) is not None:
+        if (match := _TOTAL.search(line)) and (seconds := _total_seconds(match)) is not None:
             total, read_something = seconds, True
         if not read_something:
             skipped += 1
