@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 import pytest
@@ -13,28 +14,52 @@ from workshop_lib.profiles import load_profile, profile_from_dict
 from workshop_lib.validate import ValidationError, lint_file, lint_script, raise_for_experiment, validate_experiment
 
 SAMPLES = Path(__file__).parent / "lint_samples"
-RULES = sorted(path.name for path in SAMPLES.iterdir() if path.is_dir())
+# A rule's folder holds bad*.sbatch scripts that trip it and good*.sbatch scripts that must stay clean;
+# a folder rule (env-var-mismatch) holds bad/ and good/ job folders instead.
+RULES = sorted(path.name for path in SAMPLES.iterdir() if (path / "bad.sbatch").is_file())
+FOLDER_RULES = sorted(path.name for path in SAMPLES.iterdir() if (path / "bad").is_dir())
+BAD = sorted(SAMPLES.glob("*/bad*.sbatch"))
+GOOD = sorted(SAMPLES.glob("*/good*.sbatch"))
 WARNING_RULES = {"fixed-rendezvous-port", "several-options-per-line"}
+# Samples written in the shape of the original workshop's scripts (kaust-rccl/Dist-DL-training): the line
+# each finding belongs on.
+EXPECTED_LINES = {
+    "glued-directives/bad-no-space.sbatch": 4,
+    "model-parallel-with-lora/bad-mixtral.sbatch": 13,
+    "kill-unset-pid/bad-reported-on-the-kill-line.sbatch": 16,
+    "output-folder-missing/bad-mkdir-inside-the-job.sbatch": 3,
+    "module-purge-after-load/bad.sbatch": 9,
+    "sequence-parallel-without-tp/bad.sbatch": 12,
+}
+
+
+def _name(path: Path) -> str:
+    return f"{path.parent.name}/{path.name}"
 
 
 def test_every_rule_has_samples():
-    assert len(RULES) >= 15
+    assert len(RULES) >= 17 and FOLDER_RULES == ["env-var-mismatch"]
     for rule in RULES:
-        assert (SAMPLES / rule / "bad.sbatch").is_file() and (SAMPLES / rule / "good.sbatch").is_file()
+        assert (SAMPLES / rule / "good.sbatch").is_file()
+    for rule in FOLDER_RULES:
+        assert (SAMPLES / rule / "good").is_dir()
 
 
-@pytest.mark.parametrize("rule", RULES)
-def test_bad_sample_trips_its_rule(rule):
-    findings = [finding for finding in lint_file(SAMPLES / rule / "bad.sbatch") if finding.rule == rule]
-    assert findings, f"{rule} did not trip"
+@pytest.mark.parametrize("sample", BAD, ids=_name)
+def test_bad_sample_trips_its_rule_and_nothing_else(sample):
+    rule = sample.parent.name
+    findings = lint_file(sample)
+    assert {finding.rule for finding in findings} == {rule}
     finding = findings[0]
     assert finding.line and finding.message and finding.fix
     assert finding.severity == ("warning" if rule in WARNING_RULES else "error")
+    if _name(sample) in EXPECTED_LINES:
+        assert [f.line for f in findings] == [EXPECTED_LINES[_name(sample)]]
 
 
-@pytest.mark.parametrize("rule", RULES)
-def test_good_sample_is_clean(rule):
-    assert lint_file(SAMPLES / rule / "good.sbatch") == []
+@pytest.mark.parametrize("sample", GOOD, ids=_name)
+def test_good_sample_is_clean(sample):
+    assert lint_file(sample) == []
 
 
 def test_check_command_exit_status_follows_errors_not_warnings(capsys):
@@ -42,7 +67,7 @@ def test_check_command_exit_status_follows_errors_not_warnings(capsys):
     out = capsys.readouterr().out
     assert "bad.sbatch:" in out and "[kill-unset-pid]" in out and "Fix:" in out
     assert main(["check", str(SAMPLES / "fixed-rendezvous-port" / "bad.sbatch")]) == 0
-    assert main(["check", *(str(SAMPLES / rule / "good.sbatch") for rule in RULES)]) == 0
+    assert main(["check", *(str(sample) for sample in GOOD)]) == 0
 
 
 def test_kill_in_the_shell_that_set_the_pid_is_fine_across_scopes():
@@ -82,3 +107,55 @@ def test_nemo_needs_an_a100_profile():
     rules = {finding.rule for finding in validate_experiment(get_experiment("lora/llama/1-gpu"), profile)}
     assert rules == {"nemo-needs-a100"}
     assert validate_experiment(get_experiment("lora/llama/1-gpu"), load_profile("ibex")) == []
+
+
+def test_check_of_a_folder_compares_env_vars_with_the_python(capsys):
+    assert main(["check", str(SAMPLES / "env-var-mismatch" / "bad")]) == 1
+    out = capsys.readouterr().out
+    assert "train.py:6: error [env-var-mismatch] train.py reads PER_DEVICE_BATCH_SIZE (default 1)" in out
+    assert "env_vars.sh:4 exports BATCH_SIZE=8, which nothing reads" in out
+    assert "train.py:7: error [env-var-mismatch]" in out and "GRAD_ACC=2" in out
+    assert "env_vars.sh exports 5 names, train.py reads 6; 2 match, 2 differ" in out
+    assert "1 script checked: 2 errors, 0 warnings" in out
+    assert main(["check", str(SAMPLES / "env-var-mismatch" / "good")]) == 0
+    assert "4 match, all agree" in capsys.readouterr().out
+
+
+def test_mixtral_needs_an_ep_only_where_the_recipe_default_does_not_fit():
+    eight = _broken("lora/mixtral/8-gpus", expert_parallel=None)
+    four = _broken("lora/mixtral/4-gpus", expert_parallel=None)
+    assert "mixtral-without-ep" not in {finding.rule for finding in validate_experiment(eight)}
+    (finding,) = [f for f in validate_experiment(four) if f.rule == "mixtral-without-ep"]
+    assert "EP = 8" in finding.message and "4 GPUs" in finding.message
+
+
+# The original workshop's job scripts (kaust-rccl/Dist-DL-training), when a checkout is named by
+# WORKSHOP_DIST_DL_TRAINING: every real defect is flagged and nothing else. CI has no copy; the
+# samples above encode each of these cases.
+ORIGINAL = Path(os.environ.get("WORKSHOP_DIST_DL_TRAINING", "/nonexistent"))
+
+
+@pytest.mark.skipif(not (ORIGINAL / "nemo").is_dir(), reason="set WORKSHOP_DIST_DL_TRAINING to a checkout")
+def test_the_original_workshop_scripts():
+    from workshop_lib.env_vars_check import check_folder
+
+    found = {}
+    for folder in ("nemo", "deepspeed", "fsdp"):
+        results, _ = check_folder(ORIGINAL / folder)
+        for path, findings in results:
+            for finding in findings:
+                found.setdefault(finding.rule, set()).add(str(path.relative_to(ORIGINAL)))
+    scripts = {str(path.relative_to(ORIGINAL)) for folder in ("nemo", "deepspeed", "fsdp")
+               for path in (ORIGINAL / folder).rglob("*.slurm")}
+    assert set(found) == {"output-folder-missing", "glued-directives", "model-parallel-with-lora",
+                          "kill-unset-pid", "module-purge-after-load", "env-var-mismatch"}
+    assert found["output-folder-missing"] == scripts  # log/ and logs/ are not in the repository
+    assert found["glued-directives"] == {f"nemo/models/{name}.slurm" for name in (
+        "llama31_8b/import_llama31_8b", "mixtral_8x7b/import_mixtral_8x7b", "template/template_impot_model")}
+    assert found["model-parallel-with-lora"] == {f"nemo/experiments/model_parallel/mixtral_8x7b/{n}_gpus/{n}_gpus.slurm"
+                                                 for n in (4, 8)}
+    assert found["kill-unset-pid"] == {f"deepspeed/experiments/deepspeed-multi-node/{n}_nodes/deepspeed_{n}_nodes.slurm"
+                                       for n in (2, 4, 8)}
+    assert found["module-purge-after-load"] == {f"fsdp/custom_model/multi_node/{n}_nodes/multi_node.slurm"
+                                                for n in (2, 4, 8)}
+    assert len(found["env-var-mismatch"]) == 17  # every FSDP folder but the BLOOM baseline

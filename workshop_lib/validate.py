@@ -11,9 +11,10 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from .errors import WorkshopError
+from .sbatch_script import SbatchHeader, read_header
 
 if TYPE_CHECKING:  # imported for annotations only: profiles imports experiments, not the other way
     from .experiments import Experiment
@@ -55,75 +56,122 @@ class ValidationError(WorkshopError):
 # ---------------------------------------------------------------------------------------------
 # Rules on experiments
 # ---------------------------------------------------------------------------------------------
+ExperimentRule = Callable[["Experiment", "Profile | None"], Iterable[Finding]]
+EXPERIMENT_RULES: list[ExperimentRule] = []
+# NeMo's Mixtral 8x7B recipe sets expert_model_parallel_size = 8 when the command does not.
+NEMO_MIXTRAL_DEFAULT_EP = 8
+
+
+def experiment_rule(rule: ExperimentRule) -> ExperimentRule:
+    """Register a rule on experiments: a function (experiment, profile or None) -> findings.
+    Another module adds its own rule by decorating it (the module must be imported)."""
+    EXPERIMENT_RULES.append(rule)
+    return rule
+
+
 def validate_experiment(experiment: "Experiment", profile: "Profile | None" = None) -> list[Finding]:
     """Every rule an experiment breaks, on its own and as realised by ``profile``."""
-    from .experiments import ENGINES, FSDP_STRATEGIES, NEMO
+    return [finding for rule in EXPERIMENT_RULES for finding in rule(experiment, profile)]
 
-    findings: list[Finding] = []
 
-    def error(rule: str, message: str, fix: str) -> None:
-        findings.append(Finding(rule, ERROR, message, fix))
+def _error(rule: str, message: str, fix: str) -> Finding:
+    return Finding(rule, ERROR, message, fix)
+
+
+def mixtral_default_ep_problem(gpus: int, tensor_parallel: int, pipeline_parallel: int) -> str | None:
+    """Why NeMo's default EP for Mixtral cannot run on this many GPUs, or None when it can.
+    Megatron carves the expert-parallel group out of the data-parallel ranks (with the expert
+    tensor-parallel size equal to TP), so TP x EP x PP must divide the GPU count."""
+    needed = tensor_parallel * NEMO_MIXTRAL_DEFAULT_EP * pipeline_parallel
+    if gpus % needed == 0:
+        return None
+    return (f"without an expert-parallel size, NeMo's Mixtral recipe uses EP = {NEMO_MIXTRAL_DEFAULT_EP}, and "
+            f"TP x EP x PP = {tensor_parallel} x {NEMO_MIXTRAL_DEFAULT_EP} x {pipeline_parallel} = {needed} does not "
+            f"divide the {gpus} GPUs, so NeMo stops at start-up")
+
+
+@experiment_rule
+def _engine_and_resources(experiment, profile):
+    from .experiments import ENGINES
 
     if experiment.engine not in ENGINES:
-        error("unknown-engine", f"engine={experiment.engine!r} is not one of {ENGINES}.",
-              "use nemo, hf or gpt.")
+        yield _error("unknown-engine", f"engine={experiment.engine!r} is not one of {ENGINES}.", "use nemo, hf or gpt.")
     if experiment.nodes < 1 or experiment.gpus_per_node < 1:
-        error("no-resources", f"nodes={experiment.nodes}, gpus_per_node={experiment.gpus_per_node}.",
-              "ask for at least one node and one GPU per node.")
-    model_parallel = experiment.tensor_parallel * (experiment.expert_parallel or 1) * experiment.pipeline_parallel
-    if experiment.engine == NEMO:
-        if experiment.peft == "none" and model_parallel != experiment.gpus:
-            error("parallel-sizes-mismatch",
-                  f"TP x EP x PP = {experiment.tensor_parallel} x {experiment.expert_parallel or 1} x "
-                  f"{experiment.pipeline_parallel} = {model_parallel}, but the job has {experiment.gpus} GPUs.",
-                  "without PEFT every GPU holds a slice of the model: make TP x EP x PP equal the GPU count.")
-        elif experiment.gpus % model_parallel:
-            error("parallel-sizes-mismatch",
-                  f"TP x EP x PP = {model_parallel} does not divide the {experiment.gpus} GPUs.",
-                  "choose parallel sizes whose product divides the GPU count.")
-        if "mixtral" in experiment.model and experiment.expert_parallel is None:
-            error("mixtral-without-ep", f"{experiment.model} has no expert-parallel size; NeMo refuses to start.",
-                  "set expert_parallel (trainer.strategy.expert_model_parallel_size).")
-        if experiment.peft == "lora" and (experiment.tensor_parallel > 1 or experiment.pipeline_parallel > 1):
-            error("model-parallel-with-lora",
-                  f"TP={experiment.tensor_parallel}, PP={experiment.pipeline_parallel} with LoRA still on: LoRA "
-                  "hides the memory behaviour model parallelism is meant to show.",
-                  "set peft='none' (peft=none) for model-parallel runs, or TP=PP=1 for LoRA runs.")
-        if experiment.sequence_parallel and experiment.tensor_parallel < 2:
-            error("sequence-parallel-without-tp", "sequence parallelism splits activations along the tensor-"
-                  "parallel group, and TP is 1.", "use TP >= 2 or turn sequence_parallel off.")
-        if profile is not None and profile.nemo.enabled and (profile.scheduler.constraint or "") != "a100":
-            error("nemo-needs-a100", f"profile {profile.name!r} asks for constraint="
-                  f"{profile.scheduler.constraint!r}; NeMo's container fails on anything but A100.",
-                  "set scheduler.constraint: a100 in the profile.")
+        yield _error("no-resources", f"nodes={experiment.nodes}, gpus_per_node={experiment.gpus_per_node}.",
+                     "ask for at least one node and one GPU per node.")
+
+
+@experiment_rule
+def _nemo_layout(experiment, profile):
+    from .experiments import NEMO
+
+    if experiment.engine != NEMO:
+        return
+    tp, pp = experiment.tensor_parallel, experiment.pipeline_parallel
+    model_parallel = tp * (experiment.expert_parallel or 1) * pp
+    if experiment.peft == "none" and model_parallel != experiment.gpus:
+        yield _error("parallel-sizes-mismatch",
+                     f"TP x EP x PP = {tp} x {experiment.expert_parallel or 1} x {pp} = {model_parallel}, but the "
+                     f"job has {experiment.gpus} GPUs.",
+                     "without PEFT every GPU holds a slice of the model: make TP x EP x PP equal the GPU count.")
+    elif experiment.gpus % model_parallel:
+        yield _error("parallel-sizes-mismatch",
+                     f"TP x EP x PP = {model_parallel} does not divide the {experiment.gpus} GPUs.",
+                     "choose parallel sizes whose product divides the GPU count.")
+    if "mixtral" in experiment.model and experiment.expert_parallel is None:
+        problem = mixtral_default_ep_problem(experiment.gpus, tp, pp)
+        if problem:
+            yield _error("mixtral-without-ep", f"{experiment.model}: {problem}.",
+                         "set expert_parallel (trainer.strategy.expert_model_parallel_size) to a size that divides "
+                         "the GPU count.")
+    if experiment.peft == "lora" and (tp > 1 or pp > 1):
+        yield _error("model-parallel-with-lora",
+                     f"TP={tp}, PP={pp} with LoRA still on: LoRA hides the memory behaviour model parallelism is "
+                     "meant to show.", "set peft='none' (peft=none) for model-parallel runs, or TP=PP=1 for LoRA runs.")
+    if experiment.sequence_parallel and tp < 2:
+        yield _error("sequence-parallel-without-tp", "sequence parallelism splits activations along the tensor-"
+                     "parallel group, and TP is 1.", "use TP >= 2 or turn sequence_parallel off.")
+    if profile is not None and profile.nemo.enabled and (profile.scheduler.constraint or "") != "a100":
+        yield _error("nemo-needs-a100", f"profile {profile.name!r} asks for constraint="
+                     f"{profile.scheduler.constraint!r}; NeMo's container fails on anything but A100.",
+                     "set scheduler.constraint: a100 in the profile.")
+
+
+@experiment_rule
+def _sharding_and_offload(experiment, profile):
+    from .experiments import FSDP_STRATEGIES
+
     if experiment.zero_stage is not None and experiment.zero_stage not in (0, 1, 2, 3):
-        error("unknown-zero-stage", f"zero_stage={experiment.zero_stage}.", "use a ZeRO stage 0, 1, 2 or 3.")
+        yield _error("unknown-zero-stage", f"zero_stage={experiment.zero_stage}.", "use a ZeRO stage 0, 1, 2 or 3.")
     if experiment.offload and experiment.zero_stage == 0:
-        error("offload-with-zero0", "CPU offload with ZeRO stage 0: stage 0 partitions nothing, so there is "
-              "nothing to offload.", "use ZeRO stage 1, 2 or 3 with offload.")
+        yield _error("offload-with-zero0", "CPU offload with ZeRO stage 0: stage 0 partitions nothing, so there is "
+                     "nothing to offload.", "use ZeRO stage 1, 2 or 3 with offload.")
     if experiment.offload and experiment.zero_stage is None and experiment.fsdp is None:
-        error("offload-without-sharding", "offload is on but neither DeepSpeed ZeRO nor FSDP is used.",
-              "set zero_stage >= 1 or an FSDP strategy, or turn offload off.")
+        yield _error("offload-without-sharding", "offload is on but neither DeepSpeed ZeRO nor FSDP is used.",
+                     "set zero_stage >= 1 or an FSDP strategy, or turn offload off.")
     if experiment.pin_memory and not experiment.offload:
-        error("pinned-without-offload", "pinned memory only applies to offloaded states.",
-              "turn offload on, or pin_memory off.")
+        yield _error("pinned-without-offload", "pinned memory only applies to offloaded states.",
+                     "turn offload on, or pin_memory off.")
     if experiment.fsdp is not None:
         if experiment.fsdp not in FSDP_STRATEGIES:
-            error("unknown-fsdp-strategy", f"fsdp={experiment.fsdp!r}.", f"use one of {FSDP_STRATEGIES}.")
+            yield _error("unknown-fsdp-strategy", f"fsdp={experiment.fsdp!r}.", f"use one of {FSDP_STRATEGIES}.")
         if experiment.zero_stage is not None:
-            error("fsdp-and-deepspeed", "FSDP and DeepSpeed both shard the model; the Trainer takes one.",
-                  "choose either fsdp or zero_stage.")
+            yield _error("fsdp-and-deepspeed", "FSDP and DeepSpeed both shard the model; the Trainer takes one.",
+                         "choose either fsdp or zero_stage.")
         if experiment.fsdp == "HYBRID_SHARD" and experiment.nodes < 2:
-            error("hybrid-shard-single-node", "HYBRID_SHARD shards inside a node and replicates across nodes; "
-                  "on one node it is FULL_SHARD under another name.", "use 2+ nodes or FULL_SHARD.")
+            yield _error("hybrid-shard-single-node", "HYBRID_SHARD shards inside a node and replicates across nodes; "
+                         "on one node it is FULL_SHARD under another name.", "use 2+ nodes or FULL_SHARD.")
+
+
+@experiment_rule
+def _dataset_and_profile(experiment, profile):
     if experiment.samples is not None and experiment.samples_per_gpu is not None:
-        error("two-dataset-sizes", "both samples (fixed) and samples_per_gpu (weak scaling) are set.",
-              "keep one of them.")
+        yield _error("two-dataset-sizes", "both samples (fixed) and samples_per_gpu (weak scaling) are set.",
+                     "keep one of them.")
     if profile is not None:
         reason = profile.unsupported_reason(experiment)
         if reason:
-            error("outside-profile-grid", reason + ".", "pick a profile with larger limits (e.g. ibex).")
-    return findings
+            yield _error("outside-profile-grid", reason + ".", "pick a profile with larger limits (e.g. ibex).")
 
 
 def raise_for_experiment(experiment: "Experiment", profile: "Profile | None" = None) -> list[Finding]:
@@ -138,228 +186,263 @@ def raise_for_experiment(experiment: "Experiment", profile: "Profile | None" = N
 # ---------------------------------------------------------------------------------------------
 # The linter
 # ---------------------------------------------------------------------------------------------
-_DIRECTIVE = re.compile(r"^#SBATCH\b")
-_OPTION = re.compile(r"--([A-Za-z-]+)(?:[= ]([^\s#]+))?")
-_SHORT_OPTIONS = {"N": "nodes", "n": "ntasks", "c": "cpus-per-task", "o": "output", "e": "error",
-                  "G": "gpus", "t": "time", "J": "job-name", "C": "constraint", "p": "partition"}
-_OVERRIDE = re.compile(r"\b(trainer\.devices|trainer\.num_nodes|trainer\.strategy\.tensor_model_parallel_size|"
-                       r"trainer\.strategy\.expert_model_parallel_size|trainer\.strategy\.pipeline_model_parallel_size|"
-                       r"peft)=[\"']?([^\s\"'\\]+)")
+_STRATEGY = "trainer.strategy."
+_OVERRIDE = re.compile(r"(?<![\w.])(trainer\.devices|trainer\.num_nodes|trainer\.strategy\.(?:tensor|expert|pipeline)"
+                       r"_model_parallel_size|trainer\.strategy\.sequence_parallel|peft)=(\"[^\"]*\"|'[^']*'|[^\s\\]+)")
 _KILL = re.compile(r"\bkill\b((?:\s+-\S+)*)\s+\"?\$\{?([A-Za-z_][A-Za-z0-9_]*)")
 _ASSIGNMENT = re.compile(r"(?:^|[\s;&|(])(?:export\s+|local\s+|declare\s+\S+\s+)?([A-Za-z_][A-Za-z0-9_]*)=")
+_NUMBER_ASSIGNMENT = re.compile(r"^\s*(?:export\s+)?([A-Za-z_]\w*)=[\"']?(\d+)[\"']?\s*(?:#.*)?$", re.MULTILINE)
 _BASH_C = re.compile(r"\bbash\s+-c\s+(['\"])")
 _LIGHTNING = re.compile(r"nemo\s+llm|lightning|trainer\.devices", re.IGNORECASE)
 _FIXED_PORT = re.compile(r"(MASTER_PORT=|--master_port[= ]|rdzv_endpoint[= ]\S*:)\"?29500\b")
+_MODULE = re.compile(r"^\s*module\s+(load|add|purge|restore)\b(.*)$")
+# SLURM's variables for what the directives asked, by the directive that sets them.
+_SLURM_VARIABLES = {"SLURM_GPUS_PER_NODE": "gpus-per-node", "SLURM_GPUS_ON_NODE": "gpus-per-node",
+                    "SLURM_NTASKS_PER_NODE": "ntasks-per-node", "SLURM_JOB_NUM_NODES": "nodes",
+                    "SLURM_NNODES": "nodes"}
 
 
 @dataclass(frozen=True)
-class Directives:
-    """The #SBATCH options of a script: option -> (value, line)."""
+class Script:
+    """A job script as the rules see it."""
 
-    values: dict[str, tuple[str, int]]
+    text: str
+    header: SbatchHeader
+    submit_dir: Path | None = None
 
-    def get(self, option: str) -> str | None:
-        found = self.values.get(option)
-        return found[0] if found else None
+    @property
+    def lines(self) -> list[str]:
+        return self.text.splitlines()
 
-    def line(self, option: str) -> int | None:
-        found = self.values.get(option)
-        return found[1] if found else None
+    @property
+    def code(self) -> str:
+        """The script without full-line comments (so explanations do not trip the rules)."""
+        return "\n".join("" if line.lstrip().startswith("#") else line for line in self.lines)
+
+    def line_of(self, needle: str) -> int | None:
+        for number, line in enumerate(self.lines, start=1):
+            if needle in line and not line.lstrip().startswith("#"):
+                return number
+        return None
+
+    def number(self, value: str | None) -> int | None:
+        """An integer from a literal, a SLURM variable the directives set, or a number assigned in the script."""
+        if value is None:
+            return None
+        value = value.strip("\"'")
+        if value.isdigit():
+            return int(value)
+        match = re.fullmatch(r"\$\{?([A-Za-z_]\w*)\}?", value)
+        if not match:
+            return None
+        name = match.group(1)
+        if name in _SLURM_VARIABLES:
+            if _SLURM_VARIABLES[name] == "gpus-per-node":
+                return self.header.gpus_per_node or None
+            return self.number(self.header.get(_SLURM_VARIABLES[name]) or ("1" if name != "SLURM_NTASKS_PER_NODE" else None))
+        assigned = [int(found[1]) for found in _NUMBER_ASSIGNMENT.findall(self.text) if found[0] == name]
+        return assigned[-1] if len(set(assigned)) == 1 else None
+
+
+ScriptRule = Callable[[Script], Iterable[Finding]]
+SCRIPT_RULES: list[ScriptRule] = []
+
+
+def script_rule(rule: ScriptRule) -> ScriptRule:
+    """Register a linter rule: a function (Script) -> findings."""
+    SCRIPT_RULES.append(rule)
+    return rule
 
 
 def lint_file(path: Path) -> list[Finding]:
     """Lint a script on disk; --output folders are checked relative to the script's directory."""
     path = Path(path)
     if not path.is_file():
-        raise WorkshopError(f"no script at {path}: give the path of an sbatch script")
-    return lint_script(path.read_text(), submit_dir=path.parent)
+        raise WorkshopError(f"no script at {path}: give the path of an sbatch script (or a folder of them)")
+    return lint_script(path.read_text(errors="replace"), submit_dir=path.parent)
 
 
 def lint_script(text: str, submit_dir: Path | None = None) -> list[Finding]:
     """Every finding for one script, sorted by line. ``submit_dir`` is where sbatch will be called."""
-    lines = text.splitlines()
-    findings: list[Finding] = []
-    directives = _read_directives(lines, findings)
-    _check_output_folders(directives, text, submit_dir, findings)
-    if _LIGHTNING.search(_code_only(text)):
-        _check_lightning(directives, text, findings)
-    _check_hybrid_shard(directives, text, findings)
-    _check_deepspeed_offload(text, submit_dir, findings)
-    _check_killed_pids(text, findings)
-    _check_fixed_port(text, findings)
+    script = Script(text, read_header(text), submit_dir)
+    findings = [finding for rule in SCRIPT_RULES for finding in rule(script)]
     return sorted(findings, key=lambda finding: (finding.line or 0, finding.rule))
 
 
-def _read_directives(lines: list[str], findings: list[Finding]) -> Directives:
-    values: dict[str, tuple[str, int]] = {}
-    first_command: int | None = None
-    for number, line in enumerate(lines, start=1):
-        stripped = line.strip()
-        if number == 1 and stripped.startswith("#!"):
-            continue
-        if _DIRECTIVE.match(stripped):
-            if first_command is not None:
-                findings.append(Finding(
-                    "directive-after-command", ERROR,
-                    f"this #SBATCH line comes after the first command (line {first_command}); sbatch stops "
-                    "reading directives there and silently ignores it.",
-                    "move every #SBATCH line above the first command.", number))
-                continue
-            body = stripped[len("#SBATCH"):]
-            if "#SBATCH" in body:
-                findings.append(Finding(
-                    "glued-directives", ERROR,
-                    "two #SBATCH directives on one line: everything after the first is read as a comment.",
-                    "put each #SBATCH directive on its own line.", number))
-                body = body.split("#SBATCH")[0]
-            options = _parse_options(body.split(" #")[0])
-            if len(options) > 1:
-                findings.append(Finding(
-                    "several-options-per-line", WARNING,
-                    f"{len(options)} options on one #SBATCH line ({', '.join(name for name, _ in options)}).",
-                    "one option per #SBATCH line keeps the request readable and diffable.", number))
-            for name, value in options:
-                values[name] = (value, number)
-        elif stripped and not stripped.startswith("#") and first_command is None:
-            first_command = number
-    return Directives(values)
+@script_rule
+def _directives(script: Script) -> Iterable[Finding]:
+    header = script.header
+    for number in header.after_command_lines:
+        yield Finding(
+            "directive-after-command", ERROR,
+            f"this #SBATCH line comes after the first command (line {header.first_command_line}); sbatch stops "
+            "reading directives there and silently ignores it.", "move every #SBATCH line above the first command.",
+            number)
+    for number in header.glued_lines:
+        kept = ", ".join(f"--{d.option}" for d in header.on_line(number)) or "nothing"
+        dropped = script.lines[number - 1].split("#SBATCH")[2].strip()
+        yield Finding(
+            "glued-directives", ERROR,
+            f"two #SBATCH directives on one line: sbatch reads {kept} and takes `#SBATCH {dropped}` as a comment, "
+            "so that request is silently dropped.", "put each #SBATCH directive on its own line.", number)
+    for number in sorted({d.line for d in header.directives}):
+        options = header.on_line(number)
+        if len(options) > 1:
+            yield Finding(
+                "several-options-per-line", WARNING,
+                f"{len(options)} options on one #SBATCH line ({', '.join(d.option for d in options)}).",
+                "one option per #SBATCH line keeps the request readable and diffable.", number)
 
 
-def _parse_options(body: str) -> list[tuple[str, str]]:
-    options = []
-    tokens = body.split()
-    index = 0
-    while index < len(tokens):
-        token = tokens[index]
-        if token.startswith("--"):
-            name, _, value = token[2:].partition("=")
-            if not value and index + 1 < len(tokens) and not tokens[index + 1].startswith("-"):
-                value, index = tokens[index + 1], index + 1
-            options.append((name, value))
-        elif token.startswith("-") and len(token) >= 2 and token[1] in _SHORT_OPTIONS:
-            value = token[2:]
-            if not value and index + 1 < len(tokens):
-                value, index = tokens[index + 1], index + 1
-            options.append((_SHORT_OPTIONS[token[1]], value))
-        index += 1
-    # --tasks-per-node is an alias sbatch accepts for --ntasks-per-node
-    return [("ntasks-per-node" if name == "tasks-per-node" else name, value) for name, value in options]
-
-
-def _check_output_folders(directives: Directives, text: str, submit_dir: Path | None,
-                          findings: list[Finding]) -> None:
+@script_rule
+def _output_folders(script: Script) -> Iterable[Finding]:
     for option in ("output", "error"):
-        value = directives.get(option)
+        value = script.header.get(option)
         if not value:
             continue
-        folder = Path(value.strip("\"'")).parent
+        folder = Path(value).parent
         if str(folder) in ("", ".") or "%" in str(folder) or "$" in str(folder):
             continue
-        where = folder if folder.is_absolute() or submit_dir is None else Path(submit_dir) / folder
+        submit_dir = script.submit_dir
         if submit_dir is None and not folder.is_absolute():
-            made_inside = re.search(rf"mkdir\s+(-p\s+)?[\"']?{re.escape(str(folder))}\b", text)
-            if not made_inside:
+            if not re.search(rf"mkdir\s+(-p\s+)?[\"']?{re.escape(str(folder))}\b", script.text):
                 continue  # where sbatch will run is unknown: nothing to say
+        where = folder if folder.is_absolute() or submit_dir is None else Path(submit_dir) / folder
         if not where.is_dir():
-            findings.append(Finding(
+            yield Finding(
                 "output-folder-missing", ERROR,
                 f"--{option}={value} writes into {folder}/, which does not exist; SLURM opens this file before "
                 "the script runs (a mkdir inside the script is too late) and the job fails at launch.",
                 f"create {folder}/ before sbatch, or write the log into the submission directory.",
-                directives.line(option)))
+                script.header.line(option))
 
 
-def _check_lightning(directives: Directives, text: str, findings: list[Finding]) -> None:
-    if directives.get("ntasks") is not None:
-        findings.append(Finding(
+@dataclass(frozen=True)
+class _NemoCommand:
+    """The overrides of a `nemo llm finetune` command: key -> (value as written, line)."""
+
+    overrides: dict[str, tuple[str, int]]
+
+    def value(self, key: str) -> str | None:
+        found = self.overrides.get(key)
+        return found[0].strip("\"'") if found else None
+
+    def line(self, key: str) -> int | None:
+        found = self.overrides.get(key)
+        return found[1] if found else None
+
+
+def _nemo_command(script: Script) -> _NemoCommand:
+    code = script.code
+    return _NemoCommand({match.group(1): (match.group(2), code.count("\n", 0, match.start()) + 1)
+                         for match in _OVERRIDE.finditer(code)})
+
+
+@script_rule
+def _lightning(script: Script) -> Iterable[Finding]:
+    if not _LIGHTNING.search(script.code):
+        return
+    header = script.header
+    if header.get("ntasks") is not None:
+        yield Finding(
             "ntasks-with-lightning", ERROR,
             "--ntasks with a Lightning/NeMo job: Lightning refuses it ('use --ntasks-per-node instead').",
-            "replace --ntasks=N by --ntasks-per-node=<GPUs per node>.", directives.line("ntasks")))
-    if directives.get("gpus-per-task") is not None:
-        findings.append(Finding(
+            "replace --ntasks=N by --ntasks-per-node=<GPUs per node>.", header.line("ntasks"))
+    if header.get("gpus-per-task") is not None:
+        yield Finding(
             "gpus-per-task-with-lightning", ERROR,
             "--gpus-per-task with Lightning/NeMo: each task then sees one GPU while Lightning asks for all "
             "of them ('You requested gpu: [0, 1] But your machine only has: [0]').",
-            "use --gpus-per-node=N with --ntasks-per-node=N.", directives.line("gpus-per-task")))
-    overrides = {match.group(1): (match.group(2), text.count("\n", 0, match.start()) + 1)
-                 for match in _OVERRIDE.finditer(text)}
-    tasks = directives.get("ntasks-per-node")
-    gpus = directives.get("gpus-per-node")
-    devices = overrides.get("trainer.devices", (None, None))[0]
-    numbers = {"--ntasks-per-node": _as_int(tasks), "--gpus-per-node": _as_int(gpus)}
-    if devices is not None and not _refers_to_slurm_gpus(devices):
-        numbers["trainer.devices"] = _as_int(devices)
+            "use --gpus-per-node=N with --ntasks-per-node=N.", header.line("gpus-per-task"))
+    command = _nemo_command(script)
+    numbers = {"--ntasks-per-node": script.number(header.get("ntasks-per-node")),
+               "--gpus-per-node": header.gpus_per_node or None,
+               "trainer.devices": script.number(command.value("trainer.devices"))}
     known = {name: value for name, value in numbers.items() if value is not None}
     if len(set(known.values())) > 1:
         shown = ", ".join(f"{name}={value}" for name, value in known.items())
-        findings.append(Finding(
+        yield Finding(
             "tasks-gpus-devices-mismatch", ERROR,
             f"{shown}: Lightning needs one task per GPU and trainer.devices equal to both.",
             "make --ntasks-per-node, --gpus-per-node and trainer.devices the same number.",
-            directives.line("ntasks-per-node") or directives.line("gpus-per-node")))
-    sizes = {key.rsplit(".", 1)[-1]: _as_int(value) for key, (value, _) in overrides.items()}
-    tp = sizes.get("tensor_model_parallel_size") or 1
-    ep = sizes.get("expert_model_parallel_size") or 1
-    pp = sizes.get("pipeline_model_parallel_size") or 1
-    nodes = _as_int(directives.get("nodes") or "1") or 1
-    per_node = known.get("--gpus-per-node") or known.get("trainer.devices")
-    peft_none = overrides.get("peft", ("", 0))[0] == "none"
-    if per_node:
-        total = per_node * nodes
-        if (peft_none and tp * ep * pp != total) or total % (tp * ep * pp):
-            findings.append(Finding(
-                "parallel-sizes-mismatch", ERROR,
-                f"TP x EP x PP = {tp} x {ep} x {pp} = {tp * ep * pp} does not fit the {total} GPUs of the job.",
-                "request TP x EP x PP GPUs (model parallel without PEFT) or a multiple of it.",
-                _override_line(overrides, "trainer.strategy.tensor_model_parallel_size")
-                or directives.line("gpus-per-node")))
-    if re.search(r"--factory\s+[\"']?mixtral", text) and "trainer.strategy.expert_model_parallel_size" not in overrides:
-        findings.append(Finding(
-            "mixtral-without-ep", ERROR,
-            "a Mixtral (mixture-of-experts) run without trainer.strategy.expert_model_parallel_size: NeMo "
-            "stops at start-up.", "add trainer.strategy.expert_model_parallel_size=<EP>.",
-            _line_of(text, "--factory")))
+            header.line("ntasks-per-node") or header.line("gpus-per-node") or command.line("trainer.devices"))
+    yield from _nemo_layout_in_script(script, command, known.get("--gpus-per-node") or known.get("trainer.devices"))
+    if "nemo llm" in script.code:
+        constraint = (header.get("constraint") or "").lower()
+        if "a100" not in constraint:
+            yield Finding(
+                "nemo-needs-a100", ERROR,
+                f"a NeMo job with constraint={constraint or 'none'}: the container's kernels need A100 and fail "
+                "at start-up on V100.", "add #SBATCH --constraint=a100.", header.line("constraint") or 1)
+
+
+def _nemo_layout_in_script(script: Script, command: _NemoCommand, per_node: int | None) -> Iterable[Finding]:
+    sizes = {}
+    for name in ("tensor", "expert", "pipeline"):
+        key = f"{_STRATEGY}{name}_model_parallel_size"
+        written = command.value(key)
+        sizes[name] = script.number(written) if written is not None else 1
+    if None in sizes.values():
+        return  # a size the linter cannot know (a variable set at run time): say nothing rather than guess
+    tp, ep, pp = sizes["tensor"], sizes["expert"], sizes["pipeline"]
+    peft_none = command.value("peft") == "none"
+    tp_line = command.line(f"{_STRATEGY}tensor_model_parallel_size")
+    nodes = script.number(script.header.get("nodes") or "1") or 1
+    total = per_node * nodes if per_node else None
+    if total and ((peft_none and tp * ep * pp != total) or total % (tp * ep * pp)):
+        yield Finding(
+            "parallel-sizes-mismatch", ERROR,
+            f"TP x EP x PP = {tp} x {ep} x {pp} = {tp * ep * pp} does not fit the {total} GPUs of the job.",
+            "request TP x EP x PP GPUs (model parallel without PEFT) or a multiple of it.",
+            tp_line or script.header.line("gpus-per-node"))
+    factory = re.search(r"--factory\s+[\"']?mixtral", script.code)
+    if factory and command.value(f"{_STRATEGY}expert_model_parallel_size") is None and total:
+        problem = mixtral_default_ep_problem(total, tp, pp)
+        if problem:
+            yield Finding("mixtral-without-ep", ERROR, f"a Mixtral run: {problem}.",
+                          f"add {_STRATEGY}expert_model_parallel_size=<EP> with TP x EP x PP dividing {total}.",
+                          script.line_of("--factory"))
     if (tp > 1 or pp > 1) and not peft_none:
-        findings.append(Finding(
+        yield Finding(
             "model-parallel-with-lora", ERROR,
             f"model parallel (TP={tp}, PP={pp}) with LoRA still on (the factory's default PEFT).",
             "add peft=none to the overrides for a model-parallel run.",
-            _override_line(overrides, "trainer.strategy.tensor_model_parallel_size")))
-    if "nemo llm" in text:
-        constraint = (directives.get("constraint") or "").lower()
-        if "a100" not in constraint:
-            findings.append(Finding(
-                "nemo-needs-a100", ERROR,
-                f"a NeMo job with constraint={constraint or 'none'}: the container's kernels need A100 and fail "
-                "at start-up on V100.", "add #SBATCH --constraint=a100.",
-                directives.line("constraint") or 1))
+            tp_line or command.line(f"{_STRATEGY}pipeline_model_parallel_size"))
+    sequence_parallel = command.value(f"{_STRATEGY}sequence_parallel")
+    if sequence_parallel is not None and sequence_parallel.lower() in ("true", "1") and tp < 2:
+        yield Finding(
+            "sequence-parallel-without-tp", ERROR,
+            "sequence_parallel=True with tensor parallel size 1: sequence parallelism splits activations along "
+            "the tensor-parallel group, so there is nothing to split (Megatron refuses it).",
+            f"set {_STRATEGY}tensor_model_parallel_size >= 2, or drop sequence_parallel.",
+            command.line(f"{_STRATEGY}sequence_parallel"))
 
 
-def _check_hybrid_shard(directives: Directives, text: str, findings: list[Finding]) -> None:
-    match = re.search(r"hybrid_shard", _code_only(text), re.IGNORECASE)
-    nodes = _as_int(directives.get("nodes") or "1")
-    if match and nodes == 1:
-        findings.append(Finding(
+@script_rule
+def _hybrid_shard(script: Script) -> Iterable[Finding]:
+    match = re.search(r"hybrid_shard", script.code, re.IGNORECASE)
+    if match and script.number(script.header.get("nodes") or "1") == 1:
+        yield Finding(
             "hybrid-shard-single-node", ERROR,
             "HYBRID_SHARD on one node: it shards inside a node and replicates across nodes, so here it is "
             "FULL_SHARD under another name and the comparison means nothing.",
-            "request --nodes=2 or more, or use FULL_SHARD.", _line_of(text, match.group(0))))
+            "request --nodes=2 or more, or use FULL_SHARD.", script.line_of(match.group(0)))
 
 
-def _check_deepspeed_offload(text: str, submit_dir: Path | None, findings: list[Finding]) -> None:
-    for match in re.finditer(r"--deepspeed[= ]+[\"']?([^\s\"']+\.json)", _code_only(text)):
-        config = _read_json(match.group(1), submit_dir)
+@script_rule
+def _deepspeed_offload(script: Script) -> Iterable[Finding]:
+    for match in re.finditer(r"--deepspeed[= ]+[\"']?([^\s\"']+\.json)", script.code):
+        config = _read_json(match.group(1), script.submit_dir)
         if not config:
             continue
         zero = config.get("zero_optimization") or {}
         offloaded = any((zero.get(key) or {}).get("device") in ("cpu", "nvme")
                         for key in ("offload_optimizer", "offload_param"))
         if offloaded and int(zero.get("stage", 0)) == 0:
-            findings.append(Finding(
+            yield Finding(
                 "offload-with-zero0", ERROR,
                 f"{match.group(1)} offloads to CPU at ZeRO stage 0, which partitions nothing to offload.",
-                "use a stage 1-3 config with offload, or drop the offload block.",
-                _line_of(text, match.group(1))))
+                "use a stage 1-3 config with offload, or drop the offload block.", script.line_of(match.group(1)))
 
 
 def _read_json(name: str, submit_dir: Path | None) -> dict | None:
@@ -376,7 +459,9 @@ def _read_json(name: str, submit_dir: Path | None) -> dict | None:
     return None
 
 
-def _check_killed_pids(text: str, findings: list[Finding]) -> None:
+@script_rule
+def _killed_pids(script: Script) -> Iterable[Finding]:
+    text = script.text
     for scope_text, offset in _shell_scopes(text):
         assigned = {match.group(1) for match in _ASSIGNMENT.finditer(scope_text)}
         assigned |= set(re.findall(r"\bread\s+(?:-\w+\s+)*([A-Za-z_]\w*)", scope_text))
@@ -384,13 +469,15 @@ def _check_killed_pids(text: str, findings: list[Finding]) -> None:
         for match in _KILL.finditer(scope_text):
             name = match.group(2)
             if name not in assigned:
-                line = text.count("\n", 0, offset + match.start()) + 1
-                findings.append(Finding(
+                # The outer scope keeps every line where it was (child shells blanked to newlines);
+                # a child scope starts at its offset in the script.
+                line = text.count("\n", 0, offset) + scope_text.count("\n", 0, match.start()) + 1
+                yield Finding(
                     "kill-unset-pid", ERROR,
                     f"kill ${name}: this shell never set {name}; it was set (if anywhere) in another shell, e.g. "
                     "inside `bash -c` on another node, so the process is never stopped.",
                     f"stop a background process in the same shell that started it: {name}=$! right after it.",
-                    line))
+                    line)
 
 
 def _shell_scopes(text: str) -> list[tuple[str, int]]:
@@ -419,42 +506,67 @@ def _shell_scopes(text: str) -> list[tuple[str, int]]:
     return [("".join(outer), 0)] + scopes
 
 
-def _check_fixed_port(text: str, findings: list[Finding]) -> None:
-    match = _FIXED_PORT.search(_code_only(text))
+@script_rule
+def _fixed_port(script: Script) -> Iterable[Finding]:
+    match = _FIXED_PORT.search(script.code)
     if match:
-        findings.append(Finding(
+        yield Finding(
             "fixed-rendezvous-port", WARNING,
             "rendezvous on the fixed port 29500: a second job on the same node fails with 'address in use'.",
             "pick a free port in the job (bind port 0 in Python) or use torchrun --standalone.",
-            _line_of(text, match.group(0))))
+            script.line_of(match.group(0)))
 
 
-def _code_only(text: str) -> str:
-    """The script without full-line comments (so explanations do not trip the rules)."""
-    return "\n".join("" if line.lstrip().startswith("#") else line for line in text.splitlines())
+# Commands that need no module (shell builtins, coreutils, SLURM's own tools): a `module purge`
+# before them alone does no harm.
+_NEEDS_NO_MODULE = {"echo", "printf", "export", "cd", "mkdir", "set", "date", "sleep", "hostname", "source", ".",
+                    "unset", "trap", "wait", "rm", "cp", "mv", "ls", "cat", "touch", "true", "false", "exit", "if",
+                    "then", "fi", "else", "for", "do", "done", "while", "awk", "sed", "grep", "cut", "tr", "head",
+                    "tail", "wc", "bc", "sort", "scontrol", "squeue", "sacct", "sinfo", "nvidia-smi", "[[", "[", "((",
+                    "local", "declare", "readonly", "return", "kill", "dirname", "basename", "pwd", "tee", "env"}
+_HEREDOC = re.compile(r"<<-?\s*['\"]?(\w+)['\"]?")
 
 
-def _line_of(text: str, needle: str) -> int | None:
-    for number, line in enumerate(text.splitlines(), start=1):
-        if needle in line and not line.lstrip().startswith("#"):
-            return number
-    return None
+def _commands(code: str) -> Iterable[tuple[int, str]]:
+    """(line, command word) for the commands a script runs, `$(...)` ones included, heredoc bodies skipped."""
+    delimiter = None
+    for number, line in enumerate(code.splitlines(), start=1):
+        if delimiter is not None:
+            delimiter = None if line.strip() == delimiter else delimiter
+            continue
+        words = line.split()
+        if words and not re.match(r"^[A-Za-z_]\w*(\[[^]]*\])?=", words[0]):
+            yield number, words[0]
+        for word in re.findall(r"\$\(\s*([\w./-]+)", line):
+            yield number, word
+        if match := _HEREDOC.search(line):
+            delimiter = match.group(1)
 
 
-def _override_line(overrides: dict, key: str) -> int | None:
-    found = overrides.get(key)
-    return found[1] if found else None
-
-
-def _as_int(value: str | None) -> int | None:
-    if value is None:
-        return None
-    value = value.strip("\"'")
-    return int(value) if value.isdigit() else None
-
-
-def _refers_to_slurm_gpus(value: str) -> bool:
-    return bool(re.fullmatch(r"\$\{?SLURM_(GPUS_PER_NODE|NTASKS_PER_NODE|GPUS_ON_NODE)\}?", value.strip("\"'")))
+@script_rule
+def _module_purge(script: Script) -> Iterable[Finding]:
+    loaded: list[tuple[int, str]] = []  # every `module load` so far
+    purged: tuple[int, list[tuple[int, str]]] | None = None  # the last purge and what it undid
+    for number, word in _commands(script.code):
+        line = script.lines[number - 1]
+        if word == "module" and (match := _MODULE.match(line)):
+            if match.group(1) == "purge":
+                purged = (number, list(loaded)) if loaded else purged
+            else:
+                loaded.append((number, match.group(2).split("#")[0].strip()))
+                purged = None  # modules loaded again after the purge
+            continue
+        if purged is None or word in _NEEDS_NO_MODULE:
+            continue
+        purge_line, undone = purged
+        yield Finding(
+            "module-purge-after-load", ERROR,
+            f"`module purge` unloads every module loaded before it ("
+            + "; ".join(f"line {n}: {name}" for n, name in undone)
+            + f"), and `{word}` on line {number} runs after it without them.",
+            "purge first, then load: move `module purge` above the `module load` lines (or load again after it).",
+            purge_line)
+        return
 
 
 def errors_in(findings: Iterable[Finding]) -> list[Finding]:

@@ -24,8 +24,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="render the NeMo checkpoint import job for MODEL (e.g. llama-3.1-8b) instead")
     render.set_defaults(handler=_render)
 
-    check = subparsers.add_parser("check", help="lint sbatch scripts for the pitfalls SLURM and NeMo punish")
-    check.add_argument("scripts", nargs="+", type=Path, metavar="SCRIPT")
+    check = subparsers.add_parser("check", help="lint sbatch scripts for the pitfalls SLURM and NeMo punish; a "
+                                  "folder also has its env_vars.sh compared with the names its Python reads")
+    check.add_argument("scripts", nargs="+", type=Path, metavar="SCRIPT_OR_DIR")
     check.set_defaults(handler=_check)
 
     submit = subparsers.add_parser("submit", help="render experiments into runs/<id>/ and submit them")
@@ -93,16 +94,30 @@ def _render(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
+    from ..env_vars_check import check_folder
     from ..validate import lint_file
 
-    errors = 0
-    for script in args.scripts:
-        findings = lint_file(script)
-        for finding in findings:
-            print(finding.format(str(script)))
-        errors += sum(finding.is_error for finding in findings)
-        if not findings:
-            print(f"{script}: no findings")
+    errors = warnings = checked = 0
+    for target in args.scripts:
+        if target.is_dir():
+            results, comparisons = check_folder(target)
+        else:
+            results, comparisons = [(target, lint_file(target))], []
+        for path, findings in results:
+            checked += path.suffix != ".py"
+            for finding in findings:
+                print(finding.format(str(path)))
+            errors += sum(finding.is_error for finding in findings)
+            warnings += sum(not finding.is_error for finding in findings)
+        if target.is_dir():
+            if not results:
+                print(f"{target}: no job scripts (*.slurm, *.sbatch, *.sh with #SBATCH lines) in this folder")
+            for comparison in comparisons:
+                print("env: " + comparison.summary(target))
+        elif not results[0][1]:
+            print(f"{target}: no findings")
+    print(f"{checked} script{'s' if checked != 1 else ''} checked: {errors} error{'s' if errors != 1 else ''}, "
+          f"{warnings} warning{'s' if warnings != 1 else ''}")
     return 1 if errors else 0
 
 
