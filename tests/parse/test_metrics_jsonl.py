@@ -46,3 +46,35 @@ def test_tensor_census_fields_and_older_summaries_without_them():
     assert summary.model_state_bytes_per_rank == [1595928, None]  # a rank too short to measure: null
     assert summary.step_peak_bytes_per_rank == [7608212, 7608212]
     assert summary.model_state_parts_per_rank == [{"parameters": 4}, None]
+
+
+def test_the_reader_holds_every_field_of_the_writers_schema():
+    from dataclasses import fields
+
+    from workshop_lib.metrics_schema import EVAL_FIELDS, STEP_FIELDS, SUMMARY_FIELDS
+    from workshop_lib.parse.metrics import EvalRecord, RunSummary, StepRecord
+
+    for record_type, schema in ((StepRecord, STEP_FIELDS), (EvalRecord, EVAL_FIELDS), (RunSummary, SUMMARY_FIELDS)):
+        assert {field.name for field in fields(record_type)} == set(schema) - {"kind"}, record_type.__name__
+
+
+def test_a_record_the_writer_accepts_reads_back_with_the_same_values():
+    import json
+
+    from workshop_lib.metrics_schema import validate_record
+
+    summary = {"kind": "summary", "engine": "fsdp", "settings": {"fsdp": "FULL_SHARD"}, "model": "gpt",
+               "world_size": 2, "nodes": 1, "precision": "bf16", "device": "cuda", "samples": 64,
+               "train_runtime_s": 12.5, "samples_per_s": 5.12, "mean_step_time_s": 0.4, "final_loss": 2.5,
+               "eval_loss": 2.7, "eval_em": None, "eval_f1": None, "trainable_params": 100, "total_params": 100,
+               "local_params_per_rank": [50, 50], "peak_memory_mib_per_rank": [1000.5, 990.0],
+               "peak_memory_kind": "cuda_max_allocated", "model_state_bytes_per_rank": [800, 800],
+               "model_state_parts_per_rank": [{"parameters": 400}, {"parameters": 400}],
+               "step_peak_bytes_per_rank": [1200, None]}
+    step = {"kind": "step", "step": 3, "loss": 2.5, "lr": 1e-4, "step_time_s": 0.4, "samples_per_s": 20.0,
+            "epoch": 0.5}
+    for record in (summary, step):
+        validate_record(record)
+    log = parse_metrics("\n".join(json.dumps(record) for record in (step, summary)))
+    assert vars(log.steps[0]) == {key: value for key, value in step.items() if key != "kind"}
+    assert vars(log.summary) == {key: value for key, value in summary.items() if key != "kind"}

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from workshop_lib.parse.hf import parse_trainer_output
-from workshop_lib.parse.nccl import UnreadableLog, parse_nccl, read_nccl
+from workshop_lib.parse.nccl import parse_nccl, read_nccl
 from workshop_lib.parse.nemo import parse_nemo_log
 from workshop_lib.parse.nvidia_smi import parse_nvidia_smi
 from workshop_lib.parse.psrecord import parse_psrecord
-from workshop_lib.parse.text import read_text, strip_launcher_prefix
+from workshop_lib.parse.text import UnreadableLog, read_text, strip_launcher_prefix
 
 ROOT = Path(__file__).resolve().parents[2]
 REAL_LOGS = ROOT.parent / "shared" / "real-logs"

@@ -1,10 +1,15 @@
-"""`metrics.jsonl`, the one record format every training entry point writes (step, eval, summary)."""
+"""`metrics.jsonl`, the one record format every training entry point writes (step, eval, summary).
+
+The records' fields and types come from :mod:`workshop_lib.metrics_schema`, the schema the writer
+checks against; the dataclasses below hold one attribute per schema field (a test keeps them equal).
+The reader is lenient where the writer is strict: a field an older run did not write reads as None."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
+from ..metrics_schema import EVAL_FIELDS, PER_RANK_ENTRIES, STEP_FIELDS, SUMMARY_FIELDS
 from .text import is_number, split_lines, to_float
 
 
@@ -71,34 +76,43 @@ class MetricsLog:
     skipped_lines: int = 0
 
 
-_SUMMARY_FIELDS = {item.name for item in fields(RunSummary)}
-_INTEGER_SUMMARY_FIELDS = {"world_size", "nodes", "samples", "trainable_params", "total_params"}
-_FLOAT_SUMMARY_FIELDS = {
-    "train_runtime_s", "samples_per_s", "mean_step_time_s", "final_loss", "eval_loss", "eval_em", "eval_f1",
-}
+def _value(types: tuple | type, value: object) -> object:
+    """A value read as the schema's type says: numbers from numbers or numeric strings, None otherwise."""
+    types = types if isinstance(types, tuple) else (types,)
+    if float in types:
+        return to_float(value)
+    if int in types:
+        number = to_float(value)
+        return int(number) if is_number(number) else None
+    if dict in types:
+        return value if isinstance(value, dict) else None
+    if str in types:
+        return value if isinstance(value, str) else None
+    return value
+
+
+def _fields(record: dict, schema: dict) -> dict:
+    """The record's values for the schema's fields it has (except `kind`), each read as its type."""
+    values = {}
+    for name, types in schema.items():
+        if name == "kind" or name not in record:
+            continue
+        if name in PER_RANK_ENTRIES:
+            entries = record[name] if isinstance(record[name], list) else []
+            values[name] = [_value(PER_RANK_ENTRIES[name], entry) for entry in entries]
+        else:
+            values[name] = _value(types, record[name])
+    return values
 
 
 def _summary(record: dict) -> RunSummary:
-    values = {key: value for key, value in record.items() if key in _SUMMARY_FIELDS}
-    for key in _FLOAT_SUMMARY_FIELDS & values.keys():
-        values[key] = to_float(values[key])
-    for key in _INTEGER_SUMMARY_FIELDS & values.keys():
-        number = to_float(values[key])
-        values[key] = int(number) if number is not None else None
-    values["local_params_per_rank"] = [int(v) for v in values.get("local_params_per_rank") or []]
-    values["peak_memory_mib_per_rank"] = [float(v) for v in values.get("peak_memory_mib_per_rank") or []]
-    for key in ("model_state_bytes_per_rank", "step_peak_bytes_per_rank"):
-        values[key] = [_int_or_none(v) for v in values.get(key) or []]
-    values["model_state_parts_per_rank"] = [v if isinstance(v, dict) else None
-                                            for v in values.get("model_state_parts_per_rank") or []]
+    values = _fields(record, SUMMARY_FIELDS)
     if not isinstance(values.get("settings"), dict):
         values["settings"] = {}
+    for name, types in PER_RANK_ENTRIES.items():
+        if type(None) not in types:  # a list of plain numbers: an unreadable entry is left out
+            values[name] = [entry for entry in values.get(name, []) if entry is not None]
     return RunSummary(**values)
-
-
-def _int_or_none(value) -> int | None:
-    number = to_float(value)
-    return int(number) if is_number(number) else None
 
 
 def _objects_in(line: str) -> list[object]:
@@ -120,28 +134,16 @@ def _record(value: object) -> StepRecord | EvalRecord | RunSummary | None:
     if not isinstance(value, dict):
         return None
     kind = value.get("kind")
-    try:
-        if kind == "step":
-            return StepRecord(
-                step=int(value["step"]),
-                loss=float(value["loss"]),
-                lr=to_float(value.get("lr")),
-                step_time_s=to_float(value.get("step_time_s")),
-                samples_per_s=to_float(value.get("samples_per_s")),
-                epoch=to_float(value.get("epoch")),
-            )
-        if kind == "eval":
-            return EvalRecord(
-                step=int(value["step"]),
-                eval_loss=to_float(value.get("eval_loss")),
-                eval_em=to_float(value.get("eval_em")),
-                eval_f1=to_float(value.get("eval_f1")),
-            )
-        if kind == "summary":
-            return _summary(value)
-    except (KeyError, TypeError, ValueError):
+    if kind == "summary":
+        return _summary(value)
+    schema, record_type = {"step": (STEP_FIELDS, StepRecord), "eval": (EVAL_FIELDS, EvalRecord)}.get(kind, (None, None))
+    if schema is None:
         return None
-    return None
+    values = _fields(value, schema)
+    required = ("step", "loss") if kind == "step" else ("step",)
+    if any(values.get(name) is None for name in required):
+        return None
+    return record_type(**values)
 
 
 def parse_metrics(text: str) -> MetricsLog:

@@ -1,83 +1,18 @@
 """The one ``metrics.jsonl`` writer every entry point uses (rank 0 writes).
 
-Records, one JSON object per line:
-
-* ``step``    — step, loss, lr, step_time_s, samples_per_s, epoch
-* ``eval``    — step, eval_loss, eval_em, eval_f1 (EM/F1 may be null)
-* ``summary`` — one at the end: engine and its settings, world size, throughput, losses,
-  parameter counts and every rank's local parameter count and peak memory, and per rank what
-  :mod:`workshop_lib.train.tensor_census` measured on the second optimizer step: the model-state
-  bytes (total and by part) and the step's peak of live tensor bytes (null where the run was
-  shorter than two steps).
-
-:data:`SUMMARY_FIELDS` and :func:`validate_record` state the schema; the results side of the
-workshop reads runs through it, so change both together.
+The records and their fields are stated once in :mod:`workshop_lib.metrics_schema`, which the
+results side (:mod:`workshop_lib.parse.metrics`) reads them through; every record written here is
+checked against it first.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import resource
 import sys
 from pathlib import Path
 
-ENGINES = ("hf", "deepspeed", "fsdp", "lora", "parallel", "gpt")
-MEMORY_KINDS = ("cuda_max_allocated", "cpu_max_rss")
-
-_NUMBER = (int, float)
-_OPTIONAL_NUMBER = (int, float, type(None))
-STEP_FIELDS = {"kind": str, "step": int, "loss": _NUMBER, "lr": _NUMBER, "step_time_s": _NUMBER,
-               "samples_per_s": _NUMBER, "epoch": _NUMBER}
-EVAL_FIELDS = {"kind": str, "step": int, "eval_loss": _NUMBER, "eval_em": _OPTIONAL_NUMBER,
-               "eval_f1": _OPTIONAL_NUMBER}
-SUMMARY_FIELDS = {"kind": str, "engine": str, "settings": dict, "model": str, "world_size": int,
-                  "nodes": int, "precision": str, "device": str, "samples": int,
-                  "train_runtime_s": _NUMBER, "samples_per_s": _NUMBER, "mean_step_time_s": _NUMBER,
-                  "final_loss": _NUMBER, "eval_loss": _OPTIONAL_NUMBER, "eval_em": _OPTIONAL_NUMBER,
-                  "eval_f1": _OPTIONAL_NUMBER, "trainable_params": int, "total_params": int,
-                  "local_params_per_rank": list, "peak_memory_mib_per_rank": list,
-                  "peak_memory_kind": str, "model_state_bytes_per_rank": list,
-                  "model_state_parts_per_rank": list, "step_peak_bytes_per_rank": list}
-FIELDS_BY_KIND = {"step": STEP_FIELDS, "eval": EVAL_FIELDS, "summary": SUMMARY_FIELDS}
-
-
-class SchemaError(ValueError):
-    """A metrics record does not follow the schema (a bug in the writer, not a user error)."""
-
-
-def validate_record(record: dict) -> None:
-    """Raise :class:`SchemaError` unless ``record`` has exactly the fields and types of its kind."""
-    fields = FIELDS_BY_KIND.get(record.get("kind"))
-    if fields is None:
-        raise SchemaError(f"unknown record kind {record.get('kind')!r}")
-    missing = set(fields) - set(record)
-    extra = set(record) - set(fields)
-    if missing or extra:
-        raise SchemaError(f"{record['kind']} record: missing {sorted(missing)}, unexpected {sorted(extra)}")
-    for name, types in fields.items():
-        value = record[name]
-        if isinstance(value, bool) or not isinstance(value, types):
-            raise SchemaError(f"{record['kind']}.{name} = {value!r} is not {types}")
-        if isinstance(value, float) and not math.isfinite(value):
-            raise SchemaError(f"{record['kind']}.{name} is {value}")
-    if record["kind"] == "summary":
-        if record["engine"] not in ENGINES:
-            raise SchemaError(f"summary.engine {record['engine']!r} not in {ENGINES}")
-        if record["peak_memory_kind"] not in MEMORY_KINDS:
-            raise SchemaError(f"summary.peak_memory_kind {record['peak_memory_kind']!r}")
-        if record["device"] not in ("cpu", "cuda"):
-            raise SchemaError(f"summary.device {record['device']!r}")
-        for name in ("local_params_per_rank", "peak_memory_mib_per_rank", "model_state_bytes_per_rank",
-                     "model_state_parts_per_rank", "step_peak_bytes_per_rank"):
-            if len(record[name]) != record["world_size"]:
-                raise SchemaError(f"summary.{name} has {len(record[name])} entries for "
-                                  f"world size {record['world_size']}")
-        for name, types in (("model_state_bytes_per_rank", (int, type(None))),
-                            ("model_state_parts_per_rank", (dict, type(None))),
-                            ("step_peak_bytes_per_rank", (int, type(None)))):
-            if any(isinstance(value, bool) or not isinstance(value, types) for value in record[name]):
-                raise SchemaError(f"summary.{name} = {record[name]!r}: entries must be {types}")
+from workshop_lib.metrics_schema import validate_record
 
 
 def read_metrics(path: Path | str) -> list[dict]:
