@@ -146,7 +146,8 @@ def build_plan(profile: Profile, checkout: Path = REPOSITORY_ROOT,
     """The steps that prepare this profile's site, in order."""
     python, nemo = profile.python, profile.nemo
     state = _state_dir(profile)
-    lines = [f'CACHE_ROOT="{profile.cache_root}"', f'SETUP_STATE="{state}"',
+    lines = ['USER="${USER:-$(id -un)}"',  # the profile's paths name $USER; a bare cron or container shell lacks it
+             f'CACHE_ROOT="{profile.cache_root}"', f'SETUP_STATE="{state}"',
              f"CHECKOUT={shlex.quote(str(checkout))}"]
     lines += [f'export {name}="$CACHE_ROOT/{folder}"' for name, folder in CACHE_VARIABLES.items()]
     if python.conda_root:
