@@ -101,3 +101,15 @@ def test_a_job_whose_setup_step_was_skipped_stops_at_once_naming_it(site, tmp_pa
 def test_the_plan_of_the_shipped_ibex_profile_keeps_everything_under_ibex_user():
     plan = build_plan(load_profile("ibex"))
     assert "$HOME" not in plan.preamble and plan.preamble.count("/ibex/user/$USER/dist-ft-workshop") >= 3
+
+
+def test_the_network_block_of_the_stand_in_refuses_and_records(site):
+    code = ("import socket\n"
+            "try:\n    socket.create_connection(('huggingface.co', 443), timeout=5)\nexcept OSError as error:\n"
+            "    print('refused:', error)\n"
+            "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(); c = socket.create_connection(s.getsockname())\n"
+            "print('loopback ok')\n")
+    result = subprocess.run([sys.executable, "-c", code], env=site.environment(dict(os.environ)),
+                            capture_output=True, text=True, timeout=60)
+    assert "refused: network blocked in this rehearsal: huggingface.co" in result.stdout
+    assert "loopback ok" in result.stdout and [a["target"] for a in site.network_attempts()] == ["huggingface.co"]
