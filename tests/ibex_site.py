@@ -141,13 +141,13 @@ exec {python} "$@"
 SITECUSTOMIZE = """
 # Network blocked for the job processes: any connection or lookup beyond this host is refused and recorded.
 import json, os, socket
-_LOCAL = ("127.", "::1", "localhost", "0.0.0.0", "")
+_LOCAL = ("127.", "::1", "localhost", "0.0.0.0")
 def _refuse(what):
     with open(os.environ["IBEX_NETWORK_LOG"], "a") as log:
         log.write(json.dumps({"pid": os.getpid(), "job": os.environ.get("SLURM_JOB_ID"), "target": str(what)}) + "\\n")
     raise OSError(f"network blocked in this rehearsal: {what}")
 def _is_local(host):
-    return host is None or str(host).startswith(_LOCAL) or str(host) in (socket.gethostname(),)
+    return host in (None, "", socket.gethostname()) or str(host).startswith(_LOCAL)
 _connect, _getaddrinfo = socket.socket.connect, socket.getaddrinfo
 def connect(self, address):
     if self.family in (socket.AF_INET, socket.AF_INET6) and not _is_local(address[0]):
