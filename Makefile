@@ -10,12 +10,13 @@ NODES ?= 2
 
 setup: $(STAMP)  ## virtual environment with the library, training and book extras (idempotent)
 
-# Re-installs only when the dependency files change. DeepSpeed's ops are not built at install time;
-# the one the CPU runs need (its shared-memory all-reduce) is built here once, so no job pays ~50 s for it.
-$(STAMP): pyproject.toml constraints.txt
+# Re-installs only when the dependency files change. Every version comes from requirements.lock, the
+# lock environment.yml uses on Ibex too. DeepSpeed's ops are not built at install time; the one the CPU
+# runs need (its shared-memory all-reduce) is built here once, so no job pays ~50 s for it.
+$(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip wheel setuptools
-	DS_BUILD_OPS=0 $(BIN)/pip install -q -c constraints.txt -e '.[train,book,test]'
+	DS_BUILD_OPS=0 $(BIN)/pip install -q -c requirements.lock -e '.[train,book,test]'
 	$(BIN)/python -m workshop_lib.lab_settings
 	$(BIN)/python -m workshop_lib.train.prebuild_ops
 	touch $@

@@ -7,11 +7,12 @@ import shutil
 import subprocess
 
 import pytest
+import yaml
 
 from workshop_lib.cli import main
 from workshop_lib.errors import WorkshopError
 from workshop_lib.experiments import all_experiments, get_experiment
-from workshop_lib.profiles import load_profile
+from workshop_lib.profiles import PROFILES_DIR, load_profile
 from workshop_lib.scripts import render_import_script, render_script
 from workshop_lib.validate import lint_script
 
@@ -91,7 +92,8 @@ def test_tiny_and_ibex_scripts_share_the_request_shape():
 
 def test_nemo_script_uses_the_container_and_every_override():
     text = render_script(get_experiment("model-parallel/mixtral/tp4-ep2-sp"), "ibex")
-    assert "srun singularity exec --nv" in text and "nemo llm finetune --factory mixtral_8x7b" in text
+    assert 'srun --cpus-per-task="$SLURM_CPUS_PER_TASK" singularity exec --nv' in text
+    assert "nemo llm finetune --factory mixtral_8x7b" in text
     for override in ("trainer.devices=8", "trainer.max_steps=250", "data.global_batch_size=8",
                      "optim.lr_scheduler.warmup_steps=50", "trainer.limit_val_batches=10",
                      "trainer.strategy.tensor_model_parallel_size=4",
@@ -121,15 +123,54 @@ def test_monitors_follow_the_profile_and_the_experiment():
     assert "--deepspeed" in ibex and "zero3_offload.json" in ibex
 
 
+def _here_document(text: str, name: str) -> str:
+    return text.split(f"<<'{name}' || true\n", 1)[1].split(f"\n{name}\n", 1)[0]
+
+
 def test_multi_node_script_rendezvous_and_per_node_monitors():
     text = render_script(get_experiment("fsdp/strategies/hybrid-shard-offload"), "ibex")
     assert 'scontrol show hostnames "$SLURM_JOB_NODELIST"' in text and "getent ahostsv4" in text
-    assert '--node_rank="$SLURM_NODEID"' in text and 'srun --nodes="$SLURM_NNODES" --ntasks-per-node=1' in text
-    assert "all_reduce_perf" in text and "exit 46" in text and "-g 2" in text
-    per_node = text.split("bash -c '", 1)[1].split("' || TRAIN_STATUS", 1)[0]
+    assert 'srun --nodes="$SLURM_NNODES" --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" bash -c "$NODE_TASK"' \
+        in text
+    per_node = _here_document(text, "NODE_TASK")
+    assert '--node_rank="$SLURM_NODEID"' in per_node
     assert "gpu_monitor_pid=$!" in per_node and 'kill "$gpu_monitor_pid"' in per_node
+    subprocess.run(["bash", "-n"], input=per_node, text=True, check=True)
     tiny = render_script(get_experiment("fsdp/strategies/hybrid-shard-offload"), "tiny")
     assert "MASTER_ADDR=127.0.0.1" in tiny and "all_reduce_perf" not in tiny
+
+
+def test_bandwidth_check_is_launched_like_the_training():
+    text = render_script(get_experiment("fsdp/multi-node/2-nodes"), "ibex")
+    check, training = _here_document(text, "BANDWIDTH_TASK"), _here_document(text, "NODE_TASK")
+    launcher = check.split(" \\\n", 1)[0]
+    assert launcher.startswith("torchrun --nnodes=") and launcher in training  # same torchrun, same rendezvous
+    assert "-m workshop_lib.train.bandwidth" in check and "--size-mb 1024" in check
+    assert text.index("BANDWIDTH_TASK") < text.index("NODE_TASK") and "exit 46" in text
+    assert "module load nccl" not in text and "all_reduce_perf" not in text  # no CUDA 11.8 NCCL module left loaded
+    assert "minimum 5)" in text and "-v minimum=5 " in text
+
+
+def test_nccl_tests_option_spans_the_nodes_and_keeps_its_modules_to_itself(tmp_path):
+    data = yaml.safe_load((PROFILES_DIR / "ibex.yml").read_text())
+    data["bandwidth_check"].update(tool="nccl-tests", nccl_tests_modules=["nccl-tests/2.13.9"])
+    path = tmp_path / "site.yml"
+    path.write_text(yaml.safe_dump(data))
+    text = render_script(get_experiment("fsdp/strategies/full-shard"), load_profile(path))
+    block = text.split("(\n", 1)[1].split("\n)", 1)[0]
+    assert "module load nccl-tests/2.13.9" in block  # loaded in a subshell: gone before the training
+    assert "srun --mpi=pmix --ntasks-per-node=2 --cpus-per-task=1 all_reduce_perf" in block and "-g 1" in block
+    subprocess.run(["bash", "-n"], input=text, text=True, check=True)
+
+
+def test_srun_steps_and_directives_give_every_process_its_cores():
+    for experiment_id, cores in (("zero/multi-gpu/8-gpus", 32), ("fsdp/strategies/full-shard", 8),
+                                 ("lora/llama/8-gpus", 4), ("zero/baseline", 4)):
+        text = render_script(get_experiment(experiment_id), "ibex")
+        assert directives(text)["cpus-per-task"] == str(cores), experiment_id
+        for line in text.splitlines():
+            if line.startswith("srun ") and "--mpi" not in line:
+                assert '--cpus-per-task="$SLURM_CPUS_PER_TASK"' in line, line
 
 
 def test_weak_scaling_reaches_the_trainer_as_flags():
@@ -152,12 +193,23 @@ def test_unsupported_experiment_and_import_script_errors():
         render_import_script("llama-3.1-8b", "tiny")
 
 
-def test_import_script_takes_the_token_from_the_environment():
+def test_import_script_reads_the_downloaded_checkpoint_offline():
     text = render_import_script("mixtral-8x7b", "ibex")
     assert 'nemo llm import model=mixtral_8x7b source=hf://mistralai/Mixtral-8x7B-v0.1 -y' in text
-    assert '${HF_TOKEN:?' in text and "hf_" not in text.lower().replace("hf_home", "").replace("hf_token", "") \
-        .replace("hf_cache", "").replace("hf_datasets", "")
+    assert "export HF_HUB_OFFLINE=1" in text and "HF_TOKEN" not in text  # the token stays on the login node
+    assert "--only hub-download" in text and "--only nemo-image" in text
     assert lint_script(text) == []
+
+
+def test_import_script_online_takes_the_token_from_the_environment(tmp_path):
+    data = yaml.safe_load((PROFILES_DIR / "ibex.yml").read_text())
+    data["offline"] = False
+    path = tmp_path / "online.yml"
+    path.write_text(yaml.safe_dump(data))
+    text = render_import_script("mixtral-8x7b", load_profile(path))
+    assert '${HF_TOKEN:?' in text and "hf_" not in text.lower().replace("hf_home", "").replace("hf_token", "") \
+        .replace("hf_cache", "").replace("hf_datasets", "").replace("hf_hub_offline", "")
+    assert "HF_HUB_OFFLINE" not in text
 
 
 def test_render_command_prints_and_writes(tmp_path, capsys):

@@ -14,6 +14,7 @@ COMMAND_MODULES = [
     "experiments",  # experiments, render, check, submit, status
     "results",  # collect, memory
     "estimate",  # estimate
+    "setup",  # setup SITE (a login node's one-off preparation)
 ]
 
 

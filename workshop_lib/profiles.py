@@ -1,13 +1,15 @@
 """Site profiles: how a site realises an experiment (modules, images, caches, models, time limits).
 
 A profile is a YAML file in ``slurm/profiles/`` (``ibex.yml``, ``tiny.yml``) or anywhere on disk.
-Unknown keys are errors, so a typo in a copied profile fails loudly instead of being ignored.
+It is checked against a schema when it is loaded (``profile_schema.py``): unknown keys, missing keys,
+wrong types and out-of-range values are errors that name the file, the key and what was expected, so a
+typo or a hostile value in a copied profile fails loudly instead of reaching a job script.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -40,8 +42,9 @@ class NemoSetup:
     """NeMo Factory in a Singularity container (chapters 1-2 on a GPU site)."""
 
     enabled: bool = False
-    modules: tuple[str, ...] = ()
-    image: str | None = None
+    modules: tuple[str, ...] = ()  # environment modules loaded before the container starts
+    image: str | None = None  # the .sif file (shell path: $USER expands in the job)
+    image_source: str | None = None  # what `singularity pull` fetches, e.g. docker://nvcr.io/nvidia/nemo:25.07
     binds: tuple[str, ...] = ()
     factories: dict[str, str] = field(default_factory=dict)
     hub_ids: dict[str, str] = field(default_factory=dict)
@@ -52,7 +55,9 @@ class NemoSetup:
 class PythonSetup:
     """The Python environment of Hugging Face / GPT jobs and the tools they call."""
 
-    setup: tuple[str, ...] = ()
+    modules: tuple[str, ...] = ()  # environment modules loaded before the environment is activated
+    conda_root: str | None = None  # the Miniforge installation (shell path); None: no conda, inherit PATH
+    conda_environment: str | None = None  # the environment the jobs activate
     python: str = "python"
     torchrun: str = "torchrun"
     psrecord: str = "psrecord"
@@ -74,14 +79,22 @@ class TrainingSetup:
 
 
 @dataclass(frozen=True)
-class NcclTests:
-    """The all-reduce bandwidth check run before multi-node FSDP jobs."""
+class BandwidthCheck:
+    """The inter-node all-reduce check run before multi-node jobs.
 
-    command: str = "all_reduce_perf"
-    arguments: str = "-b 4G -e 4G -f 2 -c 0 -n 50 -w 20"
+    ``tool: torch`` runs workshop_lib.train.bandwidth with the training's own launcher, NCCL and
+    rendezvous; ``tool: nccl-tests`` runs nccl-tests' all_reduce_perf, which needs an MPI build of it
+    (one rank per GPU across the nodes) to measure the network at all.
+    """
+
+    tool: str = "torch"
     min_bus_bandwidth_gbps: float = 5.0
-    modules: tuple[str, ...] = ()
+    size_mb: int = 1024
+    iterations: int = 20
     environment: dict[str, str] = field(default_factory=dict)
+    nccl_tests_modules: tuple[str, ...] = ()
+    nccl_tests_command: str = "all_reduce_perf"
+    nccl_tests_arguments: tuple[str, ...] = ("-b", "4G", "-e", "4G", "-f", "2", "-c", "0", "-n", "50", "-w", "20")
 
 
 @dataclass(frozen=True)
@@ -102,11 +115,13 @@ class Profile:
     training: TrainingSetup
     limits: Limits
     cache_root: str | None = None
+    # Jobs run with HF_HUB_OFFLINE=1 / HF_DATASETS_OFFLINE=1: everything was fetched by `workshop setup`.
+    offline: bool = False
     has_nvidia_smi: bool = True
     gpu_monitor_interval_s: int = 5
     cpu_monitor_interval_s: int = 5
     rendezvous_host: str | None = None
-    nccl_tests: NcclTests | None = None
+    bandwidth_check: BandwidthCheck | None = None
     source: Path | None = None
 
     def time_limit(self, chapter: int) -> str:
@@ -134,10 +149,6 @@ class Profile:
         if reason:
             raise ProfileError(f"{reason}. Pick another experiment, or a profile with larger limits "
                                "(e.g. --profile ibex)")
-
-
-_SECTIONS = {"scheduler": Scheduler, "nemo": NemoSetup, "python": PythonSetup, "training": TrainingSetup,
-             "limits": Limits, "nccl_tests": NcclTests}
 
 
 def available_profiles() -> list[str]:
@@ -170,39 +181,7 @@ def load_profile(name_or_path: str | Path | None = None) -> Profile:
 
 
 def profile_from_dict(data: dict, source: Path | None = None) -> Profile:
-    """Build a Profile, rejecting unknown keys with the list of known ones."""
-    where = str(source or "profile")
-    top_level = {item.name for item in fields(Profile)} - {"source"}
-    _reject_unknown(data, top_level, where)
-    for required in ("name", "scheduler", "python", "training"):
-        if required not in data:
-            raise ProfileError(f"{where}: the key {required!r} is missing (see slurm/profiles/ibex.yml)")
-    values = dict(data)
-    for key, section_type in _SECTIONS.items():
-        raw = values.get(key)
-        if raw is None:
-            values[key] = None if key == "nccl_tests" else section_type()
-            continue
-        if not isinstance(raw, dict):
-            raise ProfileError(f"{where}: {key} must be a mapping, not {raw!r}")
-        _reject_unknown(raw, {item.name for item in fields(section_type)}, f"{where}: {key}")
-        values[key] = section_type(**{name: _freeze(value) for name, value in raw.items()})
-    scheduler = values["scheduler"]
-    limits = {int(chapter): str(limit) for chapter, limit in (scheduler.time_limits or {}).items()}
-    values["scheduler"] = Scheduler(**{**scheduler.__dict__, "time_limits": limits})
-    values.setdefault("description", "")
-    return Profile(source=source, **values)
+    """Build a Profile from parsed YAML, checked against the schema (see profile_schema.py)."""
+    from .profile_schema import build
 
-
-def _freeze(value):
-    # Lists become tuples so that profiles stay hashable values like experiments.
-    if isinstance(value, list):
-        return tuple(value)
-    return value
-
-
-def _reject_unknown(data: dict, known: set[str], where: str) -> None:
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ProfileError(f"{where}: unknown key(s) {', '.join(map(repr, unknown))}; "
-                           f"known keys: {', '.join(sorted(known))}")
+    return build(Profile, data, str(source or "profile"), source=source)

@@ -2,11 +2,14 @@
 
 The templates in ``slurm/templates/`` hold the layout and the comments; this module decides what goes
 in them (directives, the launch command, which monitors run) so that templates stay free of logic.
-Every word of a command line passes through ``shlex.quote``: nothing user-given reaches the shell raw.
+Every profile value reaches the script quoted: command words and names through ``shlex.quote``; paths,
+which are shell text so that $USER expands in the job, inside double quotes after the schema's path rule
+(profile_schema.SHELL_PATH: only $NAME expansions, no quotes, backquotes or $( )).
 """
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +18,9 @@ import jinja2
 
 from .errors import WorkshopError
 from .experiments import GPT, HF, NEMO, Experiment
+from .profile_schema import SHELL_PATH
 from .profiles import SLURM_DIR, Profile, load_profile
+from .site_setup import CACHE_VARIABLES, MISSING_SETUP_EXIT, OFFLINE_VARIABLES, job_requirements
 from .validate import raise_for_experiment
 
 TEMPLATES_DIR = SLURM_DIR / "templates"
@@ -26,19 +31,6 @@ TRAIN_DIR = "train"
 CPU_MEMORY_LOG = "cpu_memory.txt"
 NCCL_LOG = "nccl_allreduce.txt"
 GPU_QUERY = "timestamp,index,name,memory.used,memory.total"
-# The cache variables that would otherwise fill $HOME (seed 000's list plus TORCH_EXTENSIONS_DIR).
-CACHE_VARIABLES = {
-    "TORCH_HOME": "torch",
-    "TORCH_EXTENSIONS_DIR": "torch_extensions",
-    "HF_HOME": "hf_cache",
-    "HF_DATASETS_CACHE": "datasets_cache",
-    "NEMO_HOME": "nemo_cache",
-    "NEMO_DATASETS_CACHE": "nemo_datasets",
-    "TRITON_CACHE_DIR": "triton",
-    "TMPDIR": "tmp",
-}
-
-
 @dataclass(frozen=True)
 class Directive:
     """One #SBATCH line and the short comment above it."""
@@ -78,12 +70,13 @@ def render_script(experiment: Experiment, profile: Profile | str | None = None,
                    f'site profile "{profile.name}", rendered by `workshop render`.'),
         "directives": directives(experiment, profile),
         "cache_exports": cache_exports(profile),
-        "setup_lines": profile.nemo.modules if uses_nemo else profile.python.setup,
+        "site": site_context(experiment, profile),
         "gpu_query": GPU_QUERY,
         "train_dir": TRAIN_DIR,
         "cpu_memory_log": CPU_MEMORY_LOG,
         "nccl_log": NCCL_LOG,
         "q": shlex.quote,
+        "dq": _double_quoted,
     }
     if uses_nemo:
         context["nemo"] = nemo_context(experiment, profile)
@@ -93,9 +86,8 @@ def render_script(experiment: Experiment, profile: Profile | str | None = None,
         arguments = training_arguments(experiment, profile, deepspeed_config)
         context["nproc_per_node"] = experiment.gpus_per_node
         context["launch"] = torchrun_launch(experiment, profile, arguments)
-        if experiment.multi_node and profile.nccl_tests:
-            nccl_arguments = shlex.split(profile.nccl_tests.arguments) + ["-g", str(experiment.gpus_per_node)]
-            context["nccl_arguments"] = _join(nccl_arguments)
+        if experiment.multi_node and experiment.nccl_check and profile.bandwidth_check:
+            context["bandwidth"] = bandwidth_context(experiment, profile)
     text = _environment().get_template(template_for(experiment, profile)).render(context)
     return _tidy(text)
 
@@ -127,10 +119,43 @@ def render_import_script(model: str, profile: Profile | str | None = None) -> st
             Directive("output", STDOUT_PATTERN, "the log lands in the directory sbatch is called from"),
         ],
         "cache_exports": cache_exports(profile),
+        "site": {"offline_variables": OFFLINE_VARIABLES if profile.offline else (),
+                 "modules": profile.nemo.modules,
+                 "conda_root": None,
+                 "requirements": import_requirements(profile),
+                 "missing_exit": MISSING_SETUP_EXIT},
         "container": _container_prefix(profile),
         "q": shlex.quote,
+        "dq": _double_quoted,
     }
     return _tidy(_environment().get_template("nemo_import.sbatch.j2").render(context))
+
+
+def import_requirements(profile: Profile):
+    """The image and the downloaded checkpoint an import job reads (made by `workshop setup`)."""
+    from .site_setup import Requirement, marker
+
+    if not profile.cache_root:
+        return []
+    needs = [Requirement(profile.nemo.image, "nemo-image", "The NeMo container image")]
+    if profile.offline:
+        needs.append(Requirement(marker(profile, "hub-download"), "hub-download", "The downloaded checkpoints"))
+    return needs
+
+
+def site_context(experiment: Experiment, profile: Profile) -> dict:
+    """The site's environment for one job: modules, conda, offline switches and the setup checks."""
+    uses_nemo = experiment.engine == NEMO and profile.nemo.enabled
+    python = profile.python
+    conda_root = None if uses_nemo else python.conda_root
+    return {
+        "offline_variables": OFFLINE_VARIABLES if profile.offline else (),
+        "modules": profile.nemo.modules if uses_nemo else python.modules,
+        "conda_root": conda_root,
+        "conda_environment": python.conda_environment,
+        "requirements": job_requirements(experiment, profile),
+        "missing_exit": MISSING_SETUP_EXIT,
+    }
 
 
 def directives(experiment: Experiment, profile: Profile) -> list[Directive]:
@@ -139,14 +164,18 @@ def directives(experiment: Experiment, profile: Profile) -> list[Directive]:
         # Lightning starts one rank per SLURM task: tasks per node must equal the GPUs per node.
         tasks = Directive("ntasks-per-node", str(experiment.gpus_per_node),
                           "Lightning/NeMo start one process per task: one task per GPU (never --ntasks)")
+        processes_per_task = 1
     else:
         tasks = Directive("ntasks-per-node", "1", "one task per node: torchrun starts one process per GPU")
+        processes_per_task = experiment.gpus_per_node
+    cpus = experiment.cpus_per_task * processes_per_task
     return [
         Directive("job-name", experiment.job_name, "the name squeue and the log show"),
         Directive("nodes", str(experiment.nodes), "nodes of the job"),
         tasks,
         Directive("gpus-per-node", str(experiment.gpus_per_node), "GPUs on each node (not --gpus-per-task)"),
-        Directive("cpus-per-task", str(experiment.cpus_per_task), "CPU cores per task: data loading, offload"),
+        Directive("cpus-per-task", str(cpus), f"CPU cores per task: {experiment.cpus_per_task} per training process "
+                  f"({processes_per_task} in each task) for data loading and offload"),
         Directive("mem", experiment.memory, "host memory per node"),
         *_site_directives(profile, time_limit=profile.time_limit(experiment.chapter)),
         Directive("output", STDOUT_PATTERN, "stdout and stderr, in the run directory sbatch is called from"),
@@ -188,20 +217,29 @@ def torchrun_launch(experiment: Experiment, profile: Profile, arguments: list[st
         else:
             lines.append(rest[index])
             index += 1
-    launch = " \\\n    ".join(lines)
-    if experiment.multi_node and "'" in launch:
-        # The multi-node launch sits inside bash -c '...': a single quote would end it early.
-        raise WorkshopError(f"an argument of {experiment.id} contains a quote or space ({launch!r}); "
-                            "use plain paths and names in the profile")
-    return launch
+    return " \\\n    ".join(lines)
 
 
 def cache_exports(profile: Profile) -> list[tuple[str, str]]:
     """(variable, shell value) pairs redirecting caches under the profile's cache root, if it has one."""
     if not profile.cache_root:
         return []
-    _double_quoted(profile.cache_root)
     return [(name, f'"$CACHE_ROOT/{folder}"') for name, folder in CACHE_VARIABLES.items()]
+
+
+def bandwidth_context(experiment: Experiment, profile: Profile) -> dict:
+    """The inter-node all-reduce check: the torch test under the training's own launcher, or nccl-tests."""
+    check = profile.bandwidth_check
+    context = {"check": check, "environment": sorted(check.environment.items())}
+    if check.tool == "torch":
+        arguments = ["-m", "workshop_lib.train.bandwidth", "--size-mb", str(check.size_mb),
+                     "--iterations", str(check.iterations)]
+        context["launch"] = torchrun_launch(experiment, profile, arguments)
+    else:
+        # One MPI rank per GPU across all nodes: only then does all_reduce_perf cross the network.
+        context["modules"] = check.nccl_tests_modules
+        context["command"] = _join([check.nccl_tests_command, *check.nccl_tests_arguments, "-g", "1"])
+    return context
 
 
 def nemo_context(experiment: Experiment, profile: Profile) -> dict:
@@ -250,9 +288,9 @@ def _container_prefix(profile: Profile) -> str:
 
 
 def _double_quoted(shell_text: str) -> str:
-    if any(character in shell_text for character in '"`\\\n'):
-        raise WorkshopError(f"profile path {shell_text!r} contains a quote, backquote or backslash; "
-                            "use a plain path (variables like $USER are fine)")
+    # The schema's path rule, applied again here: a Profile built in code never passed the schema.
+    if not re.fullmatch(SHELL_PATH.pattern, shell_text):
+        raise WorkshopError(f"profile path {shell_text!r} is not {SHELL_PATH.expected}; use a plain path")
     return f'"{shell_text}"'
 
 

@@ -1,0 +1,115 @@
+"""`workshop setup`: dry run, idempotent steps with a progress line each, resuming after a failure, and
+jobs that stop naming the step that was skipped. Runs against the Ibex stand-in of tests/ibex_site.py;
+the import jobs (a real sbatch) are exercised by tests/test_ibex_rehearsal.py."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ibex_site import IbexSite
+from workshop_lib.experiments import get_experiment
+from workshop_lib.profiles import load_profile
+from workshop_lib.scripts import render_script
+from workshop_lib.site_setup import build_plan
+
+LOCAL_STEPS = ["folders", "miniforge", "environment", "hub-download", "nemo-image", "nemo-data"]
+
+
+@pytest.fixture
+def site(tmp_path):
+    return IbexSite(tmp_path)
+
+
+def setup(site, *arguments, extra_env=None, only=LOCAL_STEPS):
+    command = [sys.executable, "-m", "workshop_lib.cli", "setup", str(site.profile_path),
+               "--miniforge-installer", f"file://{site.installer}", *arguments]
+    for step in only or []:
+        command += ["--only", step]
+    env = {**site.environment(dict(os.environ)), **(extra_env or {})}
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_dry_run_prints_every_step_and_changes_nothing(site):
+    result = setup(site, "--dry-run", only=None)
+    assert result.returncode == 0, result.stderr
+    names = [line.split(":")[0].split("] ")[1] for line in result.stdout.splitlines() if line.startswith("[")]
+    assert names == LOCAL_STEPS + ["nemo-import-llama-3.1-8b", "nemo-import-mixtral-8x7b"]
+    assert "singularity pull \"$NEMO_IMAGE.partial\" docker://nvcr.io/nvidia/nemo:25.07" in result.stdout
+    assert "sbatch --wait job.sbatch" in result.stdout and "needs: $HF_TOKEN" in result.stdout
+    assert result.stdout.count("(would run)") == 8
+    assert not (site.root / "ibex").exists() and site.calls() == []
+
+
+def test_steps_run_once_with_a_progress_line_each_and_are_skipped_after(site):
+    first = setup(site)
+    assert first.returncode == 0, first.stdout + first.stderr
+    for number, step in enumerate(LOCAL_STEPS, 1):
+        assert f"[{number}/6] {step}: " in first.stdout and f"[{number}/6] {step}: done in" in first.stdout
+    profile = load_profile(site.profile_path)
+    cache = profile.cache_root.replace("$USER", os.environ.get("USER") or "root")
+    assert all(os.path.isfile(f"{cache}/setup/{step}.done") for step in LOCAL_STEPS)
+    assert os.path.isfile(profile.nemo.image.replace("$USER", os.environ.get("USER") or "root"))
+    assert [call["argv"] for call in site.calls("module")] == [["load", "singularity"]] * 2
+    assert "torch 2.13.0" in first.stdout  # the environment step checked the locked torch
+    calls = len(site.calls())
+    second = setup(site)
+    assert second.returncode == 0 and second.stdout.count("already done, skipped") == 6
+    assert "0 step(s) ran, 6 already done" in second.stdout and len(site.calls()) == calls
+
+
+def test_a_failed_step_names_itself_and_the_next_run_resumes_there(site):
+    failed = setup(site, extra_env={"IBEX_SHIM_FAIL": "pull"})
+    assert failed.returncode == 2
+    assert "[5/6] nemo-image failed (exit status 1)" in failed.stderr and "it resumes here" in failed.stderr
+    profile = load_profile(site.profile_path)
+    image = profile.nemo.image.replace("$USER", os.environ.get("USER") or "root")
+    assert not os.path.exists(image)  # the half-pulled file kept its temporary name
+    resumed = setup(site)
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stdout.count("already done, skipped") == 4 and "[5/6] nemo-image: done in" in resumed.stdout
+    assert os.path.isfile(image)
+
+
+def test_gated_models_need_the_token_before_anything_is_fetched(site):
+    result = setup(site, extra_env={"HF_TOKEN": ""}, only=["folders", "hub-download"])
+    assert result.returncode == 2
+    assert "[2/2] hub-download: set HF_TOKEN first" in result.stderr and "read -rs HF_TOKEN" in result.stderr
+
+
+def test_unknown_step_lists_the_steps(site):
+    result = setup(site, only=["nemo-pull"])
+    assert result.returncode == 2 and "no setup step 'nemo-pull'; the steps are: folders, miniforge" in result.stderr
+
+
+@pytest.mark.parametrize("experiment_id, step", [("lora/llama/1-gpu", "nemo-image"),
+                                                 ("zero/baseline", "miniforge")])
+def test_a_job_whose_setup_step_was_skipped_stops_at_once_naming_it(site, tmp_path, experiment_id, step):
+    script = tmp_path / "job.sbatch"
+    script.write_text(render_script(get_experiment(experiment_id), load_profile(site.profile_path)))
+    env = {**site.environment(dict(os.environ)), "SLURM_JOB_ID": "1", "SLURM_JOB_NAME": "x",
+           "SLURM_JOB_NODELIST": "node1", "SLURM_CPUS_PER_TASK": "4"}
+    result = subprocess.run(["bash", str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 45
+    assert f"the setup step '{step}' has not run. On a login node: workshop setup ibex --only {step}" in result.stderr
+    assert site.calls("singularity") == [] and site.calls("conda") == []  # stopped before using either
+
+
+def test_the_plan_of_the_shipped_ibex_profile_keeps_everything_under_ibex_user():
+    plan = build_plan(load_profile("ibex"))
+    assert "$HOME" not in plan.preamble and plan.preamble.count("/ibex/user/$USER/dist-ft-workshop") >= 3
+
+
+def test_the_network_block_of_the_stand_in_refuses_and_records(site):
+    code = ("import socket\n"
+            "try:\n    socket.create_connection(('huggingface.co', 443), timeout=5)\nexcept OSError as error:\n"
+            "    print('refused:', error)\n"
+            "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(); c = socket.create_connection(s.getsockname())\n"
+            "print('loopback ok')\n")
+    result = subprocess.run([sys.executable, "-c", code], env=site.environment(dict(os.environ)),
+                            capture_output=True, text=True, timeout=60)
+    assert "refused: network blocked in this rehearsal: huggingface.co" in result.stdout
+    assert "loopback ok" in result.stdout and [a["target"] for a in site.network_attempts()] == ["huggingface.co"]

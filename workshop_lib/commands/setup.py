@@ -1,0 +1,40 @@
+"""`workshop setup SITE`: prepare a cluster account once, on a login node (see workshop_lib/site_setup.py)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    setup = subparsers.add_parser(
+        "setup", help="prepare a site once on a login node: conda, the locked environment, the NeMo image, "
+                      "models and data (idempotent, resumable)")
+    setup.add_argument("site", metavar="PROFILE", help="site profile name or YAML path (e.g. ibex)")
+    setup.add_argument("--dry-run", action="store_true", help="print every step and its commands; run nothing")
+    setup.add_argument("--only", action="append", metavar="STEP", default=None,
+                       help="run only this step (repeatable); a job that stops for a skipped step names it")
+    setup.add_argument("--from", dest="start", metavar="STEP", help="start at this step")
+    setup.add_argument("--force", action="store_true", help="run the selected steps even if they are done")
+    setup.add_argument("--list", action="store_true", help="list the steps and whether each is done")
+    setup.add_argument("--miniforge-installer", metavar="URL", default=None,
+                       help="where the Miniforge installer comes from (default: conda-forge's latest release)")
+    setup.set_defaults(handler=_setup)
+
+
+def _setup(args: argparse.Namespace) -> int:
+    from ..profiles import load_profile
+    from ..site_setup import MINIFORGE_INSTALLER, build_plan, describe, is_done, run, select
+
+    profile = load_profile(args.site)
+    plan = build_plan(profile, miniforge_installer=args.miniforge_installer or MINIFORGE_INSTALLER)
+    steps = select(plan, only=args.only, start=args.start)
+    if args.list:
+        for number, step in enumerate(steps, 1):
+            print(f"[{number}/{len(steps)}] {step.name:28} {'done' if is_done(plan, step) else 'to do':6} {step.title}")
+        return 0
+    if args.dry_run:
+        print(describe(plan, steps))
+        return 0
+    ran = run(plan, steps, force=args.force, echo=lambda line: print(line, flush=True))
+    print(f"setup of {profile.name!r} complete: {len(ran)} step(s) ran, {len(steps) - len(ran)} already done")
+    return 0
