@@ -34,11 +34,11 @@ from typing import Callable
 
 import pandas as pd
 
+from .cells import NOT_RECORDED, completed, measured_cell
 from .errors import WorkshopError
 from .parse.footer import format_duration
+from .predictions import PREDICTION_NOTE, prediction_frame
 from .results import COMPLETED, chapter_results
-
-NOT_RECORDED = "n/a"
 
 
 @dataclass(frozen=True)
@@ -49,19 +49,6 @@ class Table:
 
 
 Column = tuple[str, Callable[[dict], object]]
-
-
-def _done(record: dict) -> bool:
-    return record.get("state") == COMPLETED
-
-
-def _measured(record: dict, value):
-    """The value, or the run's state when it did not complete, or n/a when it was not recorded."""
-    if not _done(record):
-        return record.get("state")
-    if value is None or (isinstance(value, float) and pd.isna(value)):
-        return NOT_RECORDED
-    return value
 
 
 def _get(key: str, scale: float = 1.0, digits: int | None = None) -> Callable[[dict], object]:
@@ -85,7 +72,7 @@ def _int(key: str) -> Callable[[dict], object]:
 def _ratio(numerator: dict, denominator: dict, key: str, digits: int = 2) -> float | None:
     """numerator[key] / denominator[key] when both runs completed and recorded it."""
     top, bottom = numerator.get(key), denominator.get(key)
-    if not (_done(numerator) and _done(denominator)) or top is None or not bottom or pd.isna(top) or pd.isna(bottom):
+    if not (completed(numerator) and completed(denominator)) or top is None or not bottom or pd.isna(top) or pd.isna(bottom):
         return None
     return round(top / bottom, digits)
 
@@ -94,7 +81,7 @@ def _rows(records: list[dict], columns: list[Column], fixed: tuple[str, ...] = (
     """One row per record; columns named in `fixed` describe the experiment and are never masked."""
     rows = []
     for record in records:
-        rows.append({name: (read(record) if name in fixed else _measured(record, read(record)))
+        rows.append({name: (read(record) if name in fixed else measured_cell(record, read(record)))
                      for name, read in columns})
     return pd.DataFrame(rows, columns=[name for name, _ in columns])
 
@@ -106,7 +93,7 @@ def _transpose(records: list[dict], headers: list[str], metrics: list[Column],
     for name, read in metrics:
         row = {"Metric": name}
         for header, record in zip(headers, records):
-            row[header] = read(record) if name in fixed else _measured(record, read(record))
+            row[header] = read(record) if name in fixed else measured_cell(record, read(record))
         rows.append(row)
     return pd.DataFrame(rows, columns=["Metric", *headers])
 
@@ -177,7 +164,7 @@ _CPU_PEAK_NOTE = (" Runs without an nvidia-smi log (the tiny profile on CPUs) sh
 
 
 def _nemo_note(records: list[dict], text: str) -> str:
-    uses_engine_peak = any(_done(r) and not _present(r, "gpu0_peak_mib") and _present(r, "rank0_peak_mib")
+    uses_engine_peak = any(completed(r) and not _present(r, "gpu0_peak_mib") and _present(r, "rank0_peak_mib")
                            for r in records)
     return text + (_CPU_PEAK_NOTE if uses_engine_peak else "")
 
@@ -229,7 +216,7 @@ def baseline_summary(record: dict, fsdp: bool = False) -> pd.DataFrame:
             ("", "GPU Utilization (%)", "not recorded by the monitors", lambda r: None),
         ]
         return pd.DataFrame([{"Metric": metric, "Log Location & Extraction": source,
-                              "Your Value": _measured(record, read(record))} for _, metric, source, read in rows],
+                              "Your Value": measured_cell(record, read(record))} for _, metric, source, read in rows],
                             columns=["Metric", "Log Location & Extraction", "Your Value"])
     rows = [
         ("Training Metrics", "Final Train Loss", "Trainer's train_loss", _get("train_loss", digits=4)),
@@ -248,7 +235,7 @@ def baseline_summary(record: dict, fsdp: bool = False) -> pd.DataFrame:
         ("CPU Memory", "Mode Usage (MB)", "psrecord", _get("cpu_mode_mib")),
     ]
     return pd.DataFrame([{"Category": category, "Metric": metric, "Extraction Instruction": source,
-                          "Your Value": _measured(record, read(record))} for category, metric, source, read in rows],
+                          "Your Value": measured_cell(record, read(record))} for category, metric, source, read in rows],
                         columns=["Category", "Metric", "Extraction Instruction", "Your Value"])
 
 
@@ -473,8 +460,6 @@ def chapter_4_tables(results: pd.DataFrame) -> list[Table]:
 
 def memory_prediction_table(results: pd.DataFrame, reference_id: str) -> Table:
     """The companion table of `workshop_lib.predictions`: estimate beside the measured peak per GPU."""
-    from .predictions import PREDICTION_NOTE, prediction_frame
-
     return Table("Predicted vs measured memory per GPU", prediction_frame(results, reference_id), PREDICTION_NOTE)
 
 
