@@ -95,3 +95,58 @@ def loss_curves(results: pd.DataFrame, title: str = "Training loss"):
     if axes.lines:
         axes.legend(fontsize="small")
     return figure
+
+
+# ---- diagrams: what each GPU keeps (the 16-bytes-per-parameter rule of mixed-precision Adam) -----------
+
+STATE_BYTES = {"parameters": 2, "gradients": 2, "optimizer states": 12}  # per parameter, fp16/bf16 + fp32 Adam
+_COLOURS = {"parameters": "#4c78a8", "gradients": "#f58518", "optimizer states": "#54a24b"}
+
+
+def zero_layouts(gpus: int = 2) -> dict[str, dict[str, dict[str, float]]]:
+    """Bytes per parameter each GPU (and the host) keeps per ZeRO stage, from the chapter's formula table."""
+    n = gpus
+    return {
+        "ZeRO-0 (data parallel)": {"gpu": {"parameters": 2, "gradients": 2, "optimizer states": 12}},
+        "ZeRO-1": {"gpu": {"parameters": 2, "gradients": 2, "optimizer states": 12 / n}},
+        "ZeRO-2": {"gpu": {"parameters": 2, "gradients": 2 / n, "optimizer states": 12 / n}},
+        "ZeRO-3": {"gpu": {"parameters": 2 / n, "gradients": 2 / n, "optimizer states": 12 / n}},
+        "ZeRO-2 + optimizer offload": {"gpu": {"parameters": 2, "gradients": 2 / n},
+                                       "host": {"optimizer states": 12 / n}},
+        "ZeRO-3 + parameter offload": {"gpu": {}, "host": {"parameters": 2 / n, "gradients": 2 / n,
+                                                           "optimizer states": 12 / n}},
+    }
+
+
+def fsdp_layouts(nodes: int = 2, gpus_per_node: int = 2) -> dict[str, dict[str, dict[str, float]]]:
+    """Bytes per parameter each GPU keeps per FSDP strategy on nodes × GPUs (between the passes of a step)."""
+    n, local = nodes * gpus_per_node, gpus_per_node
+    return {
+        "no sharding (DDP)": {"gpu": {"parameters": 2, "gradients": 2, "optimizer states": 12}},
+        "SHARD_GRAD_OP (forward → backward)": {"gpu": {"parameters": 2, "gradients": 2 / n,
+                                                       "optimizer states": 12 / n}},
+        "HYBRID_SHARD": {"gpu": {"parameters": 2 / local, "gradients": 2 / local, "optimizer states": 12 / local}},
+        "FULL_SHARD": {"gpu": {"parameters": 2 / n, "gradients": 2 / n, "optimizer states": 12 / n}},
+        "FULL_SHARD + CPU offload": {"gpu": {}, "host": {"parameters": 2 / n, "gradients": 2 / n,
+                                                         "optimizer states": 12 / n}},
+    }
+
+
+def memory_layout_diagram(layouts: dict[str, dict[str, dict[str, float]]], title: str):
+    """One bar per layout: the model-state bytes per parameter a GPU keeps (solid) and what it leaves in
+    host memory (hatched, to the left of zero). Activations are not drawn: no layout here divides them."""
+    figure, axes = _figure(title, "bytes per parameter, per GPU (left of 0: in host memory)", "")
+    names = list(layouts)
+    for row, name in enumerate(names):
+        for side, sign, hatch in (("gpu", 1, None), ("host", -1, "//")):
+            start = 0.0
+            for kind, value in layouts[name].get(side, {}).items():
+                axes.barh(row, sign * value, left=sign * start, color=_COLOURS[kind], hatch=hatch,
+                          edgecolor="white", label=kind if (side == "gpu" and row == 0) else None)
+                start += value
+    axes.axvline(0, color="black", linewidth=0.8)
+    axes.set_yticks(range(len(names)), names)
+    axes.invert_yaxis()
+    axes.legend(loc="lower right", fontsize="small")
+    figure.set_size_inches(7, 0.5 * len(names) + 1.6)
+    return figure

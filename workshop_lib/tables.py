@@ -28,7 +28,8 @@ value a completed run did not record shows as "n/a". Nothing is ever shown as 0.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -571,6 +572,54 @@ def memory_prediction_table(results: pd.DataFrame, reference_id: str) -> Table:
     """The companion table of `workshop_lib.predictions`: estimate beside the measured peak per GPU."""
     return Table("Predicted vs measured memory per GPU", prediction_frame(results, reference_id), PREDICTION_NOTE,
                  key="prediction")
+
+
+# --- presenting a table for the profile that produced it ------------------------------------------
+
+# How the text and the tables name each model of the experiments (the training registry's names as keys).
+MODEL_NAMES = {"bloom-560m": "BLOOM-560m", "llama-3.1-8b": "Llama 3.1 8B", "mixtral-8x7b": "Mixtral 8x7B"}
+_DESCRIBING = {"Metric", "Category", "Extraction Instruction", "Log Location & Extraction"}
+
+
+def stand_in_names(profile) -> dict[str, str]:
+    """Real model name → how a table of this profile must call it: the profile's stand-in says so
+    (``tiny-bloom (stand-in for BLOOM-560m)``); a profile that runs the real model keeps the name."""
+    names = {}
+    for model, shown in MODEL_NAMES.items():
+        realised = profile.model_name(model)
+        if realised != model:
+            names[shown] = f"{realised} (stand-in for {shown})"
+    return names
+
+
+def _rename(text, names: dict[str, str]):
+    if not isinstance(text, str):
+        return text
+    for real, stand_in in names.items():
+        # Once per mention, and never inside a mention that already names its stand-in.
+        text = re.sub(rf"(?<!stand-in for ){re.escape(real)}", stand_in, text)
+    return text
+
+
+def for_stand_ins(table: Table, profile) -> Table:
+    """The table with every real model name replaced by the profile's stand-in, in title, note and cells."""
+    names = stand_in_names(profile)
+    if not names:
+        return table
+    frame = table.frame.map(lambda value: _rename(value, names))
+    frame.columns = [_rename(column, names) for column in frame.columns]
+    return replace(table, title=_rename(table.title, names), note=_rename(table.note, names), frame=frame)
+
+
+def drop_unrecorded(table: Table) -> Table:
+    """Without the columns (and, in the seeds' sideways tables, the metric rows) that read n/a for every run:
+    a column nobody could fill (no nvidia-smi on a CPU, no census in older runs) only hides the others."""
+    frame = table.frame
+    measured = [c for c in frame.columns if c not in _DESCRIBING]
+    if "Metric" in frame.columns and measured:
+        frame = frame[~frame[measured].eq(NOT_RECORDED).all(axis=1)]
+    empty = [c for c in frame.columns if c not in _DESCRIBING and len(frame) and frame[c].eq(NOT_RECORDED).all()]
+    return replace(table, frame=frame.drop(columns=empty).reset_index(drop=True))
 
 
 # Column sets of the seeds' tables (what `tests/test_tables_columns.py` checks) and the derived extras.
