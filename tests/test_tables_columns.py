@@ -139,3 +139,12 @@ def test_fixed_step_runs_are_labelled_weak_scaling_with_step_time_efficiency(tmp
     assert list(rows["Weak Scaling Efficiency (%)"])[:3] == [100.0, 80.0, 62.5]  # 0.40 / step time
     assert list(rows["Mean Step Time (s)"])[:3] == [0.4, 0.5, 0.64]
     assert "weak scaling" in table.note and "30 optimizer steps" in table.note
+
+
+def test_a_data_set_that_grows_with_the_gpus_is_weak_scaling_too(tmp_path):
+    for experiment_id, step, gpus in (("fsdp/gpt/1-gpu", 0.1, 1), ("fsdp/gpt/2-gpus", 0.125, 2)):
+        _summary_run(tmp_path, experiment_id, engine="gpt", train_runtime_s=10.0, mean_step_time_s=step,
+                     samples_per_s=1.0, world_size=gpus, settings={"samples_per_gpu": 500})
+    [table] = [t for t in chapter_tables(4, tmp_path) if t.title == "Custom GPT, FSDP on one node"]
+    assert list(table.frame["Weak Scaling Efficiency (%)"])[:2] == [100.0, 80.0]
+    assert "500 samples per GPU" in table.note

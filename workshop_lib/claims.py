@@ -78,7 +78,8 @@ def zero_one_gpu(results: pd.DataFrame) -> str:
         text += (f"Pinned host memory takes ZeRO-2 + offload from {unpinned['train_samples_per_s']:.1f} to "
                  f"{pinned['train_samples_per_s']:.1f} samples/s "
                  f"({times(pinned['train_samples_per_s'] / unpinned['train_samples_per_s'])})"
-                 + (" for the same GPU memory" if same else "") + ", while the job's host memory peak grows from {gib(unpinned['cpu_peak_mib'])} to "
+                 + (" for the same GPU memory" if same else "")
+                 + f", while the job's host memory peak grows from {gib(unpinned['cpu_peak_mib'])} to "
                  f"{gib(pinned['cpu_peak_mib'])} (psrecord).")
     three, two = runs.get("zero/single-gpu/zero3-offload"), runs.get("zero/single-gpu/zero2-offload")
     if three and two and three["allocated_peak_mib"] > two["allocated_peak_mib"]:
@@ -236,6 +237,30 @@ def fsdp_one_node(results: pd.DataFrame) -> str:
             "the parameters again.")
 
 
+def gpt_parameter_counts(hidden: int, ffn: int, vocab: int, seq_len: int, layers: int) -> dict[str, int]:
+    """Parameters of the custom GPT (`workshop_lib/train/gpt_model.py`) by part; the output layer is tied
+    to the token embedding and adds none."""
+    block = (3 * hidden * hidden + 3 * hidden) + (hidden * hidden + hidden) + (hidden * ffn + ffn) \
+        + (ffn * hidden + hidden) + 2 * 2 * hidden  # qkv, proj, two feed-forward layers, two LayerNorms
+    parts = {"token embedding": vocab * hidden, "position embedding": seq_len * hidden,
+             "blocks": layers * block, "final norm": 2 * hidden}
+    parts["total"] = sum(parts.values())
+    return parts
+
+
+def gpt_architecture(results: pd.DataFrame, experiment_id: str = "fsdp/gpt/1-gpu") -> str:
+    """The custom GPT's shape as the reference ran it, and where its parameters are."""
+    record = _runs(results)[experiment_id]
+    shape = {key: int(record["run_settings"][key]) for key in ("layers", "hidden", "heads", "ffn", "vocab", "seq_len")}
+    parts = gpt_parameter_counts(shape["hidden"], shape["ffn"], shape["vocab"], shape["seq_len"], shape["layers"])
+    block = parts["blocks"] // shape["layers"]
+    return (f"As run here: {shape['layers']} blocks of width {shape['hidden']} with {shape['heads']} attention heads "
+            f"and a feed-forward layer of {shape['ffn']}, a vocabulary of {shape['vocab']:,} and {shape['seq_len']} "
+            f"positions: {parts['total'] / 1e6:.1f} M parameters ({int(record['total_params']) / 1e6:.1f} M counted "
+            f"by the run). The token embedding holds {parts['token embedding'] / 1e6:.1f} M of them, each block "
+            f"{block / 1e6:.1f} M, so doubling the layers does not double the model.")
+
+
 def gpt_depth(results: pd.DataFrame) -> str:
     """Weak scaling by depth and the two ways of counting throughput."""
     runs = _runs(results)
@@ -254,5 +279,6 @@ def gpt_depth(results: pd.DataFrame) -> str:
     return text
 
 
-__all__ = ["engine_scaling", "fsdp_one_node", "fsdp_strategies", "gib", "gpt_depth", "losses_differ",
+__all__ = ["engine_scaling", "fsdp_one_node", "fsdp_strategies", "gib", "gpt_architecture", "gpt_depth",
+           "gpt_parameter_counts", "losses_differ",
            "model_states_versus_peak", "steps_per_epoch", "zero_one_gpu", "zero_two_gpus", "zero_weak_scaling"]

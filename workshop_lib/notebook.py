@@ -215,6 +215,54 @@ def show_reference_script(experiment_id: str, profile: str = "ibex", open_: bool
     return block
 
 
+# ---- text and files on the page ------------------------------------------------------------------
+def say(text: str) -> str:
+    """A paragraph of Markdown generated from data (e.g. `workshop_lib.claims`), shown as text on the page."""
+    if not text:
+        return ""
+    try:
+        from IPython import get_ipython
+        from IPython.display import Markdown
+    except ImportError:
+        get_ipython = None
+    if get_ipython is not None and get_ipython() is not None:
+        _display(Markdown(text))
+    else:
+        print(text)
+    return text
+
+
+def show_file(path: str, title: str | None = None, open_: bool = True) -> str:
+    """A file of the repository (a DeepSpeed JSON, a template) shown as it is, under its path in the repo."""
+    source = repository_root() / path
+    if not source.is_file():
+        raise WorkshopError(f"{path} does not exist in the workshop folder {repository_root()}: name a file by its "
+                            "path in the repository, e.g. slurm/ds_configs/zero2_offload.json")
+    block = _text_block(title or path, source.read_text(), open_)
+    _display(_html(block))
+    return block
+
+
+def _text_block(title: str, text: str, open_: bool) -> str:
+    """A folded block of plain text (a file, log lines): a script block without the checker's verdict."""
+    return (f"<details{' open' if open_ else ''}><summary><code>{_escape(title)}</code></summary>"
+            f'<pre style="font-size:0.8em;overflow-x:auto">{_escape(text)}</pre></details>')
+
+
+def show_log_lines(experiment_id: str, pattern: str, runs_dir: Path | str | None = None, limit: int = 3) -> list[str]:
+    """The last lines of an experiment's job log that contain ``pattern`` (what a reader looks for by hand)."""
+    folder = resolve_runs_dir(runs_dir) / experiment_id
+    logs = sorted(folder.glob("slurm-*.out"))
+    if not logs:
+        message(f"No log of {experiment_id} in {folder} yet: run the chapter's jobs first (the submission cell), "
+                "then this cell shows the lines you looked for.")
+        return []
+    lines = [line for line in logs[-1].read_text(errors="replace").splitlines() if pattern in line][-limit:]
+    _display(_html(_text_block(f"{logs[-1].name} of {experiment_id}: lines with {pattern!r}",
+                               "\n".join(lines) or f"(no line contains {pattern!r})", True)))
+    return lines
+
+
 # ---- submit and wait ------------------------------------------------------------------------------
 def run_experiments(selection: Selection, runs_dir: Path | str | None = None,
                     wait_timeout_s: float | None = 1800, progress: bool = True) -> list[Run]:

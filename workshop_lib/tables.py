@@ -130,12 +130,19 @@ def capped_steps(record: dict) -> int | None:
     return None if value is None or (isinstance(value, float) and pd.isna(value)) else int(value)
 
 
+def samples_per_gpu(record: dict) -> int | None:
+    """The samples each GPU trained on when the run's data grew with its GPUs (as recorded), else None."""
+    settings = record.get("run_settings")
+    value = settings.get("samples_per_gpu") if isinstance(settings, dict) else None
+    return None if value is None or (isinstance(value, float) and pd.isna(value)) else int(value)
+
+
 def ran_fixed_steps(records: list[dict]) -> bool:
-    """True when the completed runs trained a fixed number of optimizer steps with the same batch per GPU:
-    every GPU then does the same work whatever the GPU count, which is weak scaling even where the
-    seed's experiment (a fixed data set, full epochs) meant strong scaling."""
+    """True when every completed run gave each GPU the same work whatever the GPU count: a fixed number of
+    optimizer steps (a profile's max_steps cap) or the same samples per GPU, with the same batch per GPU.
+    That is weak scaling, even where the seed's experiment (a fixed data set) meant strong scaling."""
     done = [r for r in records if completed(r)]
-    return bool(done) and all(capped_steps(r) is not None for r in done)
+    return bool(done) and all(capped_steps(r) is not None or samples_per_gpu(r) is not None for r in done)
 
 
 # --- chapters 1 and 2: NeMo scaling tables -------------------------------------------------------
@@ -436,11 +443,14 @@ def _scaling_columns(records: list[dict], base: dict, strong_extra: list[Column]
 def scaling_note(records: list[dict]) -> str:
     """The note under a chapter 4 scaling table, saying which kind of scaling its rows measured."""
     if ran_fixed_steps(records):
-        steps = sorted({capped_steps(r) for r in records if completed(r)})
-        return (f"Fixed steps ({', '.join(map(str, steps))} optimizer steps, the profile's max_steps) with the same "
-                "batch per GPU: every GPU does the same work at every GPU count, so this is weak scaling. Weak Scaling "
-                "Efficiency = step time(first row) / step time(N) x 100; the scale factors compare whole runs, "
-                "start-up included.")
+        done = [r for r in records if completed(r)]
+        steps = sorted({capped_steps(r) for r in done if capped_steps(r) is not None})
+        per_gpu = sorted({samples_per_gpu(r) for r in done if samples_per_gpu(r) is not None})
+        how = (f"{', '.join(map(str, steps))} optimizer steps (the profile's max_steps)" if steps else
+               f"{', '.join(map(str, per_gpu))} samples per GPU")
+        return (f"Same work per GPU ({how}, the same batch per GPU) at every GPU count: this is weak scaling. Weak "
+                "Scaling Efficiency = step time(first row) / step time(N) x 100; the scale factors compare whole "
+                "runs, start-up included.")
     return ("Fixed data set, full epochs (strong scaling): Runtime Scale Factor = runtime(first row) / runtime(N) is "
             "the speedup; Parallel Efficiency = speedup / (N / GPUs of the first row) x 100.")
 
@@ -545,14 +555,16 @@ def chapter_4_tables(results: pd.DataFrame) -> list[Table]:
                             key="strategies"))
     single = _group(results, "single-gpu")
     one_node = single + _group(results, "multi-gpu")
-    across = single + _group(results, "multi-node")
+    nodes = _group(results, "multi-node")
+    across = single + nodes if nodes else []  # the one-GPU row alone is no comparison across nodes
     tables.append(Table("BLOOM-560m, FSDP on one node", fsdp_scaling_table(one_node), scaling_note(one_node),
                         key="multi-gpu"))
     tables.append(Table("BLOOM-560m, FSDP across nodes", fsdp_scaling_table(across, setup=_node_setup),
                         scaling_note(across), key="multi-node"))
     gpt = _group(results, "gpt")
     gpt_node = [r for r in gpt if r["nodes"] == 1]
-    gpt_across = [r for r in gpt if r["gpus"] == 1] + [r for r in gpt if r["nodes"] > 1]
+    gpt_nodes = [r for r in gpt if r["nodes"] > 1]
+    gpt_across = [r for r in gpt if r["gpus"] == 1] + gpt_nodes if gpt_nodes else []
     tables.append(Table("Custom GPT, FSDP on one node", gpt_scaling_table(gpt_node), scaling_note(gpt_node),
                         key="gpt"))
     tables.append(Table("Custom GPT, FSDP across nodes", gpt_scaling_table(gpt_across), scaling_note(gpt_across),
