@@ -8,6 +8,12 @@ Where results live: ``resolve_runs_dir`` gives one absolute folder whichever way
 re-run or a book build finds the runs of the first execution and submits nothing that already completed.
 Set ``WORKSHOP_SUBMIT=0`` to make a chapter read results only (the book build does): it then never talks
 to a scheduler.
+
+Results are shown real measurements first: ``show_results(selection, keys)`` shows a part of a chapter
+(e.g. ``["single-gpu"]``) as the reference measured on real GPUs (``book/reference/chapter<N>.json``, with a
+provenance caption), then the same tables from the participant's runs, titled by profile, with stand-in
+models named as such and all-n/a columns dropped. Any chapter gets this by calling it with its tables'
+keys (``Table.key`` in ``workshop_lib.tables``) once its reference file exists.
 """
 
 from __future__ import annotations
