@@ -148,3 +148,20 @@ def test_a_data_set_that_grows_with_the_gpus_is_weak_scaling_too(tmp_path):
     [table] = [t for t in chapter_tables(4, tmp_path) if t.title == "Custom GPT, FSDP on one node"]
     assert list(table.frame["Weak Scaling Efficiency (%)"])[:2] == [100.0, 80.0]
     assert "500 samples per GPU" in table.note
+
+
+def test_a_tiny_table_names_its_model_as_a_stand_in_and_drops_what_nobody_recorded(tmp_path):
+    from workshop_lib.profiles import load_profile
+    from workshop_lib.tables import drop_unrecorded, for_stand_ins
+
+    _summary_run(tmp_path, "fsdp/single-gpu/full-shard", train_runtime_s=3.0, samples_per_s=2.0, final_loss=1.0,
+                 world_size=1, model_state_bytes_per_rank=[2 * 2**20])
+    [table] = [t for t in chapter_tables(4, tmp_path) if t.key == "multi-gpu"]
+    shown = drop_unrecorded(for_stand_ins(table, load_profile("tiny")))
+    assert shown.title == "tiny-bloom (stand-in for BLOOM-560m), FSDP on one node"
+    assert for_stand_ins(shown, load_profile("tiny")).title == shown.title  # never twice
+    assert for_stand_ins(table, load_profile("ibex")).title == table.title  # the real model keeps its name
+    done = shown.frame.iloc[0]
+    assert done["Model States per Rank (MiB)"] == 2.0  # the census, where GPU memory would be
+    assert "GPU Memory Allocated (GB)" not in shown.frame.columns  # n/a on every completed row… and MISSING
+    assert "GPU Memory Allocated (GB)" in table.frame.columns

@@ -450,7 +450,7 @@ def show_results(selection: Selection, keys: Sequence[str], runs_dir: Path | str
     mine = show_tables(selection, runs_dir, keys)
     if plots and mine:
         show_figures(chapter_figures(selection.chapter, chapter_results_for(selection, runs_dir), keys,
-                                     f"your runs, {selection.profile.name}"))
+                                     f"your runs, {selection.profile.name}", selection.profile))
 
 
 def show_recipe_benchmark() -> list[Table]:
@@ -543,13 +543,24 @@ def show_plots(selection: Selection, runs_dir: Path | str | None = None, keys: S
     if results.empty or not (results["state"] == COMPLETED).any():
         message("No completed run yet: nothing to plot.", "warning")
         return 0
-    return show_figures(chapter_figures(selection.chapter, results, keys, f"your runs, {selection.profile.name}"))
+    return show_figures(chapter_figures(selection.chapter, results, keys, f"your runs, {selection.profile.name}",
+                                        selection.profile))
 
 
 def chapter_figures(chapter: int, results: pd.DataFrame, keys: Sequence[str] | None = None,
-                    label: str = "") -> list:
+                    label: str = "", profile: Profile | None = None) -> list:
     """The figures of a chapter's parts ``keys`` (all when None) from a results frame, titles ending in
-    ``label`` (whose runs they show). Loss curves need the runs' folders, so a reference has none."""
+    ``label`` (whose runs they show) and naming ``profile``'s stand-in models as such. Loss curves need
+    the runs' folders, so a reference has none."""
+    figures = _chapter_figures(chapter, results, keys, label)
+    names = tables_module.stand_in_names(profile) if profile is not None else {}
+    for figure in figures if names else ():
+        for axes in figure.axes:
+            axes.set_title(tables_module.rename_models(axes.get_title(), names), wrap=True)
+    return figures
+
+
+def _chapter_figures(chapter: int, results: pd.DataFrame, keys: Sequence[str] | None, label: str) -> list:
     from . import plots
 
     wanted = (lambda key: True) if keys is None else (lambda key: key in keys)  # noqa: E731
@@ -560,10 +571,11 @@ def chapter_figures(chapter: int, results: pd.DataFrame, keys: Sequence[str] | N
     figures = []
     if chapter in (1, 2):
         what = "LoRA, data parallel" if chapter == 1 else "tensor (x expert) parallel"
-        for name in ("llama", "mixtral"):
+        for name, model in (("llama", "llama-3.1-8b"), ("mixtral", "mixtral-8x7b")):
             if wanted(name) and len(group(name)) > 1:
+                shown = tables_module.MODEL_NAMES[model]
                 figures.append(plots.speedup_plot(group(name), "total_time_s",
-                                                  f"{name.title()} ({what}): speedup of the total job time{suffix}"))
+                                                  f"{shown} ({what}): speedup of the total job time{suffix}"))
         if wanted("memory"):
             figures.append(plots.memory_plot(results, by="id", metric=memory[0],
                                              title=f"Peak memory per process ({memory[1]}){suffix}", ylabel="MiB"))
@@ -597,11 +609,11 @@ def chapter_figures(chapter: int, results: pd.DataFrame, keys: Sequence[str] | N
         if wanted("multi-gpu"):
             if tables_module.ran_fixed_steps(one_node.to_dict("records")):
                 step = tables_module._step_time_key(one_node.to_dict("records"))
-                figures.append(plots.efficiency_plot(one_node, step, "BLOOM with FSDP on one node: weak scaling "
-                                                     f"efficiency from the step time{suffix}"))
+                figures.append(plots.efficiency_plot(one_node, step, "BLOOM-560m with FSDP on one node: weak "
+                                                     f"scaling efficiency from the step time{suffix}"))
             else:
-                figures.append(plots.speedup_plot(one_node, "train_runtime_s",
-                                                  f"BLOOM with FSDP on one node: speedup of the training runtime{suffix}"))
+                figures.append(plots.speedup_plot(one_node, "train_runtime_s", "BLOOM-560m with FSDP on one node: "
+                                                  f"speedup of the training runtime{suffix}"))
         if wanted("strategies"):
             figures.append(plots.memory_plot(group("strategies"), by="id", metric=memory[0],
                                              title=f"Sharding strategies: peak memory per rank ({memory[1]}){suffix}",

@@ -604,7 +604,8 @@ def stand_in_names(profile) -> dict[str, str]:
     return names
 
 
-def _rename(text, names: dict[str, str]):
+def rename_models(text, names: dict[str, str]):
+    """``text`` with each real model name replaced by its stand-in (see `stand_in_names`)."""
     if not isinstance(text, str):
         return text
     for real, stand_in in names.items():
@@ -618,19 +619,28 @@ def for_stand_ins(table: Table, profile) -> Table:
     names = stand_in_names(profile)
     if not names:
         return table
-    frame = table.frame.map(lambda value: _rename(value, names))
-    frame.columns = [_rename(column, names) for column in frame.columns]
-    return replace(table, title=_rename(table.title, names), note=_rename(table.note, names), frame=frame)
+    frame = table.frame.map(lambda value: rename_models(value, names))
+    frame.columns = [rename_models(column, names) for column in frame.columns]
+    return replace(table, title=rename_models(table.title, names), note=rename_models(table.note, names), frame=frame)
+
+
+_STATE = re.compile(r"^[A-Z][A-Z_ ]+$")  # what a cell of a run that did not complete shows (FAILED, MISSING…)
+
+
+def _unrecorded(cells) -> bool:
+    """True when no completed run recorded a value here: n/a cells, and run states for the rest."""
+    cells = list(cells)
+    return NOT_RECORDED in cells and all(c == NOT_RECORDED or (isinstance(c, str) and _STATE.match(c)) for c in cells)
 
 
 def drop_unrecorded(table: Table) -> Table:
-    """Without the columns (and, in the seeds' sideways tables, the metric rows) that read n/a for every run:
-    a column nobody could fill (no nvidia-smi on a CPU, no census in older runs) only hides the others."""
+    """Without the columns (and, in the seeds' sideways tables, the metric rows) that no completed run could
+    fill (no nvidia-smi on a CPU, no census in older runs): they read n/a on every row and hide the rest."""
     frame = table.frame
     measured = [c for c in frame.columns if c not in _DESCRIBING]
     if "Metric" in frame.columns and measured:
-        frame = frame[~frame[measured].eq(NOT_RECORDED).all(axis=1)]
-    empty = [c for c in frame.columns if c not in _DESCRIBING and len(frame) and frame[c].eq(NOT_RECORDED).all()]
+        frame = frame[[not _unrecorded(row) for row in frame[measured].itertuples(index=False)]]
+    empty = [c for c in frame.columns if c not in _DESCRIBING and _unrecorded(frame[c])]
     return replace(table, frame=frame.drop(columns=empty).reset_index(drop=True))
 
 
