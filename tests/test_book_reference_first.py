@@ -39,7 +39,9 @@ def _blocks(section):
 
 
 def _plain(text: str) -> str:
-    return " ".join(text.replace("**", "").replace("*", "").replace("`", "").split())
+    """Text without Markdown marks and without whitespace (HTML puts spaces around inline elements)."""
+    text = text.translate(str.maketrans("‘’“”", "''\"\""))  # Sphinx's smart quotes
+    return re.sub(r"\s+", "", text.replace("**", "").replace("*", "").replace("`", ""))
 
 
 def check_reference_first(page: Path) -> int:
