@@ -152,6 +152,9 @@ nb.say(f"**Steps per epoch.** 500 samples at 4 per batch make {batches} batches 
        "cap)*, not steps per epoch.");
 
 # %% [markdown]
+# **Reading your tiny runs.** A tiny model trained a few steps from random weights can see its loss
+# rise from one evaluation to the next: that is noise, and says nothing about the recipe.
+#
 # **Exact match and F1.** The reference models start from random weights and train 30 steps, so they
 # generate no answer that matches SQuAD's: both scores are 0, as they must be. On Ibex, with the trained
 # BLOOM-560m, the same evaluation gives real scores; on the tiny profile the synthetic answers are
@@ -178,6 +181,11 @@ nb.say(claims.zero_one_gpu(reference));
 nb.show_results(selection, ["multi-gpu"], runs_dir)
 nb.say(claims.zero_weak_scaling(reference))
 nb.say(claims.losses_differ(reference));
+
+# %% [markdown]
+# **Reading your tiny runs.** A tiny run takes only a few optimizer steps, and the first one carries
+# one-off start-up work, so its mean step time is noisy: tiny efficiencies can land above 100 %, which
+# a real run of this kind cannot sustain.
 
 # %% [markdown]
 # ## Results: the stages on two GPUs
