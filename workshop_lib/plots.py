@@ -150,3 +150,41 @@ def memory_layout_diagram(layouts: dict[str, dict[str, dict[str, float]]], title
     axes.legend(loc="lower right", fontsize="small")
     figure.set_size_inches(7, 0.5 * len(names) + 1.6)
     return figure
+
+
+def mixtral_layouts(gpus: int = 4, experts: int = 8) -> dict[str, list[str]]:
+    """What each of ``gpus`` GPUs holds of Mixtral under data (DP), tensor (TP) and expert (EP) parallelism."""
+    def expert_range(group: int, groups: int) -> str:
+        per = experts // groups
+        return f"experts {group * per}–{group * per + per - 1}"
+
+    half = gpus // 2
+    return {
+        f"DP {gpus}": [f"all {experts} experts\nwhole matrices\n1/{gpus} of the batch" for _ in range(gpus)],
+        f"TP {gpus}": [f"all {experts} experts\n1/{gpus} of each matrix\nwhole batch" for _ in range(gpus)],
+        f"EP {gpus}": [f"{expert_range(g, gpus)}\nattention whole\ntokens routed (all-to-all)" for g in range(gpus)],
+        f"TP 2 × EP {half}": [f"{expert_range(g // 2, half)}\n1/2 of each matrix\n+ sequence parallel"
+                              for g in range(gpus)],
+    }
+
+
+def gpu_layout_diagram(layouts: dict[str, list[str]], title: str):
+    """One row per layout, one box per GPU with what that GPU holds (e.g. `mixtral_layouts`)."""
+    import matplotlib.pyplot as plt
+
+    names = list(layouts)
+    columns = max(len(boxes) for boxes in layouts.values())
+    figure, axes = plt.subplots(figsize=(2.3 * columns + 1.5, 1.3 * len(names) + 0.6), constrained_layout=True)
+    axes.set_title(title)
+    for row, name in enumerate(names):
+        for column, text in enumerate(layouts[name]):
+            axes.add_patch(plt.Rectangle((column + 0.05, -row - 0.9), 0.9, 0.8, facecolor="#e8f1fb",
+                                         edgecolor="#2b6cb0"))
+            axes.text(column + 0.5, -row - 0.5, f"GPU {column}\n{text}", ha="center", va="center", fontsize=7)
+    axes.set_xlim(0, columns)
+    axes.set_ylim(-len(names), 0)
+    axes.set_yticks([-row - 0.5 for row in range(len(names))], names)
+    axes.set_xticks([])
+    for side in ("top", "right", "bottom"):
+        axes.spines[side].set_visible(False)
+    return figure
