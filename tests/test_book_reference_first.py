@@ -59,7 +59,7 @@ def check_reference_first(page: Path) -> int:
         if "workshop-reference-missing" in classes:
             assert "No reference measurement" in first.get_text(), title
         else:
-            assert "workshop-reference" in classes, f"{page.name}, section {title!r}: the first table is not a reference"
+            assert "workshop-reference" in classes, f"{page.name}, {title!r}: the first table is not a reference"
             caption = first.select_one("p.workshop-provenance")
             assert caption is not None, f"{page.name}, section {title!r}: reference table without provenance"
             assert PROVENANCE.match(caption.get_text(" ", strip=True)), caption.get_text(" ", strip=True)

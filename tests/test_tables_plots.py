@@ -46,5 +46,6 @@ def test_memory_layout_diagrams_follow_the_model_state_formulas():
     figure = plots.memory_layout_diagram(zero, "ZeRO")
     assert len(figure.axes[0].patches) == sum(len(part) for layout in zero.values() for part in layout.values())
     layouts = plots.mixtral_layouts(4)
-    assert [box.split("\n")[0] for box in layouts["EP 4"]] == ["experts 0–1", "experts 2–3", "experts 4–5", "experts 6–7"]
+    assert [box.split("\n")[0] for box in layouts["EP 4"]] == ["experts 0–1", "experts 2–3", "experts 4–5",
+                                                                "experts 6–7"]
     assert len(plots.gpu_layout_diagram(layouts, "Mixtral").axes[0].patches) == 16

@@ -74,7 +74,8 @@ def zero_one_gpu(results: pd.DataFrame) -> str:
         text += f"Offload costs time: with it, {', '.join(costs)} fewer samples per second. "
     pinned, unpinned = runs.get("zero/single-gpu/zero2-offload-pinned"), runs.get("zero/single-gpu/zero2-offload")
     if pinned and unpinned:
-        same = abs(pinned["allocated_peak_mib"] - unpinned["allocated_peak_mib"]) < 0.01 * unpinned["allocated_peak_mib"]
+        difference = abs(pinned["allocated_peak_mib"] - unpinned["allocated_peak_mib"])
+        same = difference < 0.01 * unpinned["allocated_peak_mib"]
         text += (f"Pinned host memory takes ZeRO-2 + offload from {unpinned['train_samples_per_s']:.1f} to "
                  f"{pinned['train_samples_per_s']:.1f} samples/s "
                  f"({times(pinned['train_samples_per_s'] / unpinned['train_samples_per_s'])})"
@@ -101,7 +102,8 @@ def zero_two_gpus(results: pd.DataFrame) -> str:
     by_stage = {int(r["zero_stage"]): r for r in plain}
     text = (f"On two GPUs without offload, the peak per GPU reads {peaks} in nvidia-smi ({allocated} allocated by "
             f"PyTorch): the lowest allocation is **stage {int(lowest['zero_stage'])}**'s")
-    if 3 in by_stage and any(by_stage[3]["gpu0_peak_mib"] > by_stage[s]["gpu0_peak_mib"] for s in (1, 2) if s in by_stage):
+    lower = [by_stage[s]["gpu0_peak_mib"] for s in (1, 2) if s in by_stage]
+    if 3 in by_stage and any(by_stage[3]["gpu0_peak_mib"] > peak for peak in lower):
         text += ", and stage 3 sits *above* stages 1–2, not below them"
     text += ". "
     if 1 in by_stage and 3 in by_stage:
@@ -229,7 +231,8 @@ def fsdp_one_node(results: pd.DataFrame) -> str:
     states = ", ".join(f"{r['rank0_model_state_mib']:,.0f}" for r in rows)
     step = ", ".join(f"{r['mean_step_time_s']:.3f}" for r in rows)
     last = rows[-1]
-    return (f"With FULL_SHARD the model states per GPU fall as 1/N: {states} MiB on {', '.join(str(int(r['gpus'])) for r in rows)} "
+    gpus = ", ".join(str(int(r["gpus"])) for r in rows)
+    return (f"With FULL_SHARD the model states per GPU fall as 1/N: {states} MiB on {gpus} "
             f"GPUs, and the allocated peak from {gib(rows[0]['allocated_peak_mib'])} to "
             f"{gib(last['allocated_peak_mib'])}. The mean step time goes {step} s: each GPU does the same work "
             f"(30 steps of the same batch per GPU), so weak-scaling efficiency at {int(last['gpus'])} GPUs is "

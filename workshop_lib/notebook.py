@@ -418,7 +418,8 @@ def show_reference_tables(chapter: int, keys: Sequence[str] | None = None,
     its provenance; a note saying so where the part has no reference measurement."""
     loaded = reference_results(chapter)
     if loaded is None:
-        _reference_missing(f"No reference measurement for chapter {chapter} yet (book/reference/chapter{chapter}.json).")
+        _reference_missing(f"No reference measurement for chapter {chapter} yet "
+                           f"(book/reference/chapter{chapter}.json).")
         return []
     data, results = loaded
     caption = reference_caption(data, results, f"book/reference/chapter{chapter}.json")

@@ -74,7 +74,8 @@ def _int(key: str) -> Callable[[dict], object]:
 def _ratio(numerator: dict, denominator: dict, key: str, digits: int = 2) -> float | None:
     """numerator[key] / denominator[key] when both runs completed and recorded it."""
     top, bottom = numerator.get(key), denominator.get(key)
-    if not (completed(numerator) and completed(denominator)) or top is None or not bottom or pd.isna(top) or pd.isna(bottom):
+    if not (completed(numerator) and completed(denominator)) or top is None or not bottom or pd.isna(top) \
+            or pd.isna(bottom):
         return None
     return round(top / bottom, digits)
 
@@ -300,7 +301,8 @@ def baseline_summary(record: dict, fsdp: bool = False) -> pd.DataFrame:
         ("CPU Memory", "Mode Usage (MB)", "psrecord", _get("cpu_mode_mib")),
     ]
     return pd.DataFrame([{"Category": category, "Metric": metric, "Extraction Instruction": source,
-                          "Your Value": measured_cell(record, read(record))} for category, metric, source, read in rows],
+                          "Your Value": measured_cell(record, read(record))}
+                         for category, metric, source, read in rows],
                         columns=["Category", "Metric", "Extraction Instruction", "Your Value"])
 
 
@@ -330,7 +332,8 @@ def _weak_scaling_rows(reference: dict | None, unit: str, records: list[dict]) -
 
 def _cuda_allocated(record: dict):
     """The engine's torch.cuda.max_memory_allocated (max over ranks); None off a GPU (there it is the RSS)."""
-    return _get("allocated_peak_mib", digits=1)(record) if record.get("allocated_kind") == "cuda_max_allocated" else None
+    on_gpu = record.get("allocated_kind") == "cuda_max_allocated"
+    return _get("allocated_peak_mib", digits=1)(record) if on_gpu else None
 
 
 ALLOCATED_COLUMN: Column = ("Peak Allocated per GPU (MiB)", _cuda_allocated)
