@@ -396,9 +396,7 @@ def reference_caption(data: dict, results: pd.DataFrame, source: str) -> str:
     gpu = gpus[0].split(",")[0]
     profile = load_profile(data["profile"]) if data.get("profile") else None
     done = results[results["state"] == COMPLETED]
-    recipes = sorted({f"{r.get('recipe', 'seed')} recipe ({r['precision']}, batch {int(r['per_device_batch'])} × "
-                      f"accumulation {int(r['grad_accum'])})" for r in done.to_dict("records")
-                      if not pd.isna(r.get("per_device_batch"))})
+    recipes = sorted({_recipe_text(r) for r in done.to_dict("records")} - {""})
     steps = sorted({int(s["max_steps"]) for s in done.get("run_settings", []) if isinstance(s, dict)
                     and s.get("max_steps") is not None})
     weights = ("random-init weights (memory and speed are the real model's, the loss is not)"
@@ -406,10 +404,27 @@ def reference_caption(data: dict, results: pd.DataFrame, source: str) -> str:
     data_kind = f"{profile.training.data} data" if profile is not None else ""
     dates = sorted({p.get("date", "")[:10] for p in provenance if p.get("date")})
     steps_text = f"{' / '.join(map(str, steps))} optimizer steps" if steps else "full epochs"
+    software = ", ".join(f"{name} {first[key]}" for key, name in
+                         (("torch", "torch"), ("transformers", "transformers"), ("deepspeed", "DeepSpeed"),
+                          ("nemo", "NeMo")) if first.get(key))
     return (f"Reference, measured on real GPUs: {len(gpus)} × {gpu} (profile {data.get('profile')}); "
-            f"{'; '.join(recipes) or 'recipe as declared'}; {steps_text}; {weights}; {data_kind}; torch "
-            f"{first.get('torch')}, transformers {first.get('transformers')}, DeepSpeed {first.get('deepspeed')}; "
-            f"measured {', '.join(dates)}. Source: {source}.")
+            f"{'; '.join(recipes) or 'recipe as declared'}; {steps_text}; {weights}; {data_kind}; "
+            f"{software or 'software versions not recorded'}; measured {', '.join(dates)}. Source: {source}.")
+
+
+def _recipe_text(record: dict) -> str:
+    """"seed recipe (fp16, batch 4 × accumulation 4)" for a Trainer run; the global batch for a NeMo run."""
+    def known(key):
+        value = record.get(key)
+        return None if value is None or (isinstance(value, float) and pd.isna(value)) else value
+
+    recipe, precision = known("recipe") or "seed", known("precision") or known("run_precision") or "precision as run"
+    if known("per_device_batch") and known("grad_accum"):
+        return (f"{recipe} recipe ({precision}, batch {int(record['per_device_batch'])} × accumulation "
+                f"{int(record['grad_accum'])})")
+    if known("global_batch"):
+        return f"{recipe} recipe ({precision}, global batch {int(record['global_batch'])})"
+    return ""
 
 
 def show_reference_tables(chapter: int, keys: Sequence[str] | None = None,
