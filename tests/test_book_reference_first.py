@@ -145,3 +145,31 @@ def test_tiny_tables_name_their_models_as_stand_ins(built_book):  # noqa: F811 -
         if (ROOT / "book" / "reference" / f"chapter{chapter}.json").is_file():
             check_reference_first(html)
     assert seen, "the tiny chapters ran but the book shows none of their tables"
+
+
+def test_show_results_puts_the_reference_first_then_your_runs_by_profile(tmp_path, capsys, monkeypatch):
+    """The notebook call itself, outside a kernel: reference blocks, then the participant's, in that order."""
+    import json
+
+    from workshop_lib import notebook as nb
+
+    monkeypatch.setenv("WORKSHOP_SUBMIT", "0")
+    selection = nb.select(4, "tiny", ["fsdp/single-gpu/full-shard", "fsdp/multi-gpu/2-gpus"])
+    nb.show_results(selection, ["multi-gpu"], tmp_path, plots=False)
+    out = capsys.readouterr().out
+    assert out.index('class="workshop-table-block workshop-reference"') < out.index("No completed run of chapter 4")
+    assert "Reference, measured on real GPUs:" in out
+    for experiment_id, gpus in (("fsdp/single-gpu/full-shard", 1), ("fsdp/multi-gpu/2-gpus", 2)):
+        folder = tmp_path / experiment_id / "train"
+        folder.mkdir(parents=True)
+        summary = {"kind": "summary", "engine": "fsdp", "world_size": gpus, "model": "tiny-bloom",
+                   "train_runtime_s": 2.0, "mean_step_time_s": 0.5 * gpus, "samples_per_s": 1.0, "final_loss": 5.0,
+                   "settings": {"max_steps": 3}, "model_state_bytes_per_rank": [2**20 / gpus] * gpus}
+        (folder / "metrics.jsonl").write_text(json.dumps(summary) + "\n")
+    nb.show_results(selection, ["multi-gpu"], tmp_path, plots=False)
+    out = capsys.readouterr().out
+    reference = out.index('class="workshop-table-block workshop-reference"')
+    mine = out.index('class="workshop-table-block workshop-participant" data-profile="tiny"')
+    assert reference < mine
+    assert "tiny-bloom (stand-in for BLOOM-560m), FSDP on one node" in out[mine:]
+    assert "Your runs — tiny CPU stand-in" in out[mine:]
