@@ -148,7 +148,8 @@ def memory_layout_diagram(layouts: dict[str, dict[str, dict[str, float]]], title
     axes.set_yticks(range(len(names)), names)
     axes.invert_yaxis()
     axes.legend(loc="lower right", fontsize="small")
-    figure.set_size_inches(7, 0.5 * len(names) + 1.6)
+    axes.set_title(title, fontsize="medium", wrap=True)
+    figure.set_size_inches(8, 0.5 * len(names) + 1.8)
     return figure
 
 
