@@ -16,15 +16,20 @@
 # fine-tunes BLOOM-560m on SQuAD with the Hugging Face Trainer and measures each option on one GPU,
 # then scales out: several GPUs of one node, the stages on two GPUs, and several nodes.
 #
+# Every results section below shows first what the experiment measured **on real GPUs** (the
+# reference, with where and how it ran), then the same table from **your runs**, titled by the profile
+# that produced them. The sentences that state measured orderings and figures are written from the
+# reference data when the page is built.
+#
 # ```{admonition} Where this runs
 # :class: note
 # On Ibex (`profile = "ibex"`) each run is BLOOM-560m on A100s with fp16, batch 4 × accumulation 4,
 # three epochs, GPU memory sampled by `nvidia-smi` and host memory by `psrecord`. On the **tiny
-# profile** the same Trainer + DeepSpeed code runs on CPU processes with a tiny random BLOOM, fp32,
-# synthetic SQuAD-style data and a few steps. DeepSpeed really partitions and offloads there (it uses
-# its CPU accelerator and gloo instead of NCCL), so the *structure* of the results is real, but there
-# is no GPU memory to measure: the memory figures are each process's own peak, and CPU memory comes
-# from `psrecord` as on Ibex.
+# profile** the same Trainer + DeepSpeed code runs on CPU processes with a tiny random BLOOM
+# (`tiny-bloom`, a stand-in for BLOOM-560m), fp32, synthetic SQuAD-style data and a few steps. DeepSpeed
+# really partitions and offloads there (it uses its CPU accelerator and gloo instead of NCCL), so the
+# *structure* of the results is real, but there is no GPU memory to measure: your tables then show the
+# tensor bytes each rank holds, counted by the engine, where GPU memory would be.
 # ```
 
 # %% tags=["parameters"]
@@ -34,20 +39,21 @@ wait_timeout_s = 2400  # stop waiting after this long (jobs keep running; re-run
 runs_dir = None  # None: <repository>/runs (or $WORKSHOP_RUNS_DIR)
 recipe = "seed"  # "seed": the original material's recipe (comparable numbers); "tuned": the faster one
 
-# %%
+# %% tags=["hide-input"]
+from workshop_lib import claims, plots
 from workshop_lib import notebook as nb
 
 selection = nb.chapter_header(3, profile, experiments, runs_dir, recipe)
-nb.experiments_overview(selection);
+reference = nb.reference_results(3)[1]
 
 # %% [markdown]
 # ## The ideas
 #
 # **Where the memory goes.** Training a model of Ψ parameters with Adam in mixed precision keeps, per
-# GPU: 2Ψ bytes of 16-bit parameters, 2Ψ of 16-bit gradients and 12Ψ of optimizer states (an fp32
-# master copy of the weights plus Adam's two fp32 moments): **16Ψ** in total, 9 GB for BLOOM-560m
-# before any activation. Plain data parallelism keeps all 16Ψ on each of the *N*<sub>d</sub> GPUs.
-# ZeRO divides them:
+# GPU, these **model states**: 2Ψ bytes of 16-bit parameters, 2Ψ of 16-bit gradients and 12Ψ of
+# optimizer states (an fp32 master copy of the weights plus Adam's two fp32 moments): **16Ψ** in total,
+# 8.3 GiB for BLOOM-560m's 559 M parameters. Plain data parallelism keeps all 16Ψ on each of the
+# *N*<sub>d</sub> GPUs. ZeRO divides them:
 #
 # | ZeRO stage | what is divided over the *N*<sub>d</sub> GPUs | model-state bytes per GPU |
 # |---|---|---|
@@ -56,153 +62,241 @@ nb.experiments_overview(selection);
 # | 2 | + gradients | 2Ψ + (2 + 12)Ψ/*N*<sub>d</sub> |
 # | 3 | + parameters | (2 + 2 + 12)Ψ/*N*<sub>d</sub> |
 #
+# The table counts model states only. A GPU also holds the **activations** kept for the backward pass,
+# the **logits** (one score per vocabulary word per token: BLOOM has 250,880 words) and working buffers;
+# none of the stages divides those. The results below show how much that matters.
+
+# %% tags=["hide-input"]
+nb.show_figure(plots.memory_layout_diagram(plots.zero_layouts(2), "What each of 2 GPUs keeps, per ZeRO stage"));
+
+# %% [markdown]
 # Stages 1 and 2 cost no extra communication: the all-reduce of plain data parallelism is replaced
 # by a reduce-scatter (each GPU receives only the gradient slice it updates) and an all-gather of
 # the updated weights, the same volume. Stage 3 gathers each layer's parameters just before it runs,
 # in the forward and again in the backward pass: about 1.5× the communication, in exchange for
-# memory that keeps falling as GPUs are added. None of the stages touches the **activations**; those
-# depend on the batch, the sequence length and the model's width.
-#
-# **On one GPU**, *N*<sub>d</sub> = 1 and there is nobody to share with: stages 1 and 2 save nothing
-# (stage 3 may save a little through the way it allocates). That is what the single-GPU table is
-# for: it isolates the overhead of each stage and the effect of offload.
+# model states that keep falling as GPUs are added. **On one GPU**, *N*<sub>d</sub> = 1 and there is
+# nobody to share with: the single-GPU table isolates the overhead of each stage and the effect of offload.
 #
 # **CPU offload** (`offload_optimizer`, and at stage 3 also `offload_param`) keeps the fp32 master
-# weights and Adam moments, 12Ψ, in host memory and runs the Adam step on the CPU with DeepSpeed's
-# vectorised CPU Adam. The GPU keeps only the 16-bit weights and gradients; gradients go to the host
-# and updated weights come back every step over PCIe. It trades GPU memory for host memory and time.
-# **Pinned memory** (`pin_memory: true`) allocates those host buffers page-locked, so copies can use
-# DMA and overlap with compute: faster transfers, at the price of memory the operating system cannot
-# swap or reuse.
+# weights and Adam moments, 12Ψ, in host memory and runs the Adam step on the CPU. The GPU keeps the
+# 16-bit weights and gradients; gradients go to the host and updated weights come back every step over
+# PCIe. **Which optimizer ran:** the configurations in `slurm/ds_configs/` have no `optimizer` block, so
+# DeepSpeed steps the Trainer's own `torch.optim.AdamW` on the CPU copy (`zero_force_ds_cpu_optimizer:
+# false`). The original material used DeepSpeed's `DeepSpeedCPUAdam`, a vectorised C++ Adam that is
+# faster on the CPU but is compiled on the node the first time it is used. The offload figures below are therefore torch AdamW's; put the seed's `optimizer`
+# block back into a configuration to measure CPU Adam. **Pinned memory** (`pin_memory: true`) allocates
+# the host buffers page-locked, so copies can use DMA and overlap with compute: faster transfers, at the
+# price of memory the operating system cannot swap or reuse.
 #
-# **`"auto"` in the configuration** (`slurm/ds_configs/*.json`) means "take the value from the
-# Trainer's arguments" (batch size, accumulation, learning rate, fp16), so the script and the JSON
-# never disagree. DeepSpeed does not search for anything.
-#
-# **Launching.** DeepSpeed needs a distributed launcher even on one GPU. Here every run is started by
-# `torchrun`, which sets `RANK`, `LOCAL_RANK` and `WORLD_SIZE` for each process; multi-node runs use
-# `srun` to start one `torchrun` per node and a c10d rendezvous on the first node
-# ({doc}`../book/slurm_primer`).
-#
-# **Weak scaling.** In the multi-GPU and multi-node runs the data grows with the GPUs (500 samples per
-# GPU on one node, 250 per GPU across nodes), so each GPU does the same work whatever the count.
-# Ideally the runtime stays constant and the *total* throughput (`train_samples_per_second`, summed
-# over all GPUs) grows linearly.
+# **The configuration itself.** This is the file the stage-2 offload runs use; `"auto"` means "take the
+# value from the Trainer's arguments" (batch size, accumulation, fp16), so the script and the JSON never
+# disagree. DeepSpeed does not search for anything.
+
+# %% tags=["hide-input"]
+nb.show_file("slurm/ds_configs/zero2_offload_pinned.json");
 
 # %% [markdown]
-# ## The job scripts
+# **Data and prompt.** Each SQuAD example becomes one training text,
+# `Question: <question> Context: <context> Answer: <answer><eos>` (`workshop_lib/train/data.py`), tokenized,
+# padded or cut to 512 tokens, with the labels equal to the input ids (a causal language model learns
+# to predict each next token). The baseline and single-GPU runs take 500 examples; the multi-GPU runs
+# take 500 *per GPU* (weak scaling: the data grows with the GPUs), the multi-node runs 250 per GPU.
+# After training, the model answers held-out questions by greedy generation from the prompt up to
+# `Answer:`, scored with SQuAD's **exact match** and **F1** (token overlap).
 #
-# Each experiment's script, folded, with the checker's findings (offload with stage 0, pinned memory
-# without offload, a DeepSpeed JSON that offloads at stage 0, killed monitor PIDs that live in another
-# shell, a fixed rendezvous port). The DeepSpeed configuration the script names is copied into the run
-# folder at submission, so editing `slurm/ds_configs/` later cannot change a queued job.
+# **Launching.** DeepSpeed needs a distributed launcher even on one GPU: every run is started by
+# `torchrun`, which sets `RANK`, `LOCAL_RANK` and `WORLD_SIZE` for each process. Multi-node runs use
+# `srun` to start one `torchrun` per node; all of them connect to a static master address (the first
+# node of the allocation) and a port chosen free when the job starts (`MASTER_ADDR`, `MASTER_PORT`),
+# see {doc}`../book/slurm_primer`.
 
-# %%
+# %% [markdown]
+# ## The experiments, their scripts, and the jobs
+#
+# What the chapter runs, each experiment's script with the checker's findings (offload with stage 0,
+# pinned memory without offload, killed monitor PIDs that live in another shell, a fixed rendezvous
+# port), and then the jobs: completed runs are reused, only what has not completed is submitted.
+# DeepSpeed compiles one of its CPU operations the first time it is used (cached in
+# `~/.cache/torch_extensions` afterwards), so the first runs on a fresh machine take longer. The
+# DeepSpeed configuration a script names is copied into its run folder at submission, so editing
+# `slurm/ds_configs/` later cannot change a queued job.
+
+# %% tags=["hide-input"]
+nb.experiments_overview(selection)
 nb.show_scripts(selection);
 
-# %% [markdown]
-# ## Submit and wait
-#
-# DeepSpeed compiles a few of its CPU operations the first time they are used (cached in
-# `~/.cache/torch_extensions` afterwards), so the first runs on a fresh machine take longer.
-# Completed runs are reused; only what has not completed is submitted.
-
-# %%
+# %% tags=["hide-input"]
 runs = nb.run_experiments(selection, runs_dir, wait_timeout_s)
 
 # %% [markdown]
-# ## Results
+# ## Exercise: read one number from the log yourself
 #
-# The seed's tables: the baseline summary, the single-GPU stage comparison, weak scaling on one
-# node, the 2-GPU stage comparison with and without offload, and weak scaling across nodes. The last
-# table puts the memory estimator's prediction (the formulas above, plus activations and logits,
-# `workshop estimate`) next to what each run measured: the tensor bytes of one training step on rank 0,
-# counted by the engine itself (model states when the optimizer step begins, and the step's peak), which
-# is what the formulas predict even on the tiny profile. A cell shows the run's state when it did not
-# complete and `n/a` when the run did not record the value (no `nvidia-smi` on the tiny profile).
+# Before the tables do it for you: open the baseline's job log, `runs/zero/baseline/slurm-<job id>.out`,
+# find the dictionary the Trainer prints when training ends (it contains `'train_runtime'`), and write
+# down `train_samples_per_second`. (Transformers 5 prints the values as strings, `'3.755'`.) Then
+# compare it with the baseline table below. The next cell shows the line from your run.
 
-# %%
-nb.show_tables(selection, runs_dir);
-
-# %%
-nb.show_plots(selection, runs_dir);
+# %% tags=["hide-input"]
+nb.show_log_lines("zero/baseline", "train_samples_per_second", runs_dir);
 
 # %% [markdown]
-# **Reading the tiny results.** With a model of a few hundred thousand parameters the model states are
-# a rounding error next to the Python process, so the per-process memory barely moves between stages
-# (the prediction table, which counts tensor bytes, does show each stage's share; its ZeRO peaks are
-# mostly DeepSpeed's gradient bucket of 5·10⁸ elements, allocated whatever the model's size);
-# the differences you can see are in time (stage 3 and offload add work per step) and in CPU memory
-# (offload and pinned buffers live in host memory, which `psrecord` records). On A100s with
-# BLOOM-560m the GPU memory column is where the stages separate: on one GPU only offload (and
-# stage 3's parameter offload) lowers the peak, and on two GPUs each stage lowers it further.
+# ## Results: the baseline
+
+# %% tags=["hide-input"]
+nb.show_results(selection, ["baseline"], runs_dir, plots=False)
+batches, steps = claims.steps_per_epoch(500, 4, 4)
+nb.say(f"**Steps per epoch.** 500 samples at 4 per batch make {batches} batches on one GPU (the last one "
+       f"short); the Trainer rounds up, so 4 accumulated batches per optimizer step give {steps} steps per "
+       f"epoch and {3 * steps} over three epochs. The reference runs and the tiny ones are capped at a fixed "
+       "number of optimizer steps instead (`max_steps`), so their tables say *Optimizer Steps (max_steps "
+       "cap)*, not steps per epoch.");
 
 # %% [markdown]
-# ## Measured on real GPUs
+# **Reading your tiny runs.** A tiny model trained a few steps from random weights can see its loss
+# rise from one evaluation to the next: that is noise, and says nothing about the recipe.
 #
-# The same experiments at real size — BLOOM-560m's architecture (random weights, so the loss means
-# nothing, but memory and speed are the real model's), 512-token samples, the seed's recipe, 30 optimizer
-# steps — rendered with the `gpu-workstation` profile and run through the local executor on one machine
-# with four H200 GPUs (`benchmarks/reference_runs.py`). Multi-node rows need a real cluster and are empty.
-# Things to notice: on one GPU, ZeRO stages 1–3 change nothing (there is nobody to share with) while
-# offload cuts GPU memory and costs time; pinned host memory more than doubles the speed of optimizer
-# offload; on two GPUs each stage lowers the per-GPU memory, and stage 3 pays for it in throughput.
+# **Exact match and F1.** The reference models start from random weights and train 30 steps, so they
+# generate no answer that matches SQuAD's: both scores are 0, as they must be. On Ibex, with the trained
+# BLOOM-560m, the same evaluation gives real scores; on the tiny profile the synthetic answers are
+# short and a tiny model now and then hits a word of them, so F1 can be slightly above 0.
 
-# %%
-nb.show_reference_tables(3);
+# %% [markdown]
+# ## Results: ZeRO stages on one GPU
+
+# %% tags=["hide-input"]
+nb.show_results(selection, ["single-gpu"], runs_dir)
+nb.say(claims.zero_one_gpu(reference));
+
+# %% [markdown]
+# **Reading your tiny runs.** With a model of a few hundred thousand parameters, offload looks free
+# and the stages barely differ in speed: there is no PCIe bus between a CPU "device" and host memory,
+# and the optimizer step of so few parameters takes microseconds. The tensor-byte columns still show
+# each stage's layout; their ZeRO peaks are mostly DeepSpeed's gradient bucket of 5·10⁸ elements,
+# allocated whatever the model's size.
+
+# %% [markdown]
+# ## Results: weak scaling on one node
+
+# %% tags=["hide-input"]
+nb.show_results(selection, ["multi-gpu"], runs_dir)
+nb.say(claims.zero_weak_scaling(reference))
+nb.say(claims.losses_differ(reference));
+
+# %% [markdown]
+# **Reading your tiny runs.** A tiny run takes only a few optimizer steps, and the first one carries
+# one-off start-up work, so its mean step time is noisy: tiny efficiencies can land above 100 %, which
+# a real run of this kind cannot sustain.
+
+# %% [markdown]
+# ## Results: the stages on two GPUs
+
+# %% tags=["hide-input"]
+nb.show_results(selection, ["two-gpus"], runs_dir)
+nb.say(claims.zero_two_gpus(reference))
+nb.say(claims.model_states_versus_peak(reference));
+
+# %% [markdown]
+# ## Results: weak scaling across nodes
+
+# %% tags=["hide-input"]
+nb.show_results(selection, ["multi-node"], runs_dir, missing="needs several nodes of a real cluster")
+
+# %% [markdown]
+# **Reading your tiny runs.** On the tiny profile the "nodes" are processes on the same few CPU cores,
+# so a two-node run can even beat a one-node run of the same size: the node count changes how processes
+# share the cores, not which network they talk over. On a real cluster, gradients cross InfiniBand
+# between nodes instead of NVLink inside one, and the per-GPU throughput drops as nodes are added.
+
+# %% [markdown]
+# ## Results: predicted against measured memory
+#
+# The memory estimator (`workshop estimate`: the formulas above plus activations and logits) beside what
+# each run measured: the tensor bytes of one training step on rank 0, counted by the engine itself
+# (model states when the optimizer step begins, and the step's peak), which is what the formulas
+# predict on any profile.
+
+# %% tags=["hide-input"]
+nb.show_results(selection, ["prediction"], runs_dir, plots=False)
 
 # %% [markdown]
 # ## Weak scaling: DDP, ZeRO-2 and FSDP side by side
 #
 # The same run — BLOOM-560m, the seed's recipe (fp16, batch 4 × accumulation 4), 500 samples per GPU —
-# under three data-parallel engines on 1, 2 and 4 H200s (experiments `scaling/ddp|zero2|full-shard/N-gpus`,
+# under three data-parallel engines on 1, 2 and 4 GPUs (experiments `scaling/ddp|zero2|full-shard/N-gpus`,
 # not part of the tiny workshop; `workshop submit scaling/zero2/4-gpus` runs one on Ibex). Each GPU does
 # the same work, so a perfect engine keeps the step time flat: efficiency = *T*<sub>1</sub>/*T*<sub>N</sub>.
-#
-# - **DDP** keeps its step time flat to 4 GPUs (0.257 s on 2 and on 4 GPUs; the 1-GPU step measured
-#   0.227–0.270 s in two runs, so 88–105 %) once one default is fixed. The Trainer sets
-#   `ddp_find_unused_parameters=True` for a model without gradient checkpointing, which makes DDP walk
-#   the whole autograd graph after every forward — four times per optimizer step here. With it, the
-#   4-GPU step took 0.299 s against 0.227 s on one GPU (76 %); the profile showed every CPU-side operator
-#   1.5–1.8× slower and the GPUs idle, while the all-reduce itself (2.2 GB of fp32 gradients, once per
-#   step) took 12 ms. The workshop's engine now passes `False`: every parameter gets a gradient.
-# - **ZeRO-2** scales *above* 100 %: its optimizer works on 1/*N* of the parameters, so the optimizer
-#   step shrinks as GPUs are added, which more than pays for reducing gradients at every micro-batch.
-# - **FSDP FULL_SHARD** falls to about 60 % at 4 GPUs: it gathers every unit's parameters again for each
-#   micro-batch's forward and backward — 4 micro-batches × 2 × 25 units = 200 all-gathers per step,
-#   a third of the step's GPU time in the profile. With gradient accumulation, `SHARD_GRAD_OP` or fewer,
-#   larger micro-batches communicate far less.
 
-# %%
-nb.show_engine_scaling();
+# %% tags=["hide-input"]
+nb.show_engine_scaling()
+nb.say(claims.engine_scaling(nb.reference_results("engine_scaling")[1]));
 
 # %% [markdown]
-# ## The tuned recipe: how far it goes and why
+# :::{dropdown} How these runs were made fair (development notes)
+# DDP keeps its step time flat once one default is fixed. The Trainer sets
+# `ddp_find_unused_parameters=True` for a model without gradient checkpointing, which makes DDP walk the
+# whole autograd graph after every forward — four times per optimizer step here. With it, a profile of
+# the 4-GPU step showed the CPU-side operators slowed down and the GPUs idle, while the all-reduce itself
+# (the fp32 gradients, once per step) was a small part of the step. The workshop's engine now passes
+# `False`: every parameter gets a gradient. FSDP FULL_SHARD gathers every unit's parameters again for each
+# micro-batch's forward and backward — 4 micro-batches × 2 × 25 units = 200 all-gathers per step. With
+# gradient accumulation, `SHARD_GRAD_OP` or fewer, larger micro-batches communicate far less.
+# :::
+#
+# ## The tuned recipe
 #
 # The exercises keep the seed's recipe so that their numbers compare with the original material. The
 # workshop also has a tuned one: set `recipe = "tuned"` in the parameters cell (or pass `--recipe tuned`
-# to `workshop_lib.train.hf`) and the Trainer runs get their own `…-tuned` ids and run folders. It adds,
-# in order: bf16 instead of fp16; the four accumulated micro-batches as one batch of 16 (same global batch
+# to `workshop_lib.train.hf`) and the Trainer runs get their own `…-tuned` ids and run folders.
+#
+# :::{dropdown} What the tuned recipe changes, and why
+# In order: bf16 instead of fp16; the four accumulated micro-batches as one batch of 16 (same global batch
 # and optimizer steps); each batch padded to its longest sample instead of to 512 tokens; batches of
-# similar lengths (the synthetic prompts average 218 tokens); the cross-entropy over the 250,880-word
-# vocabulary computed in chunks so the full logits never exist, with each chunk's loss and gradient as
-# fused compiled kernels; fused AdamW; `torch.compile` of each transformer block, its kernels launched
-# from compiled C++ rather than generated Python; and the objects alive at the start of training frozen
-# out of Python's garbage collector. The benchmark (`benchmarks/recipe_benchmark.py`) runs the real entry
-# point on one GPU, same samples, same steps: most of the gain comes from not computing on padding and
-# from larger matrix products. The last two changes are about the CPU: a profile of the tuned step showed
-# the GPU busy only half of the time, waiting for Python to launch its ~1,000 kernels, so every
-# microsecond of host work per kernel counts. The same reason makes the seed's own speed depend on the
-# host's CPU: it ran at 50.6 samples/s in the run below and at 66.6 on another day, so compare recipes
-# only within one run. A 4× larger batch
-# (`+large-batch`) runs faster still, but a quarter of the optimizer steps costs 17–42 % in loss in a
-# run this short, so the tuned recipe leaves it out. What each change was predicted to do and did is in
-# `benchmarks/NOTES.md`.
+# similar lengths; the cross-entropy over the 250,880-word vocabulary computed in chunks so the full
+# logits never exist; fused AdamW; `torch.compile` of each transformer block; and the objects alive at
+# the start of training frozen out of Python's garbage collector. The benchmark
+# (`benchmarks/recipe_benchmark.py`) runs the real entry point on one GPU, same samples, same steps: most
+# of the gain comes from not computing on padding and from larger matrix products. A profile of the tuned
+# step showed the GPU busy only half of the time, waiting for Python to launch its kernels, which also
+# makes the seed's own speed depend on the host's CPU: compare recipes only within one run. What each
+# change was predicted to do and did is in `benchmarks/NOTES.md`.
+# :::
 
-# %%
+# %% tags=["hide-input"]
 nb.show_recipe_benchmark();
 
 # %% [markdown]
+# ## GPU utilisation
+#
+# The original material's monitor asked `nvidia-smi` for `utilization.gpu` next to the memory: the share
+# of time in which at least one kernel ran on the GPU. It is a coarse signal (a GPU that runs one small
+# kernel at a time reads 100 %), but a low figure during training is a clear sign of a GPU waiting for its
+# host: data loading, Python launching kernels, or offload. This workshop's monitor records memory only
+# (`slurm/templates/blocks/gpu_monitor_start.j2`), so the utilisation rows of the tables stay empty; to
+# watch it live on Ibex, run `nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv -l 5` on
+# the node of a running job (`srun --jobid <id> --overlap --pty bash`).
+#
+# ## Exercise: change the model size or the data subset
+#
+# The original material's exercise, with this workshop's knobs. Every experiment is a frozen dataclass
+# in `workshop_lib/experiments.py`: copy one with another sample count (or per-GPU batch), give it its own
+# id, and run it. For example, twice the data for the stage-2 offload run, in a new cell:
+#
+# ```python
+# from dataclasses import replace
+# from workshop_lib import notebook as nb
+# from workshop_lib.experiments import get_experiment
+#
+# bigger = replace(get_experiment("zero/single-gpu/zero2-offload"), id="zero/single-gpu/zero2-offload-1000",
+#                  samples=1000)
+# mine = nb.select(3, profile)
+# nb.run_experiments(nb.Selection(3, mine.profile, (bigger,), (bigger,), ()))
+# ```
+#
+# Before you run a larger *model* or batch, predict it: `workshop estimate --model bloom-560m --zero 2
+# --offload optimizer --batch 4` gives the model states, activations and logits of the run above; change
+# `--batch 8`, or pass `--model path/to/config.json` of another model, and see which part grows. Then
+# compare with the tensor-byte columns of your run.
+#
 # ## Questions
 #
 # Answers: {doc}`../book/answers` (section *Chapter 3*).
@@ -223,13 +317,13 @@ nb.show_recipe_benchmark();
 # - It explained `"auto"` as "the largest batch that fits"; under the Trainer it means "the
 #   Trainer's value".
 # - It credited stage 2 with reducing activation memory; stage 2 divides gradients (and optimizer
-#   states), never activations. And the largest saving is stage 3 with parameter offload, not stage
-#   2 with offload.
+#   states), never activations. Its answer that stage 2 with offload saves the most is what the
+#   reference measured on one GPU (above).
 # - Its "no ZeRO" multi-GPU exercise launched with a stage-2 offload configuration; here the
 #   weak-scaling runs use stage 0 (DeepSpeed's data parallelism without partitioning).
 # - It expected `train_samples_per_second` to stay constant under weak scaling. That figure is the
 #   total over all GPUs and should *grow* with them; what should stay constant is the per-GPU share.
-# - It read "steps per epoch" from `93/93`, which counts all three epochs (31 per epoch), and its
+# - It read "steps per epoch" from the progress bar's total, which counts all three epochs, and its
 #   samples/s formula left out gradient accumulation.
 # - It said `LOCAL_RANK` comes from SLURM; `torchrun` sets it (SLURM's equivalent is
 #   `SLURM_LOCALID`). The multi-node run here keeps 250 samples per GPU, as the text said (the code

@@ -17,15 +17,21 @@
 # small GPT written from scratch, and ends with *weak scaling by depth*: the model grows with the
 # number of GPUs.
 #
+# As in chapter 3, every results section shows first what the experiment measured **on real GPUs**
+# (the reference, with where and how it ran), then the same table from **your runs**, titled by the
+# profile that produced them; sentences that state measured results are written from the reference
+# data when the page is built.
+#
 # ```{admonition} Where this runs
 # :class: note
 # On Ibex (`profile = "ibex"`) the runs use A100s, fp16, batch 1 × accumulation 4, five epochs, an
 # NCCL bandwidth check before every multi-node job, and `nvidia-smi` for GPU memory. On the **tiny
-# profile** the same experiments run on CPU processes with a tiny random BLOOM and a narrow GPT (the
-# layer counts and per-GPU batches of the experiments are kept), fp32, synthetic data, a few steps,
-# no NCCL check and no GPU monitor. The sharding is real: PyTorch's FSDP runs on CPU with gloo, and each
-# rank reports how many parameters it holds locally. (The Trainer's own `fsdp="full_shard"` flag
-# silently falls back to plain DDP on CPU, so on CPU the engine wraps the model itself.)
+# profile** the same experiments run on CPU processes with a tiny random BLOOM (`tiny-bloom`, a stand-in
+# for BLOOM-560m) and a narrow GPT (the layer counts and per-GPU batches of the experiments are kept),
+# fp32, synthetic data, a few steps, no NCCL check and no GPU monitor. The sharding is real: PyTorch's
+# FSDP runs on CPU with gloo, and each rank reports the tensor bytes it holds. (The Trainer's own
+# `fsdp="full_shard"` flag silently falls back to plain DDP on CPU, so on CPU the engine wraps the model
+# itself.)
 # ```
 
 # %% tags=["parameters"]
@@ -35,11 +41,12 @@ wait_timeout_s = 2400  # stop waiting after this long (jobs keep running; re-run
 runs_dir = None  # None: <repository>/runs (or $WORKSHOP_RUNS_DIR)
 recipe = "seed"  # "seed": the original material's recipe (comparable numbers); "tuned": the faster one
 
-# %%
+# %% tags=["hide-input"]
+from workshop_lib import claims, plots
 from workshop_lib import notebook as nb
 
 selection = nb.chapter_header(4, profile, experiments, runs_dir, recipe)
-nb.experiments_overview(selection);
+reference = nb.reference_results(4)[1]
 
 # %% [markdown]
 # ## The ideas
@@ -61,100 +68,164 @@ nb.experiments_overview(selection);
 # | `FULL_SHARD` | parameters, gradients, optimizer states over all GPUs | ZeRO-3 | all-gather in forward and backward, reduce-scatter: about 1.5× DDP |
 # | `SHARD_GRAD_OP` | gradients and optimizer states; parameters stay gathered between forward and backward | ZeRO-2 | one all-gather, one reduce-scatter: about DDP's |
 # | `HYBRID_SHARD` | `FULL_SHARD` inside each node, replicated across nodes | ZeRO-3 within a node + DDP across | heavy traffic on fast intra-node links, only a gradient all-reduce between nodes |
-#
+
+# %% tags=["hide-input"]
+nb.show_figure(plots.memory_layout_diagram(plots.fsdp_layouts(2, 2),
+                                           "What each GPU keeps, per FSDP strategy (2 nodes × 2 GPUs)"));
+
+# %% [markdown]
 # `FULL_SHARD` saves the most memory; `SHARD_GRAD_OP` is faster when the parameters fit; `HYBRID_SHARD`
 # suits many nodes connected by a slower network than the GPUs inside a node, and is the same as
 # `FULL_SHARD` on a single node. That is why the strategy comparison runs on 2 nodes × 2 GPUs.
-#
 # **CPU offload** keeps the parameter shards (and so the optimizer step) in host memory and copies
 # them to the GPU when a unit needs them: the largest memory saving, paid for in PCIe traffic and a
-# CPU optimizer step.
+# CPU optimizer step (the Trainer's AdamW, stepping on the CPU copy).
 #
 # **Throughput, two ways.** The Trainer reports `train_samples_per_second` over the whole run,
 # including the first steps, evaluation and saving; the custom GPT's callback also times each
 # training step on its own. The two disagree, and the tables show both.
 #
+# **The custom GPT** (`workshop_lib/train/gpt_model.py`) is a decoder-only transformer written out in
+# full: token and position embeddings, pre-norm blocks of causal self-attention and a GELU feed-forward
+# layer, a final LayerNorm and an output layer tied to the token embedding. Every size is an argument.
+
+# %% tags=["hide-input"]
+nb.say(claims.gpt_architecture(reference));
+
+# %% [markdown]
 # **Weak scaling by depth.** In the last experiment the GPT gets deeper as GPUs are added (3 layers on
 # 2 GPUs, 6 on 4, 12 on 8, 24 on 16) while the per-GPU batch halves. *Efficiency* is
-# runtime(2 GPUs) / runtime(*N* GPUs) × 100 %: 100 % means the extra GPUs absorbed the extra work
-# without overhead. Note that the work per GPU is not really constant: a deeper model has more
-# parameters per sample, but the 50 000-word embedding does not grow, so the model grows by less than
-# the layer count.
+# step time(2 GPUs) / step time(*N* GPUs) × 100 %: 100 % means the extra GPUs absorbed the extra work
+# without overhead. The work per GPU is not really constant: the embedding does not grow with the
+# layers, so the model grows by less than the layer count.
+#
+# **Multi-node runs and NCCL.** Multi-node jobs start one `torchrun` per node with `srun`; every node
+# connects to a static master address (the first node of the allocation) and a port chosen free when the
+# job starts. On Ibex they first run an NCCL all-reduce test and stop if its bus bandwidth is below the
+# profile's threshold. The Ibex profile exports two of the NCCL variables the original material used
+# before that check (`nccl_tests.environment` in `slurm/profiles/ibex.yml`), so the training inherits them:
+#
+# - `TORCH_NCCL_ASYNC_ERROR_HANDLING=1`: a rank whose collective fails or times out raises instead of
+#   hanging, so a broken node ends the job rather than burning its hours.
+# - `NCCL_IB_HCA=mlx5`: use the Mellanox InfiniBand adapters (all ports whose name starts with `mlx5`).
+# - The original also set `NCCL_ALGO=Tree` (a fixed all-reduce algorithm instead of NCCL's choice per
+#   message size), `NCCL_NET_GDR_LEVEL=4` (let the network card read GPU memory directly, GPUDirect RDMA,
+#   up to the farthest PCIe distance) and `NCCL_SOCKET_IFNAME=ib0` (the interface for NCCL's bootstrap
+#   connections). They are site tuning, not correctness: a profile can add them under `nccl_tests.environment`.
+#   `NCCL_DEBUG=INFO` in a job prints which transport NCCL picked (look for `NET/IB` against `NET/Socket`).
 
 # %% [markdown]
-# ## The job scripts
+# ## The experiments, their scripts, and the jobs
 #
-# Each experiment's script, folded, with the checker's findings (a `HYBRID_SHARD` run on one node,
-# `--ntasks` where `torchrun` starts the processes, a fixed rendezvous port, GPUs requested and left
-# unused). Multi-node jobs start one `torchrun` per node with `srun` and meet at a c10d rendezvous
-# on the first node; on Ibex they first run an NCCL all-reduce test and stop if the bandwidth is too
-# low.
+# What the chapter runs, each experiment's script with the checker's findings (a `HYBRID_SHARD` run on one
+# node, `--ntasks` where `torchrun` starts the processes, a fixed rendezvous port, GPUs requested and left
+# unused), and the jobs: completed runs are reused, only what has not completed is submitted. The
+# multi-node jobs take both nodes of the local cluster, so they run one at a time.
 
-# %%
+# %% tags=["hide-input"]
+nb.experiments_overview(selection)
 nb.show_scripts(selection);
 
-# %% [markdown]
-# ## Submit and wait
-#
-# Completed runs are reused; only what has not completed is submitted. The multi-node jobs take both
-# nodes of the local cluster, so they run one at a time.
-
-# %%
+# %% tags=["hide-input"]
 runs = nb.run_experiments(selection, runs_dir, wait_timeout_s)
 
 # %% [markdown]
-# ## Results
+# ## Exercise: read the memory line yourself
 #
-# The baseline summary, BLOOM on one node and across nodes, the custom GPT on one node and across
-# nodes, weak scaling by depth, and the memory estimator's prediction next to each measurement.
-# "GPU memory allocated" is the engine's own peak per rank (on the tiny profile the process's
-# resident memory); "GPU Utilization" was never recorded by any monitor and stays `n/a`. The prediction
-# table compares tensor bytes on every profile: the model states each rank holds when the optimizer step
-# begins, and the peak of one step (on a CPU counted tensor by tensor, on a GPU by the CUDA allocator).
+# Open the baseline's log, `runs/fsdp/baseline/slurm-<job id>.out`, and find the Trainer's final
+# dictionary (it contains `'train_runtime'`): note `train_samples_per_second` and `train_runtime`, and
+# compute the samples per second yourself from the number of samples and the runtime. Then compare with
+# the baseline table below. The next cell shows the line from your run.
 
-# %%
-nb.show_tables(selection, runs_dir);
-
-# %%
-nb.show_plots(selection, runs_dir);
+# %% tags=["hide-input"]
+nb.show_log_lines("fsdp/baseline", "train_runtime", runs_dir);
 
 # %% [markdown]
-# **Reading the tiny results.** The tiny runs spend most of their time starting processes and
-# exchanging shards between CPU ranks that share two cores, so speedups are below 1 and efficiency
-# falls quickly. What does carry over: every strategy reaches the same loss (sharding changes where
-# the numbers live, not the arithmetic), offload moves memory from the training process's device to
-# the host, and the weak-scaling efficiency uses the right formula. On A100s, expect the multi-GPU
-# throughput to grow with the GPU count and the allocated memory per GPU to fall.
+# ## Results: the baseline
+#
+# **Exact match and F1** are 0 in the reference: its weights are random and it trains 30 steps, so it
+# generates no answer that matches SQuAD's. On Ibex the trained BLOOM-560m gives real scores.
+
+# %% tags=["hide-input"]
+nb.show_results(selection, ["baseline"], runs_dir, plots=False)
 
 # %% [markdown]
-# ## Measured on real GPUs
+# ## Results: the sharding strategies
 #
-# The experiments of this chapter that fit one machine with four H200 GPUs, at real size (BLOOM-560m's
-# architecture with random weights and the seed's recipe; the custom GPT as declared), 30 optimizer
-# steps, rendered with the `gpu-workstation` profile and run through the local executor
-# (`benchmarks/reference_runs.py`). Notice how FULL_SHARD's memory per GPU falls with the GPU count
-# while its step time grows: every micro-batch gathers the parameters again. Chapter 3's section *Weak
-# scaling: DDP, ZeRO-2 and FSDP side by side* puts FULL_SHARD next to DDP and ZeRO-2 on the same run.
-#
-# The strategy comparison asks for 2 nodes × 2 GPUs. The local executor runs such a job as two emulated
-# nodes on the one machine: each node's torchrun gets its own node rank, node name and two of the four
-# GPUs, exactly as `srun` would hand them out, so the rendezvous, the per-node monitors and HYBRID_SHARD's
-# node groups behave as on a cluster; only the link between the "nodes" is NVLink instead of a network,
-# which flatters every strategy that talks across nodes. What the rows show: all four shard the model
-# states to a quarter (2,133 MiB per GPU, 16 bytes × 559 M parameters / 4); SHARD_GRAD_OP is 16 % faster
-# than FULL_SHARD for 0.6 GB more memory, because it keeps the gathered parameters from forward to
-# backward; CPU offload halves the speed and moves ~2 GB per GPU to host memory (10 GB per node).
-#
-# HYBRID_SHARD has no row yet, for an honest reason. Its first GPU run finished, but the engine's own
-# record said it had run as FULL_SHARD: Transformers 5 hands an FSDP1 strategy to Accelerate in a field
-# that Accelerate 1.15 then overrides with its FULL_SHARD default. The workshop now pins the strategy
-# (and every run records the shard group it really got, the *Shard Group* column), but the corrected
-# run did not fit this round's GPU time. The tiny profile's table above does show it: 2 ranks per group.
+# The strategy comparison asks for 2 nodes × 2 GPUs. For the reference, the local executor ran such a
+# job as two emulated nodes on one machine: each node's torchrun got its own node rank, node name and two
+# of the four GPUs, exactly as `srun` would hand them out, so the rendezvous, the per-node monitors and
+# HYBRID_SHARD's node groups behave as on a cluster; only the link between the "nodes" is NVLink instead
+# of a network, which flatters every strategy that talks across nodes.
 
-# %%
-nb.show_reference_tables(4);
+# %% tags=["hide-input"]
+nb.show_results(selection, ["strategies"], runs_dir)
+nb.say(claims.fsdp_strategies(reference));
 
 # %% [markdown]
+# :::{dropdown} Why HYBRID_SHARD has no reference row yet
+# Its first GPU run finished, but the engine's own record said it had run as FULL_SHARD: Transformers 5
+# hands an FSDP1 strategy to Accelerate in a field that Accelerate 1.15 then overrides with its FULL_SHARD
+# default. The workshop now pins the strategy, and every run records the shard group it really got (the
+# *Shard Group* column); the corrected run has not been measured on GPUs yet. Your tiny runs show it: 2
+# ranks per group.
+# :::
+#
+# ## Results: BLOOM-560m on one node
+
+# %% tags=["hide-input"]
+nb.show_results(selection, ["multi-gpu"], runs_dir)
+nb.say(claims.fsdp_one_node(reference));
+
+# %% [markdown]
+# **What kind of scaling this is.** The original experiment trains a fixed data set for full epochs:
+# strong scaling, where more GPUs should finish sooner. The reference and the tiny runs instead train a
+# fixed number of optimizer steps with the same batch per GPU, so each GPU does the same work at every
+# GPU count: weak scaling. Each table says which one its rows measured, and computes efficiency from the
+# per-step time, not from a runtime that start-up dominates in a short run.
+#
+# **Reading your tiny runs.** The tiny runs spend most of their time starting processes and exchanging
+# shards between CPU ranks that share two cores, so the step time grows quickly with the rank count. What
+# carries over: every strategy reaches the same loss (sharding changes where the numbers live, not the
+# arithmetic), and the model states per rank fall as 1/*N*.
+#
+# ## Results: BLOOM-560m across nodes
+
+# %% tags=["hide-input"]
+nb.show_results(selection, ["multi-node"], runs_dir, missing="needs several nodes of a real cluster")
+
+# %% [markdown]
+# ## Results: the custom GPT
+
+# %% tags=["hide-input"]
+nb.show_results(selection, ["gpt"], runs_dir)
+nb.show_results(selection, ["gpt-multi-node"], runs_dir, missing="needs several nodes of a real cluster")
+
+# %% [markdown]
+# ## Results: weak scaling by depth
+
+# %% tags=["hide-input"]
+nb.show_results(selection, ["weak-scaling"], runs_dir)
+nb.say(claims.gpt_depth(reference));
+
+# %% [markdown]
+# ## Results: predicted against measured memory
+#
+# The memory estimator beside the tensor bytes each run counted on rank 0: the model states each rank
+# holds when the optimizer step begins, and the peak of one step (on a CPU counted tensor by tensor, on a
+# GPU by the CUDA allocator). Chapter 3's section *Weak scaling: DDP, ZeRO-2 and FSDP side by side* puts
+# FULL_SHARD next to DDP and ZeRO-2 on the same run.
+
+# %% tags=["hide-input"]
+nb.show_results(selection, ["prediction"], runs_dir, plots=False)
+
+# %% [markdown]
+# ## GPU utilisation
+#
+# The original callback logged `utilization.gpu` next to the memory; the seed's tables have a column
+# for it. This workshop's monitor records memory only, so the column is dropped from the tables; see
+# chapter 3's section *GPU utilisation* for what the figure means and how to watch it on a running job.
+#
 # ## Questions
 #
 # Answers: {doc}`../book/answers` (section *Chapter 4*).
@@ -176,12 +247,11 @@ nb.show_reference_tables(4);
 #   `LR`, so neither setting took effect, and its "total batch = GPUs × per-device batch" left out
 #   the accumulation of 4. Here batch and accumulation are fields of each experiment and reach the
 #   trainer as arguments.
-# - It said the model "doubles" with the layer count; the fixed embedding makes it grow by about 1.6×
-#   from 3 to 6 layers.
-# - It put about 80 % of BLOOM-560m's parameters in its blocks; they hold about 54 %, the embedding
+# - It said the model "doubles" with the layer count; the fixed embedding makes it grow by less (above).
+# - It put about 80 % of BLOOM-560m's parameters in its blocks; they hold about half, the embedding
 #   most of the rest.
 # - Its multi-node launch gave every node `--node_rank=$SLURM_NODEID` expanded once by the batch shell
-#   (so all nodes claimed rank 0; only the c10d rendezvous saved it), and several scripts reserved
-#   8 GPUs to use 1 or 2. The scripts above ask for exactly the GPUs they use.
+#   (so all nodes claimed rank 0), and several scripts reserved 8 GPUs to use 1 or 2. The scripts above
+#   ask for exactly the GPUs they use.
 #
 # Details: {doc}`../book/seed_corrections`.

@@ -28,3 +28,24 @@ def test_plots_from_weak_scaling_runs(tmp_path):
     speedup = speedup_plot(weak, metric="train_runtime_s").axes[0]
     assert list(speedup.lines[0].get_ydata()) == [1.0, 2.0]  # ideal
     assert len(memory_plot(weak).axes[0].patches) == 0  # no memory was recorded: nothing drawn, not zeros
+
+
+def test_memory_layout_diagrams_follow_the_model_state_formulas():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from workshop_lib import plots
+
+    zero = plots.zero_layouts(2)
+    total = {name: sum(layout.get("gpu", {}).values()) + sum(layout.get("host", {}).values())
+             for name, layout in zero.items()}
+    assert total["ZeRO-0 (data parallel)"] == 16  # 2 + 2 + 12 bytes per parameter
+    assert total["ZeRO-3"] == 16 / 2 and sum(zero["ZeRO-2"]["gpu"].values()) == 2 + 14 / 2
+    fsdp = plots.fsdp_layouts(2, 2)
+    assert sum(fsdp["FULL_SHARD"]["gpu"].values()) == 16 / 4 and sum(fsdp["HYBRID_SHARD"]["gpu"].values()) == 16 / 2
+    figure = plots.memory_layout_diagram(zero, "ZeRO")
+    assert len(figure.axes[0].patches) == sum(len(part) for layout in zero.values() for part in layout.values())
+    layouts = plots.mixtral_layouts(4)
+    assert [box.split("\n")[0] for box in layouts["EP 4"]] == ["experts 0–1", "experts 2–3", "experts 4–5",
+                                                                "experts 6–7"]
+    assert len(plots.gpu_layout_diagram(layouts, "Mixtral").axes[0].patches) == 16

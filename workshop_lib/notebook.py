@@ -8,6 +8,12 @@ Where results live: ``resolve_runs_dir`` gives one absolute folder whichever way
 re-run or a book build finds the runs of the first execution and submits nothing that already completed.
 Set ``WORKSHOP_SUBMIT=0`` to make a chapter read results only (the book build does): it then never talks
 to a scheduler.
+
+Results are shown real measurements first: ``show_results(selection, keys)`` shows a part of a chapter
+(e.g. ``["single-gpu"]``) as the reference measured on real GPUs (``book/reference/chapter<N>.json``, with a
+provenance caption), then the same tables from the participant's runs, titled by profile, with stand-in
+models named as such and all-n/a columns dropped. Any chapter gets this by calling it with its tables'
+keys (``Table.key`` in ``workshop_lib.tables``) once its reference file exists.
 """
 
 from __future__ import annotations
@@ -215,6 +221,54 @@ def show_reference_script(experiment_id: str, profile: str = "ibex", open_: bool
     return block
 
 
+# ---- text and files on the page ------------------------------------------------------------------
+def say(text: str) -> str:
+    """A paragraph of Markdown generated from data (e.g. `workshop_lib.claims`), shown as text on the page."""
+    if not text:
+        return ""
+    try:
+        from IPython import get_ipython
+        from IPython.display import Markdown
+    except ImportError:
+        get_ipython = None
+    if get_ipython is not None and get_ipython() is not None:
+        _display(Markdown(text))
+    else:
+        print(text)
+    return text
+
+
+def show_file(path: str, title: str | None = None, open_: bool = True) -> str:
+    """A file of the repository (a DeepSpeed JSON, a template) shown as it is, under its path in the repo."""
+    source = repository_root() / path
+    if not source.is_file():
+        raise WorkshopError(f"{path} does not exist in the workshop folder {repository_root()}: name a file by its "
+                            "path in the repository, e.g. slurm/ds_configs/zero2_offload.json")
+    block = _text_block(title or path, source.read_text(), open_)
+    _display(_html(block))
+    return block
+
+
+def _text_block(title: str, text: str, open_: bool) -> str:
+    """A folded block of plain text (a file, log lines): a script block without the checker's verdict."""
+    return (f"<details{' open' if open_ else ''}><summary><code>{_escape(title)}</code></summary>"
+            f'<pre style="font-size:0.8em;overflow-x:auto">{_escape(text)}</pre></details>')
+
+
+def show_log_lines(experiment_id: str, pattern: str, runs_dir: Path | str | None = None, limit: int = 3) -> list[str]:
+    """The last lines of an experiment's job log that contain ``pattern`` (what a reader looks for by hand)."""
+    folder = resolve_runs_dir(runs_dir) / experiment_id
+    logs = sorted(folder.glob("slurm-*.out"))
+    if not logs:
+        message(f"No log of {experiment_id} in {folder} yet: run the chapter's jobs first (the submission cell), "
+                "then this cell shows the lines you looked for.")
+        return []
+    lines = [line for line in logs[-1].read_text(errors="replace").splitlines() if pattern in line][-limit:]
+    _display(_html(_text_block(f"{logs[-1].name} of {experiment_id}: lines with {pattern!r}",
+                               "\n".join(lines) or f"(no line contains {pattern!r})", True)))
+    return lines
+
+
 # ---- submit and wait ------------------------------------------------------------------------------
 def run_experiments(selection: Selection, runs_dir: Path | str | None = None,
                     wait_timeout_s: float | None = 1800, progress: bool = True) -> list[Run]:
@@ -288,49 +342,131 @@ def selection_tables(selection: Selection, runs_dir: Path | str | None = None) -
     return [table for table in built if not table.frame.empty and len(table.frame.columns) > 1]
 
 
-def show_tables(selection: Selection, runs_dir: Path | str | None = None) -> list[Table]:
-    """Every seed table of the chapter as HTML, filled from the runs; a clear note when nothing completed."""
+def show_tables(selection: Selection, runs_dir: Path | str | None = None,
+                keys: Sequence[str] | None = None) -> list[Table]:
+    """The seed tables of the chapter filled from your runs (those of part ``keys``, or all), titled by the
+    profile that ran them; a clear note when nothing completed."""
     results = chapter_results_for(selection, runs_dir)
+    profile = selection.profile
     if results.empty or not (results["state"] == COMPLETED).any():
-        message(f"No completed run of chapter {selection.chapter} in {resolve_runs_dir(runs_dir)} yet, so the "
-                "tables below would be empty. Execute the submission cell above (or `workshop submit --chapter "
-                f"{selection.chapter} --profile {selection.profile.name}`) and run this cell again.", "warning")
+        above = (" The reference above is what these runs measured on real GPUs."
+                 if reference_results(selection.chapter) is not None else "")
+        message(f"Your runs ({profile_title(profile)}): No completed run of chapter {selection.chapter} in "
+                f"{resolve_runs_dir(runs_dir)} yet, so there is nothing of yours to show here.{above} Execute the "
+                f"submission cell (or `workshop submit --chapter {selection.chapter} --profile {profile.name}`) and "
+                "run this cell again.", "note")
         return []
-    tables = selection_tables(selection, runs_dir)
+    tables = [_for_profile(table, profile) for table in selection_tables(selection, runs_dir)
+              if keys is None or table.key in keys]
     for table in tables:
-        _display(_html(table_html(table)))
+        _display(_html(table_html(table, kind="participant", caption=f"Your runs — {profile_title(profile)}",
+                                  profile=profile.name)))
     return tables
 
 
-def reference_results(chapter: int) -> tuple[dict, pd.DataFrame] | None:
-    """The chapter's results measured on real GPUs (book/reference/chapter<N>.json), if measured."""
+def _for_profile(table: Table, profile: Profile) -> Table:
+    """As a reader must see a table of this profile: stand-in models named as such, no all-n/a columns."""
+    return tables_module.drop_unrecorded(tables_module.for_stand_ins(table, profile))
+
+
+def profile_title(profile: Profile) -> str:
+    """How a table of this profile is titled: "tiny CPU stand-in", "ibex (KAUST Ibex A100 nodes, …)"."""
+    if profile.name == "tiny":
+        return "tiny CPU stand-in: tiny random models, synthetic data, a few steps on CPU processes"
+    return f"profile {profile.name}: {profile.description}"
+
+
+def reference_results(chapter: int | str) -> tuple[dict, pd.DataFrame] | None:
+    """A chapter's results measured on real GPUs (book/reference/chapter<N>.json, or book/reference/<name>.json)."""
     import json
 
-    path = repository_root() / "book" / "reference" / f"chapter{chapter}.json"
+    name = f"chapter{chapter}" if isinstance(chapter, int) else chapter
+    path = repository_root() / "book" / "reference" / f"{name}.json"
     if not path.is_file():
         return None
     data = json.loads(path.read_text())
     return data, pd.DataFrame(data["results"])
 
 
-def show_reference_tables(chapter: int) -> list[Table]:
-    """The same seed tables, filled from the reference runs on real GPUs, with where they were measured."""
+def reference_caption(data: dict, results: pd.DataFrame, source: str) -> str:
+    """Where and how the reference ran: GPUs, recipe, steps, weights, data, software, date and file."""
+    provenance = data["provenance"] if isinstance(data["provenance"], list) else [data["provenance"]]
+    first = provenance[0]
+    gpus = first.get("gpus") or ["unknown GPU"]
+    gpu = gpus[0].split(",")[0]
+    profile = load_profile(data["profile"]) if data.get("profile") else None
+    done = results[results["state"] == COMPLETED]
+    recipes = sorted({_recipe_text(r) for r in done.to_dict("records")} - {""})
+    steps = sorted({int(s["max_steps"]) for s in done.get("run_settings", []) if isinstance(s, dict)
+                    and s.get("max_steps") is not None})
+    weights = ("random-init weights (memory and speed are the real model's, the loss is not)"
+               if profile is not None and profile.training.random_init else "trained weights")
+    data_kind = f"{profile.training.data} data" if profile is not None else ""
+    dates = sorted({p.get("date", "")[:10] for p in provenance if p.get("date")})
+    steps_text = f"{' / '.join(map(str, steps))} optimizer steps" if steps else "full epochs"
+    software = ", ".join(f"{name} {first[key]}" for key, name in
+                         (("torch", "torch"), ("transformers", "transformers"), ("deepspeed", "DeepSpeed"),
+                          ("nemo", "NeMo")) if first.get(key))
+    return (f"Reference, measured on real GPUs: {len(gpus)} × {gpu} (profile {data.get('profile')}); "
+            f"{'; '.join(recipes) or 'recipe as declared'}; {steps_text}; {weights}; {data_kind}; "
+            f"{software or 'software versions not recorded'}; measured {', '.join(dates)}. Source: {source}.")
+
+
+def _recipe_text(record: dict) -> str:
+    """"seed recipe (fp16, batch 4 × accumulation 4)" for a Trainer run; the global batch for a NeMo run."""
+    def known(key):
+        value = record.get(key)
+        return None if value is None or (isinstance(value, float) and pd.isna(value)) else value
+
+    recipe, precision = known("recipe") or "seed", known("precision") or known("run_precision") or "precision as run"
+    if known("per_device_batch") and known("grad_accum"):
+        return (f"{recipe} recipe ({precision}, batch {int(record['per_device_batch'])} × accumulation "
+                f"{int(record['grad_accum'])})")
+    if known("global_batch"):
+        return f"{recipe} recipe ({precision}, global batch {int(record['global_batch'])})"
+    return ""
+
+
+def show_reference_tables(chapter: int, keys: Sequence[str] | None = None,
+                          missing: str = "needs more than the one 4-GPU machine the references ran on") -> list[Table]:
+    """The chapter's tables (those of part ``keys``, or all) filled from the runs on real GPUs, each with
+    its provenance; a note saying so where the part has no reference measurement."""
     loaded = reference_results(chapter)
     if loaded is None:
-        message(f"No reference results for chapter {chapter} yet (book/reference/chapter{chapter}.json).")
+        _reference_missing(f"No reference measurement for chapter {chapter} yet "
+                           f"(book/reference/chapter{chapter}.json).")
         return []
     data, results = loaded
-    provenance = data["provenance"]
-    first = provenance[0] if isinstance(provenance, list) else provenance
-    gpus = first.get("gpus") or ["unknown GPU"]
-    message(f"Measured on real GPUs: {len(gpus)} × {gpus[0]}, torch {first.get('torch')}, transformers "
-            f"{first.get('transformers')}, DeepSpeed {first.get('deepspeed')}, on {first.get('date', '?')[:10]}. "
-            f"{data.get('what', '')}")
-    tables = [table for table in _TABLE_BUILDERS[chapter](results)
-              if not table.frame.empty and len(table.frame.columns) > 1]
+    caption = reference_caption(data, results, f"book/reference/chapter{chapter}.json")
+    tables = [tables_module.drop_unrecorded(table) for table in _TABLE_BUILDERS[chapter](results)
+              if keys is None or table.key in keys]
+    tables = [table for table in tables if not table.frame.empty and len(table.frame.columns) > 1]
+    if not tables:
+        _reference_missing(f"No reference measurement for this part: it {missing}. Your runs below are the only "
+                           "numbers here.")
     for table in tables:
-        _display(_html(table_html(table)))
+        _display(_html(table_html(table, kind="reference", caption=caption, profile=data.get("profile", ""))))
     return tables
+
+
+def _reference_missing(text: str) -> str:
+    block = f'<div class="workshop-reference-missing workshop-note">{_escape(text)}</div>'
+    _display(_html(block))
+    return block
+
+
+def show_results(selection: Selection, keys: Sequence[str], runs_dir: Path | str | None = None,
+                 plots: bool = True, missing: str | None = None) -> None:
+    """One part of a chapter's results: the reference on real GPUs first (tables, then plots), then the
+    same tables and plots from your runs, titled by the profile that ran them."""
+    reference = show_reference_tables(selection.chapter, keys, **({"missing": missing} if missing else {}))
+    if plots and reference:
+        loaded = reference_results(selection.chapter)
+        show_figures(chapter_figures(selection.chapter, loaded[1], keys, "reference, real GPUs"))
+    mine = show_tables(selection, runs_dir, keys)
+    if plots and mine:
+        show_figures(chapter_figures(selection.chapter, chapter_results_for(selection, runs_dir), keys,
+                                     f"your runs, {selection.profile.name}", selection.profile))
 
 
 def show_recipe_benchmark() -> list[Table]:
@@ -338,42 +474,49 @@ def show_recipe_benchmark() -> list[Table]:
     that adds one change at a time, from the stored result files."""
     from . import reference_views
 
-    tables = []
+    shown = []
     for path, title in ((reference_views.RECIPE_RESULT, "Seed vs tuned recipe, one run"),
                         (reference_views.RECIPE_LADDER, "The ladder: one change at a time (an earlier run)")):
         if not path.is_file():
-            message(f"No recipe benchmark result yet ({path.name}).")
+            _reference_missing(f"No recipe benchmark result yet ({path.name}).")
             continue
-        note = f"Measured on {reference_views.recipe_provenance(path)}."
-        tables.append(Table(title, reference_views.recipe_table(path), note))
-    for table in tables:
-        _display(_html(table_html(table)))
-    return tables
+        table = Table(title, reference_views.recipe_table(path))
+        caption = (f"Reference, measured on real GPUs: {reference_views.recipe_provenance(path)}. "
+                   f"Source: {path.relative_to(repository_root()).as_posix()}.")
+        _display(_html(table_html(table, kind="reference", caption=caption, profile="recipe-benchmark")))
+        shown.append(table)
+    return shown
 
 
 def show_engine_scaling() -> Table | None:
     """DDP vs ZeRO-2 vs FSDP FULL_SHARD weak scaling on real GPUs (book/reference/engine_scaling.json)."""
     from . import reference_views
 
-    if not reference_views.ENGINE_SCALING.is_file():
-        message("No engine-scaling reference results yet (book/reference/engine_scaling.json).")
+    loaded = reference_results("engine_scaling")
+    if loaded is None:
+        _reference_missing("No engine-scaling reference results yet (book/reference/engine_scaling.json).")
         return None
-    table = Table("Weak scaling of the data-parallel engines, measured on real GPUs",
+    data, results = loaded
+    table = Table("Weak scaling of the data-parallel engines",
                   reference_views.engine_scaling_table(),
                   "Efficiency = T1/TN from the median step time (steps 4-30): each GPU does the same work, so "
                   "100 % means no time lost to communication or waiting. Blank model states: measured before "
                   "the engines recorded them.")
-    _display(_html(table_html(table)))
+    caption = reference_caption(data, results, "book/reference/engine_scaling.json")
+    _display(_html(table_html(table, kind="reference", caption=caption, profile=data.get("profile", ""))))
     return table
 
 
-def table_html(table: Table) -> str:
-    """One table: a heading, the frame (numbers as numbers, empty cells blank) and its note."""
+def table_html(table: Table, kind: str = "participant", caption: str = "", profile: str = "") -> str:
+    """One table: a heading, whose measurement it is (``kind`` reference or participant, with ``caption``
+    saying where it ran), the frame (numbers as numbers, empty cells blank) and its note."""
     frame = table.frame.map(format_cell)
     text = frame.to_html(index=False, border=0, na_rep="", classes="workshop-table")
     note = f"<p><small>{_escape(table.note)}</small></p>" if table.note else ""
+    provenance = f'<p class="workshop-provenance"><small>{_escape(caption)}</small></p>' if caption else ""
     # Wide tables scroll inside the page's text column instead of running under the side bar.
-    return f'<h4>{_escape(table.title)}</h4><div style="overflow-x:auto">{text}</div>{note}'
+    return (f'<div class="workshop-table-block workshop-{kind}" data-profile="{_escape(profile)}">'
+            f'<h4>{_escape(table.title)}</h4>{provenance}<div style="overflow-x:auto">{text}</div>{note}</div>')
 
 
 def format_cell(value) -> str:
@@ -405,54 +548,109 @@ def show_figure(figure, empty_message: str = "no completed run recorded this val
     return drawn
 
 
-def show_plots(selection: Selection, runs_dir: Path | str | None = None) -> int:
-    """The chapter's plots (speedup, efficiency, memory, loss); returns how many had data."""
-    from . import plots
+def show_figures(figures: Sequence) -> int:
+    """Every figure of a list (see `show_figure`); returns how many had data."""
+    return sum(show_figure(figure) for figure in figures)
 
+
+def show_plots(selection: Selection, runs_dir: Path | str | None = None, keys: Sequence[str] | None = None) -> int:
+    """The chapter's plots of your runs (speedup, efficiency, memory, loss); returns how many had data."""
     results = chapter_results_for(selection, runs_dir)
     if results.empty or not (results["state"] == COMPLETED).any():
         message("No completed run yet: nothing to plot.", "warning")
         return 0
+    return show_figures(chapter_figures(selection.chapter, results, keys, f"your runs, {selection.profile.name}",
+                                        selection.profile))
+
+
+def chapter_figures(chapter: int, results: pd.DataFrame, keys: Sequence[str] | None = None,
+                    label: str = "", profile: Profile | None = None) -> list:
+    """The figures of a chapter's parts ``keys`` (all when None) from a results frame, titles ending in
+    ``label`` (whose runs they show) and naming ``profile``'s stand-in models as such. Loss curves need
+    the runs' folders, so a reference has none."""
+    figures = _chapter_figures(chapter, results, keys, label)
+    names = tables_module.stand_in_names(profile) if profile is not None else {}
+    for figure in figures if names else ():
+        for axes in figure.axes:
+            axes.set_title(tables_module.rename_models(axes.get_title(), names), wrap=True)
+    return figures
+
+
+def _chapter_figures(chapter: int, results: pd.DataFrame, keys: Sequence[str] | None, label: str) -> list:
+    from . import plots
+
+    wanted = (lambda key: True) if keys is None else (lambda key: key in keys)  # noqa: E731
     group = lambda name: results[results["group"] == name]  # noqa: E731
+    suffix = f" ({label})" if label else ""
     memory = _memory_metric(results)
+    has_folders = "run_dir" in results and any(Path(str(d)).is_dir() for d in results["run_dir"].dropna())
     figures = []
-    if selection.chapter in (1, 2):
-        what = "LoRA, data parallel" if selection.chapter == 1 else "tensor (x expert) parallel"
-        for name in ("llama", "mixtral"):
-            if len(group(name)) > 1:
+    if chapter in (1, 2):
+        what = "LoRA, data parallel" if chapter == 1 else "tensor (x expert) parallel"
+        for name, model in (("llama", "llama-3.1-8b"), ("mixtral", "mixtral-8x7b")):
+            if wanted(name) and len(group(name)) > 1:
+                shown = tables_module.MODEL_NAMES[model]
                 figures.append(plots.speedup_plot(group(name), "total_time_s",
-                                                  f"{name.title()} ({what}): speedup of the total job time"))
-        figures.append(plots.memory_plot(results, by="id", metric=memory[0],
-                                         title=f"Peak memory per process ({memory[1]})", ylabel="MiB"))
-        figures.append(plots.loss_curves(results, "Training loss per run"))
-    elif selection.chapter == 3:
+                                                  f"{shown} ({what}): speedup of the total job time{suffix}"))
+        if wanted("memory"):
+            figures.append(plots.memory_plot(results, by="id", metric=memory[0],
+                                             title=f"Peak memory per process ({memory[1]}){suffix}", ylabel="MiB"))
+        if wanted("loss") and has_folders:
+            figures.append(plots.loss_curves(results, f"Training loss per run{suffix}"))
+    elif chapter == 3:
         single = pd.concat([group("baseline"), group("single-gpu")])
-        figures.append(plots.memory_plot(single, by="id", metric=memory[0],
-                                         title=f"One GPU: peak memory per ZeRO setup ({memory[1]})", ylabel="MiB"))
-        figures.append(plots.cpu_memory_plot(single, "One GPU: CPU memory of the job (psrecord)"))
-        figures.append(plots.cpu_memory_plot(group("two-gpus"), "Two GPUs: CPU memory of the job (psrecord)"))
-        one_gpu = single[single["id"] == "zero/single-gpu/zero0"]
-        figures.append(_throughput_plot({"one node (ZeRO 0)": pd.concat([one_gpu, group("multi-gpu")]),
-                                         "2 GPUs per node, across nodes": group("multi-node")},
-                                        "Weak scaling: training throughput"))
-        figures.append(plots.loss_curves(single, "Training loss, one GPU"))
+        if wanted("single-gpu"):
+            figures.append(plots.memory_plot(single, by="id", metric=memory[0],
+                                             title=f"One GPU: peak memory per ZeRO setup ({memory[1]}){suffix}",
+                                             ylabel="MiB"))
+            figures.append(plots.cpu_memory_plot(single, f"One GPU: CPU memory of the job (psrecord){suffix}"))
+            if has_folders:
+                figures.append(plots.loss_curves(single, f"Training loss, one GPU{suffix}"))
+        if wanted("two-gpus"):
+            figures.append(plots.memory_plot(group("two-gpus"), by="id", metric=memory[0],
+                                             title=f"Two GPUs: peak memory per GPU ({memory[1]}){suffix}",
+                                             ylabel="MiB"))
+            figures.append(plots.cpu_memory_plot(group("two-gpus"),
+                                                 f"Two GPUs: CPU memory of the job (psrecord){suffix}"))
+        if wanted("multi-gpu") or wanted("multi-node"):
+            one_gpu = single[single["id"] == "zero/single-gpu/zero0"]
+            series = {}
+            if wanted("multi-gpu"):
+                series["one node (ZeRO 0)"] = pd.concat([one_gpu, group("multi-gpu")])
+            if wanted("multi-node"):
+                series["2 GPUs per node, across nodes"] = group("multi-node")
+            figures.append(_throughput_plot(series, f"Weak scaling: training throughput{suffix}"))
     else:
-        figures.append(plots.speedup_plot(pd.concat([group("single-gpu"), group("multi-gpu")]), "train_runtime_s",
-                                          "BLOOM with FSDP on one node: speedup of the training runtime"))
-        figures.append(plots.memory_plot(group("strategies"), by="id", metric=memory[0],
-                                         title=f"Sharding strategies: peak memory per rank ({memory[1]})",
-                                         ylabel="MiB"))
-        figures.append(plots.efficiency_plot(group("weak-scaling"), "train_runtime_s",
-                                             "Custom GPT: weak scaling efficiency by depth"))
-        figures.append(plots.loss_curves(pd.concat([group("baseline"), group("single-gpu"), group("gpt")]),
-                                         "Training loss"))
-    return sum(show_figure(figure) for figure in figures)
+        one_node = pd.concat([group("single-gpu"), group("multi-gpu")])
+        if wanted("multi-gpu"):
+            if tables_module.ran_fixed_steps(one_node.to_dict("records")):
+                step = tables_module._step_time_key(one_node.to_dict("records"))
+                figures.append(plots.efficiency_plot(one_node, step, "BLOOM-560m with FSDP on one node: weak "
+                                                     f"scaling efficiency from the step time{suffix}"))
+            else:
+                figures.append(plots.speedup_plot(one_node, "train_runtime_s", "BLOOM-560m with FSDP on one node: "
+                                                  f"speedup of the training runtime{suffix}"))
+        if wanted("strategies"):
+            figures.append(plots.memory_plot(group("strategies"), by="id", metric=memory[0],
+                                             title=f"Sharding strategies: peak memory per rank ({memory[1]}){suffix}",
+                                             ylabel="MiB"))
+        if wanted("weak-scaling"):
+            depth = group("weak-scaling")
+            step = tables_module._step_time_key(depth.to_dict("records"))
+            figures.append(plots.efficiency_plot(depth, step, f"Custom GPT: weak scaling efficiency by depth{suffix}"))
+        if wanted("gpt") and has_folders:
+            figures.append(plots.loss_curves(pd.concat([group("baseline"), group("single-gpu"), group("gpt")]),
+                                             f"Training loss{suffix}"))
+    return figures
 
 
 def _memory_metric(results: pd.DataFrame) -> tuple[str, str]:
-    """nvidia-smi's GPU 0 peak where a GPU monitor ran, else the engine's own per-rank peak."""
+    """nvidia-smi's GPU 0 peak where a GPU monitor ran; else the tensor bytes of rank 0 at the step's peak
+    (what ZeRO and FSDP shrink, counted even on a CPU); else the engine's own per-rank peak."""
     if "gpu0_peak_mib" in results and results["gpu0_peak_mib"].notna().any():
         return "gpu0_peak_mib", "nvidia-smi, GPU 0"
+    if "rank0_step_peak_mib" in results and results["rank0_step_peak_mib"].notna().any():
+        return "rank0_step_peak_mib", "tensor bytes at the step's peak, rank 0"
     kinds = results.get("allocated_kind")
     kind = next((str(k) for k in kinds.dropna()), "engine peak") if kinds is not None else "engine peak"
     return "allocated_peak_mib", kind.replace("_", " ")
@@ -515,8 +713,9 @@ def experiments_overview(selection: Selection) -> pd.DataFrame:
     return frame
 
 
-__all__ = ["Selection", "chapter_header", "chapter_results_for", "check_experiment", "experiments_overview",
-           "message", "repository_root", "resolve_runs_dir", "run_experiments", "select", "selection_tables",
-           "show_figure", "show_plots", "show_reference_script", "show_scripts", "show_tables",
-           "submitting_enabled", "table_html"]
+__all__ = ["Selection", "chapter_figures", "chapter_header", "chapter_results_for", "check_experiment",
+           "experiments_overview", "message", "profile_title", "reference_caption", "reference_results",
+           "repository_root", "resolve_runs_dir", "run_experiments", "select", "selection_tables", "show_figure",
+           "show_figures", "show_plots", "show_reference_script", "show_reference_tables", "show_results",
+           "show_scripts", "show_tables", "submitting_enabled", "table_html"]
 

@@ -95,3 +95,97 @@ def loss_curves(results: pd.DataFrame, title: str = "Training loss"):
     if axes.lines:
         axes.legend(fontsize="small")
     return figure
+
+
+# ---- diagrams: what each GPU keeps (the 16-bytes-per-parameter rule of mixed-precision Adam) -----------
+
+STATE_BYTES = {"parameters": 2, "gradients": 2, "optimizer states": 12}  # per parameter, fp16/bf16 + fp32 Adam
+_COLOURS = {"parameters": "#4c78a8", "gradients": "#f58518", "optimizer states": "#54a24b"}
+
+
+def zero_layouts(gpus: int = 2) -> dict[str, dict[str, dict[str, float]]]:
+    """Bytes per parameter each GPU (and the host) keeps per ZeRO stage, from the chapter's formula table."""
+    n = gpus
+    return {
+        "ZeRO-0 (data parallel)": {"gpu": {"parameters": 2, "gradients": 2, "optimizer states": 12}},
+        "ZeRO-1": {"gpu": {"parameters": 2, "gradients": 2, "optimizer states": 12 / n}},
+        "ZeRO-2": {"gpu": {"parameters": 2, "gradients": 2 / n, "optimizer states": 12 / n}},
+        "ZeRO-3": {"gpu": {"parameters": 2 / n, "gradients": 2 / n, "optimizer states": 12 / n}},
+        "ZeRO-2 + optimizer offload": {"gpu": {"parameters": 2, "gradients": 2 / n},
+                                       "host": {"optimizer states": 12 / n}},
+        "ZeRO-3 + parameter offload": {"gpu": {}, "host": {"parameters": 2 / n, "gradients": 2 / n,
+                                                           "optimizer states": 12 / n}},
+    }
+
+
+def fsdp_layouts(nodes: int = 2, gpus_per_node: int = 2) -> dict[str, dict[str, dict[str, float]]]:
+    """Bytes per parameter each GPU keeps per FSDP strategy on nodes × GPUs (between the passes of a step)."""
+    n, local = nodes * gpus_per_node, gpus_per_node
+    return {
+        "no sharding (DDP)": {"gpu": {"parameters": 2, "gradients": 2, "optimizer states": 12}},
+        "SHARD_GRAD_OP (forward → backward)": {"gpu": {"parameters": 2, "gradients": 2 / n,
+                                                       "optimizer states": 12 / n}},
+        "HYBRID_SHARD": {"gpu": {"parameters": 2 / local, "gradients": 2 / local, "optimizer states": 12 / local}},
+        "FULL_SHARD": {"gpu": {"parameters": 2 / n, "gradients": 2 / n, "optimizer states": 12 / n}},
+        "FULL_SHARD + CPU offload": {"gpu": {}, "host": {"parameters": 2 / n, "gradients": 2 / n,
+                                                         "optimizer states": 12 / n}},
+    }
+
+
+def memory_layout_diagram(layouts: dict[str, dict[str, dict[str, float]]], title: str):
+    """One bar per layout: the model-state bytes per parameter a GPU keeps (solid) and what it leaves in
+    host memory (hatched, to the left of zero). Activations are not drawn: no layout here divides them."""
+    figure, axes = _figure(title, "bytes per parameter, per GPU (left of 0: in host memory)", "")
+    names = list(layouts)
+    for row, name in enumerate(names):
+        for side, sign, hatch in (("gpu", 1, None), ("host", -1, "//")):
+            start = 0.0
+            for kind, value in layouts[name].get(side, {}).items():
+                axes.barh(row, sign * value, left=sign * start, color=_COLOURS[kind], hatch=hatch,
+                          edgecolor="white", label=kind if (side == "gpu" and row == 0) else None)
+                start += value
+    axes.axvline(0, color="black", linewidth=0.8)
+    axes.set_yticks(range(len(names)), names)
+    axes.invert_yaxis()
+    axes.legend(loc="lower right", fontsize="small")
+    axes.set_title(title, fontsize="medium", wrap=True)
+    figure.set_size_inches(8, 0.5 * len(names) + 1.8)
+    return figure
+
+
+def mixtral_layouts(gpus: int = 4, experts: int = 8) -> dict[str, list[str]]:
+    """What each of ``gpus`` GPUs holds of Mixtral under data (DP), tensor (TP) and expert (EP) parallelism."""
+    def expert_range(group: int, groups: int) -> str:
+        per = experts // groups
+        return f"experts {group * per}–{group * per + per - 1}"
+
+    half = gpus // 2
+    return {
+        f"DP {gpus}": [f"all {experts} experts\nwhole matrices\n1/{gpus} of the batch" for _ in range(gpus)],
+        f"TP {gpus}": [f"all {experts} experts\n1/{gpus} of each matrix\nwhole batch" for _ in range(gpus)],
+        f"EP {gpus}": [f"{expert_range(g, gpus)}\nattention whole\ntokens routed (all-to-all)" for g in range(gpus)],
+        f"TP 2 × EP {half}": [f"{expert_range(g // 2, half)}\n1/2 of each matrix\n+ sequence parallel"
+                              for g in range(gpus)],
+    }
+
+
+def gpu_layout_diagram(layouts: dict[str, list[str]], title: str):
+    """One row per layout, one box per GPU with what that GPU holds (e.g. `mixtral_layouts`)."""
+    import matplotlib.pyplot as plt
+
+    names = list(layouts)
+    columns = max(len(boxes) for boxes in layouts.values())
+    figure, axes = plt.subplots(figsize=(2.3 * columns + 1.5, 1.3 * len(names) + 0.6), constrained_layout=True)
+    axes.set_title(title)
+    for row, name in enumerate(names):
+        for column, text in enumerate(layouts[name]):
+            axes.add_patch(plt.Rectangle((column + 0.05, -row - 0.9), 0.9, 0.8, facecolor="#e8f1fb",
+                                         edgecolor="#2b6cb0"))
+            axes.text(column + 0.5, -row - 0.5, f"GPU {column}\n{text}", ha="center", va="center", fontsize=7)
+    axes.set_xlim(0, columns)
+    axes.set_ylim(-len(names), 0)
+    axes.set_yticks([-row - 0.5 for row in range(len(names))], names)
+    axes.set_xticks([])
+    for side in ("top", "right", "bottom"):
+        axes.spines[side].set_visible(False)
+    return figure

@@ -43,6 +43,7 @@ from typing import Iterable
 
 import pandas as pd
 
+from .cells import measured_cell
 from .errors import WorkshopError
 from .estimate import KNOWN_CONFIGS, MemoryEstimate, TrainingSetup, estimate_memory, model_shape, setup_from_experiment
 
@@ -193,8 +194,6 @@ def prediction_frame(results: pd.DataFrame, reference_id: str) -> pd.DataFrame:
     The Δ columns are differences against ``reference_id`` (the chapter's one-GPU baseline), predicted
     and measured the same way.
     """
-    from .tables import _measured  # the tables' rule: a state where a run did not complete, n/a where unrecorded
-
     records = results.to_dict("records")
     reference = next((r for r in records if r["id"] == reference_id), None)
     reference_estimate = predict_record(reference) if reference else None
@@ -231,7 +230,7 @@ def prediction_frame(results: pd.DataFrame, reference_id: str) -> pd.DataFrame:
             values["Predicted Δ vs reference (MiB)"] = _mib(estimate.total - reference_estimate.total)
         if measured is not None and reference_peak is not None and kind == reference_kind:
             values["Measured Δ vs reference (MiB)"] = round(measured - reference_peak, 2)
-        row.update({name: _measured(record, value) for name, value in values.items()})
+        row.update({name: measured_cell(record, value) for name, value in values.items()})
         rows.append(row)
     return pd.DataFrame(rows, columns=FRAME_COLUMNS)
 

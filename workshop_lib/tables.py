@@ -28,17 +28,18 @@ value a completed run did not record shows as "n/a". Nothing is ever shown as 0.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
 import pandas as pd
 
+from .cells import NOT_RECORDED, completed, measured_cell
 from .errors import WorkshopError
 from .parse.footer import format_duration
+from .predictions import PREDICTION_NOTE, prediction_frame
 from .results import COMPLETED, chapter_results
-
-NOT_RECORDED = "n/a"
 
 
 @dataclass(frozen=True)
@@ -46,22 +47,10 @@ class Table:
     title: str
     frame: pd.DataFrame
     note: str = ""
+    key: str = ""  # which part of the chapter it belongs to (e.g. "single-gpu"), for showing it in place
 
 
 Column = tuple[str, Callable[[dict], object]]
-
-
-def _done(record: dict) -> bool:
-    return record.get("state") == COMPLETED
-
-
-def _measured(record: dict, value):
-    """The value, or the run's state when it did not complete, or n/a when it was not recorded."""
-    if not _done(record):
-        return record.get("state")
-    if value is None or (isinstance(value, float) and pd.isna(value)):
-        return NOT_RECORDED
-    return value
 
 
 def _get(key: str, scale: float = 1.0, digits: int | None = None) -> Callable[[dict], object]:
@@ -85,7 +74,8 @@ def _int(key: str) -> Callable[[dict], object]:
 def _ratio(numerator: dict, denominator: dict, key: str, digits: int = 2) -> float | None:
     """numerator[key] / denominator[key] when both runs completed and recorded it."""
     top, bottom = numerator.get(key), denominator.get(key)
-    if not (_done(numerator) and _done(denominator)) or top is None or not bottom or pd.isna(top) or pd.isna(bottom):
+    if not (completed(numerator) and completed(denominator)) or top is None or not bottom or pd.isna(top) \
+            or pd.isna(bottom):
         return None
     return round(top / bottom, digits)
 
@@ -94,7 +84,7 @@ def _rows(records: list[dict], columns: list[Column], fixed: tuple[str, ...] = (
     """One row per record; columns named in `fixed` describe the experiment and are never masked."""
     rows = []
     for record in records:
-        rows.append({name: (read(record) if name in fixed else _measured(record, read(record)))
+        rows.append({name: (read(record) if name in fixed else measured_cell(record, read(record)))
                      for name, read in columns})
     return pd.DataFrame(rows, columns=[name for name, _ in columns])
 
@@ -106,7 +96,7 @@ def _transpose(records: list[dict], headers: list[str], metrics: list[Column],
     for name, read in metrics:
         row = {"Metric": name}
         for header, record in zip(headers, records):
-            row[header] = read(record) if name in fixed else _measured(record, read(record))
+            row[header] = read(record) if name in fixed else measured_cell(record, read(record))
         rows.append(row)
     return pd.DataFrame(rows, columns=["Metric", *headers])
 
@@ -118,6 +108,42 @@ def _group(results: pd.DataFrame, group: str) -> list[dict]:
 def _hms(record: dict):
     seconds = record.get("total_time_s")
     return None if seconds is None or pd.isna(seconds) else format_duration(seconds)
+
+
+def _step_time_key(records: list[dict]) -> str:
+    """The per-step time the scaling figures use: the median over the steady steps where every completed
+    run recorded it (the GPU references), else the mean over the logged steps. Never the total runtime,
+    which start-up, the first compiled steps and evaluations dominate in short runs."""
+    done = [r for r in records if completed(r)]
+    if done and all(_present(r, "median_step_time_s") for r in done):
+        return "median_step_time_s"
+    return "mean_step_time_s"
+
+
+def _step_time_label(key: str) -> str:
+    return "Median Step Time (s)" if key == "median_step_time_s" else "Mean Step Time (s)"
+
+
+def capped_steps(record: dict) -> int | None:
+    """The optimizer-step cap a run trained under (the profile's max_steps), None when it ran full epochs."""
+    settings = record.get("run_settings")
+    value = settings.get("max_steps") if isinstance(settings, dict) else None
+    return None if value is None or (isinstance(value, float) and pd.isna(value)) else int(value)
+
+
+def samples_per_gpu(record: dict) -> int | None:
+    """The samples each GPU trained on when the run's data grew with its GPUs (as recorded), else None."""
+    settings = record.get("run_settings")
+    value = settings.get("samples_per_gpu") if isinstance(settings, dict) else None
+    return None if value is None or (isinstance(value, float) and pd.isna(value)) else int(value)
+
+
+def ran_fixed_steps(records: list[dict]) -> bool:
+    """True when every completed run gave each GPU the same work whatever the GPU count: a fixed number of
+    optimizer steps (a profile's max_steps cap) or the same samples per GPU, with the same batch per GPU.
+    That is weak scaling, even where the seed's experiment (a fixed data set) meant strong scaling."""
+    done = [r for r in records if completed(r)]
+    return bool(done) and all(capped_steps(r) is not None or samples_per_gpu(r) is not None for r in done)
 
 
 # --- chapters 1 and 2: NeMo scaling tables -------------------------------------------------------
@@ -140,6 +166,15 @@ def _gpu0_peak_ratio(base: dict, record: dict) -> float | None:
 def _present(record: dict, key: str) -> bool:
     value = record.get(key)
     return value is not None and not (isinstance(value, float) and pd.isna(value))
+
+
+# Tensor bytes one rank holds, counted by the engine itself (workshop_lib.train.tensor_census): the model
+# states when the optimizer step begins, and the most tensor bytes alive during one step. They show ZeRO,
+# FSDP and tensor parallelism shrinking memory on any profile, a CPU one included, where no GPU is measured.
+TENSOR_COLUMNS: list[Column] = [
+    ("Model States per Rank (MiB)", _get("rank0_model_state_mib", digits=1)),
+    ("Step Peak Tensors per Rank (MiB)", _get("rank0_step_peak_mib", digits=1)),
+]
 
 
 def nemo_scaling_table(records: list[dict], baseline_gpus: int) -> pd.DataFrame:
@@ -177,7 +212,7 @@ _CPU_PEAK_NOTE = (" Runs without an nvidia-smi log (the tiny profile on CPUs) sh
 
 
 def _nemo_note(records: list[dict], text: str) -> str:
-    uses_engine_peak = any(_done(r) and not _present(r, "gpu0_peak_mib") and _present(r, "rank0_peak_mib")
+    uses_engine_peak = any(completed(r) and not _present(r, "gpu0_peak_mib") and _present(r, "rank0_peak_mib")
                            for r in records)
     return text + (_CPU_PEAK_NOTE if uses_engine_peak else "")
 
@@ -186,15 +221,17 @@ def chapter_1_tables(results: pd.DataFrame) -> list[Table]:
     note = ("Time scaling = time(baseline) / time(N GPUs), from the total job time; "
             "memory scaling = GPU 0 peak(baseline) / GPU 0 peak(N GPUs).")
     llama, mixtral = _group(results, "llama"), _group(results, "mixtral")
-    return [Table("Llama 3.1 8B + LoRA, data parallel", nemo_scaling_table(llama, 1), _nemo_note(llama, note)),
-            Table("Mixtral 8x7B + LoRA, data parallel", nemo_scaling_table(mixtral, 2), _nemo_note(mixtral, note))]
+    return [Table("Llama 3.1 8B + LoRA, data parallel", nemo_scaling_table(llama, 1), _nemo_note(llama, note), "llama"),
+            Table("Mixtral 8x7B + LoRA, data parallel", nemo_scaling_table(mixtral, 2), _nemo_note(mixtral, note),
+                  "mixtral")]
 
 
 def chapter_2_tables(results: pd.DataFrame) -> list[Table]:
     note = "Ratios are against the smallest run that fits: 2 GPUs for Llama, 4 for Mixtral."
     llama, mixtral = _group(results, "llama"), _group(results, "mixtral")
-    return [Table("Llama 3.1 8B, tensor parallel", nemo_scaling_table(llama, 2), _nemo_note(llama, note)),
-            Table("Mixtral 8x7B, tensor x expert parallel", nemo_scaling_table(mixtral, 4), _nemo_note(mixtral, note))]
+    return [Table("Llama 3.1 8B, tensor parallel", nemo_scaling_table(llama, 2), _nemo_note(llama, note), "llama"),
+            Table("Mixtral 8x7B, tensor x expert parallel", nemo_scaling_table(mixtral, 4), _nemo_note(mixtral, note),
+                  "mixtral")]
 
 
 # --- chapter 3: DeepSpeed ----------------------------------------------------------------------
@@ -212,6 +249,15 @@ def _submit(record: dict) -> str:
     return f"workshop submit {record['id']}"
 
 
+def _steps_row(record: dict) -> tuple[str, str, Callable[[dict], object]]:
+    """(metric, where from, reader) for the steps row: "Steps per Epoch" for a run of full epochs; a run
+    capped by max_steps gets its cap, labelled as such (the Trainer then reports the cap, not an epoch)."""
+    cap = capped_steps(record)
+    if cap is not None:
+        return "Optimizer Steps (max_steps cap, not an epoch)", "the profile's max_steps", lambda r: cap
+    return "Steps per Epoch", "trainer_state.json: max_steps / num_train_epochs, rounded up", _get("steps_per_epoch")
+
+
 def baseline_summary(record: dict, fsdp: bool = False) -> pd.DataFrame:
     """Seed 002's baseline summary (Category, Metric, Extraction Instruction, Your Value), or with
     ``fsdp`` seed 003's (Metric, Log Location & Extraction, Your Value): one metric per row."""
@@ -223,13 +269,16 @@ def baseline_summary(record: dict, fsdp: bool = False) -> pd.DataFrame:
             ("", "Eval Loss (Epoch 3)", "eval_loss at epoch 3", _epoch_loss(3)),
             ("", "Training Speed (samples/sec)", "train_samples_per_second", _get("train_samples_per_s", digits=3)),
             ("", "Evaluation Speed (samples/sec)", "eval_samples_per_second", _get("eval_samples_per_s", digits=3)),
-            ("", "Steps per Epoch", "trainer_state.json", _get("steps_per_epoch")),
+            ("", *_steps_row(record)),
             ("", "Memory Allocated (MB)", "metrics.jsonl: the engine's peak per rank (max over ranks)",
              _get("allocated_peak_mib", digits=1)),
-            ("", "GPU Utilization (%)", "not recorded by the monitors", lambda r: None),
+            ("", "Exact Match (%)", "generated answers vs SQuAD's (eval_em)", _get("eval_em", scale=100, digits=1)),
+            ("", "F1 (%)", "token overlap with SQuAD's answers (eval_f1)", _get("eval_f1", scale=100, digits=1)),
+            ("", "GPU Utilization (%)", "nvidia-smi utilization.gpu (not recorded by this workshop's monitor)",
+             lambda r: None),
         ]
         return pd.DataFrame([{"Metric": metric, "Log Location & Extraction": source,
-                              "Your Value": _measured(record, read(record))} for _, metric, source, read in rows],
+                              "Your Value": measured_cell(record, read(record))} for _, metric, source, read in rows],
                             columns=["Metric", "Log Location & Extraction", "Your Value"])
     rows = [
         ("Training Metrics", "Final Train Loss", "Trainer's train_loss", _get("train_loss", digits=4)),
@@ -239,7 +288,11 @@ def baseline_summary(record: dict, fsdp: bool = False) -> pd.DataFrame:
         ("Training Metrics", "Train Samples/sec", "train_samples_per_second", _get("train_samples_per_s", digits=3)),
         ("Training Metrics", "Eval Samples/sec", "eval_samples_per_second (first evaluation)",
          _get("eval_samples_per_s", digits=3)),
-        ("Training Metrics", "Steps per Epoch", "trainer_state.json", _get("steps_per_epoch")),
+        ("Training Metrics", *_steps_row(record)),
+        ("Answer Quality", "Exact Match (%)", "generated answers vs SQuAD's (metrics.jsonl eval_em)",
+         _get("eval_em", scale=100, digits=1)),
+        ("Answer Quality", "F1 (%)", "token overlap with SQuAD's answers (metrics.jsonl eval_f1)",
+         _get("eval_f1", scale=100, digits=1)),
         ("GPU Memory", "Peak Usage (MiB)", "nvidia-smi, GPU 0", _get("gpu0_peak_mib")),
         ("GPU Memory", "Average Usage (MiB)", "nvidia-smi, GPU 0", _get("gpu0_avg_mib", digits=2)),
         ("GPU Memory", "Mode Usage (MiB)", "nvidia-smi, GPU 0", _get("gpu0_mode_mib")),
@@ -248,7 +301,8 @@ def baseline_summary(record: dict, fsdp: bool = False) -> pd.DataFrame:
         ("CPU Memory", "Mode Usage (MB)", "psrecord", _get("cpu_mode_mib")),
     ]
     return pd.DataFrame([{"Category": category, "Metric": metric, "Extraction Instruction": source,
-                          "Your Value": _measured(record, read(record))} for category, metric, source, read in rows],
+                          "Your Value": measured_cell(record, read(record))}
+                         for category, metric, source, read in rows],
                         columns=["Category", "Metric", "Extraction Instruction", "Your Value"])
 
 
@@ -256,35 +310,53 @@ def _title(record: dict) -> str:
     return record.get("title") or record.get("id")
 
 
-def _weak_scaling_rows(reference: dict | None, unit: str) -> list[Column]:
-    """Derived rows of seed 002's weak-scaling tables: efficiency = T_ref / T_N × 100 (equal work per GPU)."""
-    def efficiency(record: dict):
-        ratio = _ratio(reference, record, "train_runtime_s", digits=4) if reference else None
+def _weak_efficiency(reference: dict | None, key: str) -> Callable[[dict], object]:
+    """Weak scaling: T_ref / T_N × 100 of the per-step time (equal work per GPU; 100 % = no overhead)."""
+    def read(record: dict):
+        ratio = _ratio(reference, record, key, digits=4) if reference else None
         return None if ratio is None else round(100 * ratio, 1)
+    return read
 
+
+def _weak_scaling_rows(reference: dict | None, unit: str, records: list[dict]) -> list[Column]:
+    """Derived rows of seed 002's weak-scaling tables: efficiency from the per-step time against the reference."""
+    key = _step_time_key(records + ([reference] if reference else []))
     return [
         ("Train Runtime (s)", _get("train_runtime_s", digits=2)),
+        (_step_time_label(key), _get(key, digits=3)),
         (f"Throughput Scaling vs {unit}",
          lambda r: _ratio(r, reference, "train_samples_per_s") if reference else None),
-        (f"Weak Scaling Efficiency vs {unit} (%)", efficiency),
+        (f"Weak Scaling Efficiency vs {unit} (%)", _weak_efficiency(reference, key)),
     ]
+
+
+def _cuda_allocated(record: dict):
+    """The engine's torch.cuda.max_memory_allocated (max over ranks); None off a GPU (there it is the RSS)."""
+    on_gpu = record.get("allocated_kind") == "cuda_max_allocated"
+    return _get("allocated_peak_mib", digits=1)(record) if on_gpu else None
+
+
+ALLOCATED_COLUMN: Column = ("Peak Allocated per GPU (MiB)", _cuda_allocated)
 
 
 def chapter_3_tables(results: pd.DataFrame) -> list[Table]:
     tables = []
     baseline = _group(results, "baseline")
     if baseline:
-        tables.append(Table("Baseline: HF Trainer without DeepSpeed", baseline_summary(baseline[0])))
+        tables.append(Table("Baseline: HF Trainer without DeepSpeed", baseline_summary(baseline[0]), key="baseline"))
     single = _group(results, "single-gpu")
     tables.append(Table("ZeRO stages on one GPU (with and without CPU offload)", _rows(single, [
         ("DeepSpeed Config", _title),
         ("Submit Training Job", _submit),
         ("Peak GPU Memory Used (MiB)", _get("gpu0_peak_mib")),
         ("Average GPU Memory Used (MiB)", _get("gpu0_avg_mib", digits=2)),
+        ALLOCATED_COLUMN, *TENSOR_COLUMNS,
         ("Peak CPU Memory Used (MiB)", _get("cpu_peak_mib", digits=2)),
         ("Average CPU Memory Used (MiB)", _get("cpu_avg_mib", digits=2)),
         ("Train Samples/Second", _get("train_samples_per_s", digits=3)),
-    ], fixed=("DeepSpeed Config", "Submit Training Job"))))
+    ], fixed=("DeepSpeed Config", "Submit Training Job")),
+        "Peak GPU memory: nvidia-smi on GPU 0 (CUDA context and allocator cache included); peak allocated: "
+        "the tensors PyTorch's allocator handed out (torch.cuda.max_memory_allocated).", key="single-gpu"))
     gpu_metrics: list[Column] = [
         ("Submit Job", _submit),
         ("Train Samples/sec", _get("train_samples_per_s", digits=3)),
@@ -292,6 +364,7 @@ def chapter_3_tables(results: pd.DataFrame) -> list[Table]:
         ("Peak GPU Memory (MiB)", _get("gpu0_peak_mib")),
         ("Average GPU Memory (MiB)", _get("gpu0_avg_mib", digits=2)),
         ("Mode for GPU Memory (MiB)", _get("gpu0_mode_mib")),
+        ALLOCATED_COLUMN, *TENSOR_COLUMNS,
     ]
     cpu_metrics: list[Column] = [
         ("Peak CPU Memory (MiB)", _get("cpu_peak_mib", digits=2)),
@@ -303,16 +376,16 @@ def chapter_3_tables(results: pd.DataFrame) -> list[Table]:
     one_gpu = next((r for r in single if r.get("zero_stage") == 0 and not r.get("offload")), None)
     tables.append(Table("Multi-GPU weak scaling (500 samples per GPU)",
                         _transpose(multi, [f"{r['gpus']} GPUs" for r in multi],
-                                   gpu_metrics + _weak_scaling_rows(one_gpu, "1 GPU"), fixed=("Submit Job",)),
+                                   gpu_metrics + _weak_scaling_rows(one_gpu, "1 GPU", multi), fixed=("Submit Job",)),
                         "Weak scaling: every GPU trains on as many samples as the one-GPU ZeRO-0 run, so "
-                        "efficiency = runtime(1 GPU) / runtime(N GPUs) x 100 (100 % = no overhead) and "
-                        "throughput scaling = samples/s(N GPUs) / samples/s(1 GPU) (ideal: N)."))
+                        "efficiency = step time(1 GPU) / step time(N GPUs) x 100 (100 % = no overhead) and "
+                        "throughput scaling = samples/s(N GPUs) / samples/s(1 GPU) (ideal: N).", key="multi-gpu"))
     two = _group(results, "two-gpus")
     for offload in (False, True):
         runs = [r for r in two if bool(r["offload"]) == offload]
         tables.append(Table(f"2-GPU ZeRO stage comparison, {'with' if offload else 'without'} CPU offload",
                             _transpose(runs, [f"Stage {int(r['zero_stage'])}" for r in runs],
-                                       gpu_metrics + cpu_metrics, fixed=("Submit Job",))))
+                                       gpu_metrics + cpu_metrics, fixed=("Submit Job",)), key="two-gpus"))
     nodes = _group(results, "multi-node")
     node_metrics: list[Column] = [
         ("Submit Job", _submit),
@@ -321,12 +394,14 @@ def chapter_3_tables(results: pd.DataFrame) -> list[Table]:
         ("Peak GPU Memory (GiB)", _get("gpu0_peak_mib", scale=1 / 1024, digits=2)),
         ("Average GPU Memory (GiB)", _get("gpu0_avg_mib", scale=1 / 1024, digits=2)),
         ("Mode for GPU Memory (MiB)", _get("gpu0_mode_mib")),
+        *TENSOR_COLUMNS,
     ]
     tables.append(Table("Multi-node weak scaling (250 samples per GPU)",
                         _transpose(nodes, [f"{r['nodes']} nodes" for r in nodes],
-                                   node_metrics + _weak_scaling_rows(nodes[0] if nodes else None, "2 nodes"),
+                                   node_metrics + _weak_scaling_rows(nodes[0] if nodes else None, "2 nodes", nodes),
                                    fixed=("Submit Job",)),
-                        "Efficiency = runtime(2 nodes) / runtime(N nodes) x 100: 250 samples per GPU everywhere."))
+                        "Efficiency = step time(2 nodes) / step time(N nodes) x 100: 250 samples per GPU everywhere.",
+                        key="multi-node"))
     tables.append(memory_prediction_table(results, reference_id="zero/baseline"))
     return tables
 
@@ -355,10 +430,38 @@ def _parallel_efficiency(base: dict) -> Callable[[dict], object]:
     return read
 
 
+GB = 2**20 / 1e9  # MiB → GB (10⁹ bytes), for the seeds' "(GB)" columns
+
+
+def _scaling_columns(records: list[dict], base: dict, strong_extra: list[Column]) -> list[Column]:
+    """What ran decides the derived columns. Full epochs over a fixed data set (the seed's runs on Ibex):
+    strong scaling, the seed's speedup and a parallel efficiency. A fixed number of steps with the same
+    batch per GPU (a profile's max_steps cap): weak scaling, efficiency from the per-step time."""
+    if not ran_fixed_steps(records):
+        return strong_extra
+    key = _step_time_key(records)
+    return [(_step_time_label(key), _get(key, digits=3)), ("Weak Scaling Efficiency (%)", _weak_efficiency(base, key))]
+
+
+def scaling_note(records: list[dict]) -> str:
+    """The note under a chapter 4 scaling table, saying which kind of scaling its rows measured."""
+    if ran_fixed_steps(records):
+        done = [r for r in records if completed(r)]
+        steps = sorted({capped_steps(r) for r in done if capped_steps(r) is not None})
+        per_gpu = sorted({samples_per_gpu(r) for r in done if samples_per_gpu(r) is not None})
+        how = (f"{', '.join(map(str, steps))} optimizer steps (the profile's max_steps)" if steps else
+               f"{', '.join(map(str, per_gpu))} samples per GPU")
+        return (f"Same work per GPU ({how}, the same batch per GPU) at every GPU count: this is weak scaling. Weak "
+                "Scaling Efficiency = step time(first row) / step time(N) x 100; the scale factors compare whole "
+                "runs, start-up included.")
+    return ("Fixed data set, full epochs (strong scaling): Runtime Scale Factor = runtime(first row) / runtime(N) is "
+            "the speedup; Parallel Efficiency = speedup / (N / GPUs of the first row) x 100.")
+
+
 def fsdp_scaling_table(records: list[dict], setup: Callable[[dict], str] = _setup) -> pd.DataFrame:
-    """Seed 003's BLOOM multi-GPU / multi-node table (a fixed data set: strong scaling); factors are against
-    the first row: Samples/s Scale Factor = S_N / S_1, Runtime Scale Factor = T_1 / T_N (the speedup), and
-    the added Parallel Efficiency (%) = T_1 / (N·T_N) × 100."""
+    """Seed 003's BLOOM multi-GPU / multi-node table; factors are against the first row: Samples/s Scale
+    Factor = S_N / S_1, Runtime Scale Factor = T_1 / T_N, then the derived columns of what ran
+    (`_scaling_columns`) and the tensor bytes per rank."""
     base = records[0] if records else {}
     return _rows(records, [
         ("Setup", setup),
@@ -368,51 +471,52 @@ def fsdp_scaling_table(records: list[dict], setup: Callable[[dict], str] = _setu
         ("Runtime (s)", _get("train_runtime_s", digits=2)),
         ("Runtime Scale Factor", lambda r: _ratio(base, r, "train_runtime_s")),
         ("Loss", _get("train_loss", digits=4)),
-        ("GPU Memory Allocated (GB)", _get("allocated_peak_mib", scale=1 / 1024, digits=3)),
-        ("Parallel Efficiency (%)", _parallel_efficiency(base)),
+        ("GPU Memory Allocated (GB)", _get("allocated_peak_mib", scale=GB, digits=3)),
+        *_scaling_columns(records, base, [("Parallel Efficiency (%)", _parallel_efficiency(base))]),
+        *TENSOR_COLUMNS,
     ], fixed=("Setup", "Total GPUs"))
 
 
 def gpt_scaling_table(records: list[dict]) -> pd.DataFrame:
-    """Seed 003's custom-model table: the trainer's figures ("Default") next to the per-step ones, plus
-    the added Speedup (T_1 / T_N) and Parallel Efficiency (%) of this fixed-size (strong-scaling) run."""
+    """Seed 003's custom-model table: the trainer's figures ("Default") next to the per-step ones, then the
+    derived columns of what ran (`_scaling_columns`) and the tensor bytes per rank."""
     base = records[0] if records else {}
     return _rows(records, [
         ("Setup", _setup),
         ("Total GPUs", lambda r: r["gpus"]),
         ("Samples/s (Default)", _get("train_samples_per_s", digits=3)),
         ("Samples/s (Callback)", _get("step_samples_per_s", digits=3)),
-        ("GPU Memory (GB, Default)", _get("gpu0_peak_mib", scale=1 / 1024, digits=3)),
-        ("GPU Memory (GB, Callback)", _get("allocated_peak_mib", scale=1 / 1024, digits=3)),
+        ("GPU Memory (GB, Default)", _get("gpu0_peak_mib", scale=GB, digits=3)),
+        ("GPU Memory (GB, Callback)", _get("allocated_peak_mib", scale=GB, digits=3)),
         ("GPU Utilization (%)", lambda r: None),
         ("Loss", _get("train_loss", digits=4)),
         ("Runtime (s)", _get("train_runtime_s", digits=2)),
-        ("Speedup", lambda r: _ratio(base, r, "train_runtime_s")),
-        ("Parallel Efficiency (%)", _parallel_efficiency(base)),
+        *_scaling_columns(records, base, [("Speedup", lambda r: _ratio(base, r, "train_runtime_s")),
+                                          ("Parallel Efficiency (%)", _parallel_efficiency(base))]),
+        *TENSOR_COLUMNS,
     ], fixed=("Setup", "Total GPUs"))
 
 
 def weak_scaling_table(records: list[dict]) -> pd.DataFrame:
-    """Seed 003's weak scaling table. Efficiency = baseline runtime / runtime × 100 (100 % = no overhead;
-    the seed wrote the ratio upside down, which would grow past 100 % as runs slow down). Layers grow with
-    the GPUs while the per-GPU batch halves and the data set stays fixed: every GPU does the same work."""
+    """Seed 003's weak scaling table. Efficiency = baseline step time / step time × 100 (100 % = no
+    overhead; the seed wrote the ratio of runtimes upside down, which grows past 100 % as runs slow down,
+    and a short run's total runtime is mostly start-up). Layers grow with the GPUs while the per-GPU batch
+    halves."""
     base = records[0] if records else {}
-
-    def efficiency(record: dict):
-        ratio = _ratio(base, record, "train_runtime_s", digits=4)
-        return None if ratio is None else round(100 * ratio, 1)
-
+    key = _step_time_key(records)
     return _rows(records, [
         ("GPUs", lambda r: r["gpus"]),
         ("Num Layers", _int("gpt_layers")),
         ("Per-GPU Batch", _int("per_device_batch")),
         ("Total Params", _int("total_params")),
         ("Samples/s (Callback)", _get("step_samples_per_s", digits=3)),
-        ("GPU Memory (GB, Callback)", _get("allocated_peak_mib", scale=1 / 1024, digits=3)),
+        ("GPU Memory (GB, Callback)", _get("allocated_peak_mib", scale=GB, digits=3)),
         ("GPU Utilization (%)", lambda r: None),
         ("Loss", _get("train_loss", digits=4)),
         ("Runtime (s)", _get("train_runtime_s", digits=2)),
-        ("Efficiency (%)", efficiency),
+        ("Efficiency (%)", _weak_efficiency(base, key)),
+        (_step_time_label(key), _get(key, digits=3)),
+        *TENSOR_COLUMNS,
     ], fixed=("GPUs", "Num Layers", "Per-GPU Batch"))
 
 
@@ -433,9 +537,9 @@ def fsdp_strategy_table(records: list[dict]) -> pd.DataFrame:
         ("Samples/s", _get("train_samples_per_s", digits=3)),
         ("Train Step (s)", _get("train_step_time_s", digits=3)),
         ("Runtime (s)", _get("train_runtime_s", digits=2)),
-        ("GPU Memory Allocated (GB)", _get("allocated_peak_mib", scale=1 / 1024, digits=3)),
-        ("Model States per Rank (MiB)", _get("rank0_model_state_mib", digits=1)),
-        ("Peak CPU Memory (GB)", _get("cpu_peak_mib", scale=1 / 1024, digits=2)),
+        ("GPU Memory Allocated (GB)", _get("allocated_peak_mib", scale=GB, digits=3)),
+        *TENSOR_COLUMNS,
+        ("Peak CPU Memory (GB)", _get("cpu_peak_mib", scale=GB, digits=2)),
         ("Loss", _get("train_loss", digits=4)),
     ], fixed=("Strategy", "CPU Offload", "Nodes x GPUs"))
 
@@ -444,26 +548,34 @@ def chapter_4_tables(results: pd.DataFrame) -> list[Table]:
     tables = []
     baseline = _group(results, "baseline")
     if baseline:
-        tables.append(Table("Baseline: HF Trainer without FSDP", baseline_summary(baseline[0], fsdp=True)))
+        tables.append(Table("Baseline: HF Trainer without FSDP", baseline_summary(baseline[0], fsdp=True),
+                            key="baseline"))
     strategies = _group(results, "strategies")
     if strategies:
         tables.append(Table("FSDP sharding strategies, 2 nodes x 2 GPUs", fsdp_strategy_table(strategies),
                             "Same model, data and steps for every row. Shard Group: the ranks each parameter "
-                            "is split over, as the engine recorded it (HYBRID_SHARD: the GPUs of one node)."))
+                            "is split over, as the engine recorded it (HYBRID_SHARD: the GPUs of one node).",
+                            key="strategies"))
     single = _group(results, "single-gpu")
-    strong = ("Fixed data set (strong scaling): Runtime Scale Factor = runtime(first row) / runtime(N) is the "
-              "speedup; Parallel Efficiency = speedup / (N / GPUs of the first row) x 100.")
-    tables.append(Table("BLOOM-560m, FSDP on one node", fsdp_scaling_table(single + _group(results, "multi-gpu")),
-                        strong))
-    tables.append(Table("BLOOM-560m, FSDP across nodes",
-                        fsdp_scaling_table(single + _group(results, "multi-node"), setup=_node_setup), strong))
+    one_node = single + _group(results, "multi-gpu")
+    nodes = _group(results, "multi-node")
+    across = single + nodes if nodes else []  # the one-GPU row alone is no comparison across nodes
+    tables.append(Table("BLOOM-560m, FSDP on one node", fsdp_scaling_table(one_node), scaling_note(one_node),
+                        key="multi-gpu"))
+    tables.append(Table("BLOOM-560m, FSDP across nodes", fsdp_scaling_table(across, setup=_node_setup),
+                        scaling_note(across), key="multi-node"))
     gpt = _group(results, "gpt")
-    tables.append(Table("Custom GPT, FSDP on one node", gpt_scaling_table([r for r in gpt if r["nodes"] == 1]), strong))
-    one_gpu = [r for r in gpt if r["gpus"] == 1]
-    tables.append(Table("Custom GPT, FSDP across nodes", gpt_scaling_table(one_gpu + [r for r in gpt if r["nodes"] > 1]),
-                        strong))
-    tables.append(Table("Custom GPT weak scaling by depth", weak_scaling_table(_group(results, "weak-scaling")),
-                        "Efficiency (%) = runtime(2 GPUs) / runtime(N GPUs) x 100."))
+    gpt_node = [r for r in gpt if r["nodes"] == 1]
+    gpt_nodes = [r for r in gpt if r["nodes"] > 1]
+    gpt_across = [r for r in gpt if r["gpus"] == 1] + gpt_nodes if gpt_nodes else []
+    tables.append(Table("Custom GPT, FSDP on one node", gpt_scaling_table(gpt_node), scaling_note(gpt_node),
+                        key="gpt"))
+    tables.append(Table("Custom GPT, FSDP across nodes", gpt_scaling_table(gpt_across), scaling_note(gpt_across),
+                        key="gpt-multi-node"))
+    depth = _group(results, "weak-scaling")
+    tables.append(Table("Custom GPT weak scaling by depth", weak_scaling_table(depth),
+                        f"Efficiency (%) = step time(2 GPUs) / step time(N GPUs) x 100, from the "
+                        f"{_step_time_label(_step_time_key(depth)).lower().removesuffix(' (s)')}.", key="weak-scaling"))
     tables.append(memory_prediction_table(results, reference_id="fsdp/baseline"))
     return tables
 
@@ -473,9 +585,66 @@ def chapter_4_tables(results: pd.DataFrame) -> list[Table]:
 
 def memory_prediction_table(results: pd.DataFrame, reference_id: str) -> Table:
     """The companion table of `workshop_lib.predictions`: estimate beside the measured peak per GPU."""
-    from .predictions import PREDICTION_NOTE, prediction_frame
+    return Table("Predicted vs measured memory per GPU", prediction_frame(results, reference_id), PREDICTION_NOTE,
+                 key="prediction")
 
-    return Table("Predicted vs measured memory per GPU", prediction_frame(results, reference_id), PREDICTION_NOTE)
+
+# --- presenting a table for the profile that produced it ------------------------------------------
+
+# How the text and the tables name each model of the experiments (the training registry's names as keys).
+MODEL_NAMES = {"bloom-560m": "BLOOM-560m", "llama-3.1-8b": "Llama 3.1 8B", "mixtral-8x7b": "Mixtral 8x7B"}
+_DESCRIBING = {"Metric", "Category", "Extraction Instruction", "Log Location & Extraction"}
+
+
+def stand_in_names(profile) -> dict[str, str]:
+    """Real model name → how a table of this profile must call it: the profile's stand-in says so
+    (``tiny-bloom (stand-in for BLOOM-560m)``); a profile that runs the real model keeps the name."""
+    names = {}
+    for model, shown in MODEL_NAMES.items():
+        realised = profile.model_name(model)
+        if realised != model:
+            names[shown] = f"{realised} (stand-in for {shown})"
+    return names
+
+
+def rename_models(text, names: dict[str, str]):
+    """``text`` with each real model name replaced by its stand-in (see `stand_in_names`)."""
+    if not isinstance(text, str):
+        return text
+    for real, stand_in in names.items():
+        # Once per mention, and never inside a mention that already names its stand-in.
+        text = re.sub(rf"(?<!stand-in for ){re.escape(real)}", stand_in, text)
+    return text
+
+
+def for_stand_ins(table: Table, profile) -> Table:
+    """The table with every real model name replaced by the profile's stand-in, in title, note and cells."""
+    names = stand_in_names(profile)
+    if not names:
+        return table
+    frame = table.frame.map(lambda value: rename_models(value, names))
+    frame.columns = [rename_models(column, names) for column in frame.columns]
+    return replace(table, title=rename_models(table.title, names), note=rename_models(table.note, names), frame=frame)
+
+
+_STATE = re.compile(r"^[A-Z][A-Z_ ]+$")  # what a cell of a run that did not complete shows (FAILED, MISSING…)
+
+
+def _unrecorded(cells) -> bool:
+    """True when no completed run recorded a value here: n/a cells, and run states for the rest."""
+    cells = list(cells)
+    return NOT_RECORDED in cells and all(c == NOT_RECORDED or (isinstance(c, str) and _STATE.match(c)) for c in cells)
+
+
+def drop_unrecorded(table: Table) -> Table:
+    """Without the columns (and, in the seeds' sideways tables, the metric rows) that no completed run could
+    fill (no nvidia-smi on a CPU, no census in older runs): they read n/a on every row and hide the rest."""
+    frame = table.frame
+    measured = [c for c in frame.columns if c not in _DESCRIBING]
+    if "Metric" in frame.columns and measured:
+        frame = frame[[not _unrecorded(row) for row in frame[measured].itertuples(index=False)]]
+    empty = [c for c in frame.columns if c not in _DESCRIBING and _unrecorded(frame[c])]
+    return replace(table, frame=frame.drop(columns=empty).reset_index(drop=True))
 
 
 # Column sets of the seeds' tables (what `tests/test_tables_columns.py` checks) and the derived extras.
@@ -495,7 +664,13 @@ SEED_COLUMNS = {
     "weak-scaling": ["GPUs", "Num Layers", "Per-GPU Batch", "Total Params", "Samples/s (Callback)",
                      "GPU Memory (GB, Callback)", "GPU Utilization (%)", "Loss", "Runtime (s)", "Efficiency (%)"],
 }
-ADDED_COLUMNS = {"fsdp-scaling": ["Parallel Efficiency (%)"], "gpt-scaling": ["Speedup", "Parallel Efficiency (%)"]}
+_TENSORS = [name for name, _ in TENSOR_COLUMNS]
+_STEP_TIMES = ["Median Step Time (s)", "Mean Step Time (s)"]
+_STRONG_OR_WEAK = ["Parallel Efficiency (%)", *_STEP_TIMES, "Weak Scaling Efficiency (%)"]
+ADDED_COLUMNS = {"zero-single-gpu": [ALLOCATED_COLUMN[0], *_TENSORS],
+                 "fsdp-scaling": [*_STRONG_OR_WEAK, *_TENSORS],
+                 "gpt-scaling": ["Speedup", *_STRONG_OR_WEAK, *_TENSORS],
+                 "weak-scaling": [*_STEP_TIMES, *_TENSORS]}
 
 
 _BUILDERS = {1: chapter_1_tables, 2: chapter_2_tables, 3: chapter_3_tables, 4: chapter_4_tables}
