@@ -251,7 +251,7 @@ def run_variant(args, recipe: str, folder: Path, workload: dict, caches: Path, l
     return record
 
 
-def measure(record: dict, shape: dict, peak_tflops: float | None, warmup: int | None) -> dict:
+def measure(record: dict, shape: dict, peak_tflops: float | None, warmup: int | None, epochs: float) -> dict:
     """The figures of one finished variant."""
     steps, summary, tokens = record["steps"], record["summary"], record["throughput"]
     count = min(len(steps), len(tokens["rows"]))
@@ -269,6 +269,7 @@ def measure(record: dict, shape: dict, peak_tflops: float | None, warmup: int | 
     useful_flops = 6 * params * total("real_tokens") + 12 * layers * hidden * total("real_length_squared")
     padded_flops = 6 * params * total("padded_tokens") + 12 * layers * hidden * total("padded_length_squared")
     tail = [s["loss"] for s in steps[-max(1, count // 10):]]
+    trained = min(summary["samples_per_s"] * summary["train_runtime_s"], summary["samples"] * epochs)
     out = {
         "recipe": record["recipe"], "precision": summary["precision"],
         "features": tokens["recipe"].get("recipe_features", []) if record["recipe"] != "seed" else [],
@@ -283,7 +284,9 @@ def measure(record: dict, shape: dict, peak_tflops: float | None, warmup: int | 
         "model_tflops": useful_flops / seconds / 1e12,
         "padded_tflops": padded_flops / seconds / 1e12,
         "mfu": useful_flops / seconds / 1e12 / peak_tflops if peak_tflops else None,
-        "end_to_end_samples_per_s": summary["samples_per_s"], "train_runtime_s": summary["train_runtime_s"],
+        # Samples really trained: the Trainer counts a last partial accumulation as a whole step of 16.
+        "samples_trained": trained, "end_to_end_samples_per_s": trained / summary["train_runtime_s"],
+        "train_runtime_s": summary["train_runtime_s"],
         "process_wall_s": record["process_wall_s"],
         "peak_memory_mib": max(summary["peak_memory_mib_per_rank"]), "peak_memory_kind": summary["peak_memory_kind"],
         "peak_reserved_mib": tokens.get("cuda_max_reserved_mib"),
@@ -351,7 +354,7 @@ def run_workload(args, name: str, workload: dict, variants: list[str], folder: P
         if record["returncode"] != 0:
             results.append({"recipe": label, "returncode": record["returncode"], "log_tail": record.get("log_tail")})
             continue
-        result = measure(record, shape, peak["tflops"] if peak else None, args.warmup_steps)
+        result = measure(record, shape, peak["tflops"] if peak else None, args.warmup_steps, workload["epochs"])
         result["log"], result["kernel_cache_files_at_start"] = record["log"], record["kernel_cache_files_at_start"]
         results.append(result)
         print(f"    {result['samples_per_s']:.1f} samples/s steady, {result['end_to_end_samples_per_s']:.1f} end to end "

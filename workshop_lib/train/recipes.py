@@ -8,6 +8,10 @@ every sample padded to 512 tokens, the full fp32 logits over the vocabulary, eag
 * ``batch``       the accumulated micro-batches as one batch (same global batch, same optimizer steps)
 * ``padding``     each batch padded to its longest sample (a multiple of 16), not to 512
 * ``grouping``    batches of samples of similar length (HF's length-grouped sampler)
+* ``even-tokens`` every labelled token weighs the same in every step: the summed loss is divided by
+                  the mean labelled tokens of a batch (a constant of the data set) instead of by the
+                  batch's own count, which with ``grouping`` would give the tokens of short batches
+                  more weight than those of long ones
 * ``chunked-ce``  the cross-entropy over the vocabulary computed in row chunks, only on the
                   positions that have a label: the (tokens × 250,880) fp32 logits never exist at once
                   (on a GPU with liger-kernel installed, Liger's fused linear cross-entropy
@@ -39,7 +43,7 @@ import torch
 
 from workshop_lib.errors import WorkshopError
 
-FEATURES = ("bf16", "batch", "padding", "grouping", "chunked-ce", "fused-adamw", "sdpa", "gelu", "compile",
+FEATURES = ("bf16", "batch", "padding", "grouping", "even-tokens", "chunked-ce", "fused-adamw", "sdpa", "gelu", "compile",
             "gc-freeze", "large-batch")
 # Not in tuned (benchmarks/NOTES.md): large-batch, because at a 4× batch the same samples give ¼ of the
 # optimizer steps, which cost 17-42 % in eval loss; compile, because its 60-150 s of compilation made
@@ -120,7 +124,7 @@ def apply_recipe(name: str, *, precision: str, per_device_batch: int, grad_accum
     if "batch" in wanted:
         per_device_batch, grad_accum = per_device_batch * grad_accum, 1
         applied.append("batch")
-    for feature in ("padding", "grouping"):
+    for feature in ("padding", "grouping", "even-tokens"):
         if feature in wanted:
             applied.append(feature)
     sharded = engine == "fsdp" or (zero_stage or 0) >= 3
@@ -423,6 +427,10 @@ def use_sdpa_attention(model) -> int:
     Models whose attention already is SDPA (Llama, Mixtral in transformers 5) have none."""
     import types
 
+    if torch.cuda.is_available():
+        # cuDNN's attention plans a graph for every new sequence length (seconds over the first steps
+        # and evaluations, measured on an H100); the memory-efficient kernel takes the bias as it is.
+        torch.backends.cuda.enable_cudnn_sdp(False)
     shared = _AlibiBias()
     count = 0
     for module in model.modules():
@@ -514,14 +522,29 @@ class TokenCounter:
                 "rows": fold(self.rows)}
 
 
+def labelled_tokens_per_step(lengths, samples_per_step: int) -> float:
+    """The mean number of labelled positions in an optimizer step's batch: a sample of n real tokens
+    has n − 1 (the labels are shifted by one)."""
+    lengths = [int(n) for n in lengths]
+    return samples_per_step * sum(max(n - 1, 0) for n in lengths) / max(len(lengths), 1)
+
+
 def counting_trainer_class():
-    """A Trainer that counts the tokens of every training micro-batch."""
+    """A Trainer that counts the tokens of every training micro-batch; with ``tokens_per_step`` set
+    (the recipe's ``even-tokens``) it divides every step's summed loss by that constant."""
     from transformers import Trainer
 
     class CountingTrainer(Trainer):
-        def __init__(self, *args, **kwargs):
+        def __init__(self, *args, tokens_per_step: float | None = None, **kwargs):
             super().__init__(*args, **kwargs)
             self.token_counter = TokenCounter()
+            self.tokens_per_step = tokens_per_step
+
+        def get_batch_samples(self, epoch_iterator, num_batches, device):
+            batch_samples, num_items = super().get_batch_samples(epoch_iterator, num_batches, device)
+            if self.tokens_per_step is not None and num_items is not None:
+                num_items = torch.as_tensor(self.tokens_per_step, dtype=torch.float32, device=device)
+            return batch_samples, num_items
 
         def training_step(self, model, inputs, *args, **kwargs):
             self.token_counter.add(inputs)
