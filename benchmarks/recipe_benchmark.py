@@ -7,7 +7,7 @@ schedule. Each variant is the real chapter 3/4 entry point (``torchrun -m worksh
 
 Workloads (each runs every variant): ``baseline`` is what chapter 3's baseline job does (500 samples
 × 3 epochs, evaluation on 100 held-out samples after each epoch); ``long`` is 1,600 samples × 1 epoch
-(128 held out). ``--second-job`` runs the last variant of the first workload once more with the
+(128 held out). ``--second-job RECIPE`` runs that variant of the first workload once more with the
 kernel caches (Triton's, inductor's) that the first jobs left, as a second job on the same node would.
 
 Measured per variant: samples/s and tokens/s (padded and real) over the steady steps (the first
@@ -17,7 +17,7 @@ bf16 matmul peak measured in the same run; peak memory; losses (last step, mean 
 steps, held-out eval loss on the same validation samples).
 
     # on one GPU (from the repo root):
-    python3 benchmarks/recipe_benchmark.py --variants seed,tuned --second-job --out benchmarks/results/recipe/h100.json
+    python3 benchmarks/recipe_benchmark.py --variants seed,tuned,tuned+grouping --second-job tuned --out benchmarks/results/recipe/h100.json
     # the ladder, one change at a time, on one workload:
     python3 benchmarks/recipe_benchmark.py --workloads long --out /tmp/ladder.json
     # CPU check of the whole path with a tiny model (minutes on 2 cores):
@@ -72,8 +72,9 @@ def parse_args(argv=None):
                         help="profile these optimizer steps of every variant (profile.txt in its run folder)")
     parser.add_argument("--workloads", default="baseline,long",
                         help=f"comma-separated, in order: {', '.join(WORKLOADS)} (default: both)")
-    parser.add_argument("--second-job", action="store_true",
-                        help="run the last variant of the first workload again, with the caches the first jobs left")
+    parser.add_argument("--second-job", default=None, metavar="RECIPE",
+                        help="run this variant of the first workload again at the end, with the kernel caches "
+                             "the earlier jobs left (as a second job on the same node)")
     parser.add_argument("--warmup-steps", type=int, default=None,
                         help="first optimizer steps left out of the steady rates (default: 10 %%, at least 2)")
     parser.add_argument("--data", default="synthetic", help="as --data of workshop_lib.train.hf")
@@ -408,10 +409,12 @@ def main(argv=None) -> int:
         write_document(out, args, prov, peak, shape, workloads, None)  # what has run so far, if stopped later
     if args.second_job:
         name, workload = next(iter(args.workloads.items()))
-        repeat = run_workload(args, name, workload, [args.variants[-1]], folder, caches, shape, peak,
-                              labels=[f"{args.variants[-1]}#2"])["variants"][0]
-        first = next((r for r in workloads[0]["variants"] if r["recipe"] == args.variants[-1]), None)
-        second_job = {"workload": name, "recipe": args.variants[-1], "second": repeat,
+        repeat = run_workload(args, name, workload, [args.second_job], folder, caches, shape, peak,
+                              labels=[f"{args.second_job}#2"])["variants"][0]
+        first = next((r for r in workloads[0]["variants"] if r["recipe"] == args.second_job), None)
+        second_job = {"workload": name, "recipe": args.second_job, "second": repeat,
+                      "first_kernel_cache_files": first.get("kernel_cache_files_at_start") if first else None,
+                      "second_kernel_cache_files": repeat.get("kernel_cache_files_at_start"),
                       "first_train_runtime_s": first.get("train_runtime_s") if first else None,
                       "second_train_runtime_s": repeat.get("train_runtime_s"),
                       "first_process_wall_s": first.get("process_wall_s") if first else None,

@@ -177,9 +177,8 @@ def train_with_trainer(args, runtime: Runtime, spec, tokenizer, data, precision:
     from workshop_lib.train.callbacks import (GcFreezeCallback, MemoryProbeCallback, MetricsCallback,
                                               ShardSizeCallback)
     from workshop_lib.train.profiling import ProfilerCallback, requested_steps
-    from workshop_lib.train.recipes import (UnpaddedView, compile_model, counting_trainer_class,
-                                            labelled_tokens_per_step, use_chunked_loss, use_native_gelu,
-                                            use_sdpa_attention)
+    from workshop_lib.train.recipes import (UnpaddedView, compile_model, counting_trainer_class, use_chunked_loss,
+                                            use_native_gelu, use_sdpa_attention)
 
     recipe = recipe or recipe_for(args, runtime, precision)
     extra, collator = recipe_training_arguments(recipe, tokenizer.pad_token_id, args.max_length)
@@ -233,16 +232,10 @@ def train_with_trainer(args, runtime: Runtime, spec, tokenizer, data, precision:
     profile_steps = requested_steps()
     if profile_steps and runtime.is_main:
         callbacks.append(ProfilerCallback(profile_steps, Path(args.output_dir) / "profile.txt", runtime.device_kind))
-    tokens_per_step = None
-    if recipe.has("even-tokens"):
-        lengths = train_set.lengths if isinstance(train_set, UnpaddedView) else data.train.attention_mask.sum(dim=1)
-        # The Trainer sums the token count over all ranks (average_tokens_across_devices) and scales back.
-        ranks = runtime.world_size if training_args.average_tokens_across_devices else 1
-        tokens_per_step = labelled_tokens_per_step(lengths, args.per_device_batch * args.grad_accum * ranks)
     with clock.phase("trainer setup"):
         trainer = counting_trainer_class()(
             model=model, args=training_args, train_dataset=train_set, eval_dataset=data.validation,
-            callbacks=callbacks, tokens_per_step=tokens_per_step,
+            callbacks=callbacks,
             **({"data_collator": collator} if collator is not None else {}))
     with clock.phase("train"):
         result = trainer.train()

@@ -8,10 +8,6 @@ every sample padded to 512 tokens, the full fp32 logits over the vocabulary, eag
 * ``batch``       the accumulated micro-batches as one batch (same global batch, same optimizer steps)
 * ``padding``     each batch padded to its longest sample (a multiple of 16), not to 512
 * ``grouping``    batches of samples of similar length (HF's length-grouped sampler)
-* ``even-tokens`` every labelled token weighs the same in every step: the summed loss is divided by
-                  the mean labelled tokens of a batch (a constant of the data set) instead of by the
-                  batch's own count, which with ``grouping`` would give the tokens of short batches
-                  more weight than those of long ones
 * ``chunked-ce``  the cross-entropy over the vocabulary computed in row chunks, only on the
                   positions that have a label: the (tokens × 250,880) fp32 logits never exist at once
                   (on a GPU with liger-kernel installed, Liger's fused linear cross-entropy
@@ -43,12 +39,14 @@ import torch
 
 from workshop_lib.errors import WorkshopError
 
-FEATURES = ("bf16", "batch", "padding", "grouping", "even-tokens", "chunked-ce", "fused-adamw", "sdpa", "gelu", "compile",
+FEATURES = ("bf16", "batch", "padding", "grouping", "chunked-ce", "fused-adamw", "sdpa", "gelu", "compile",
             "gc-freeze", "large-batch")
 # Not in tuned (benchmarks/NOTES.md): large-batch, because at a 4× batch the same samples give ¼ of the
 # optimizer steps, which cost 17-42 % in eval loss; compile, because its 60-150 s of compilation made
-# the tuned recipe slower end to end than the seed's on the workshop's jobs (100-300 steps).
-RECIPES = {"seed": (), "tuned": tuple(name for name in FEATURES if name not in ("large-batch", "compile"))}
+# the tuned recipe slower end to end than the seed's on the workshop's jobs (100-300 steps); grouping,
+# because on chapter 3's baseline (3 epochs) it moved the eval loss by +3.1 % for ~10 % more speed.
+NOT_TUNED = ("grouping", "compile", "large-batch")
+RECIPES = {"seed": (), "tuned": tuple(name for name in FEATURES if name not in NOT_TUNED)}
 LARGE_BATCH_FACTOR = 4
 PAD_MULTIPLE = 16  # dynamic padding rounds the batch length up to this (tensor-core friendly)
 LIGER_CHUNK_BUDGET = 128  # Liger's logits chunk: up to 128 × hidden × rows/vocab rows (~2k rows at 250k words)
@@ -124,7 +122,7 @@ def apply_recipe(name: str, *, precision: str, per_device_batch: int, grad_accum
     if "batch" in wanted:
         per_device_batch, grad_accum = per_device_batch * grad_accum, 1
         applied.append("batch")
-    for feature in ("padding", "grouping", "even-tokens"):
+    for feature in ("padding", "grouping"):
         if feature in wanted:
             applied.append(feature)
     sharded = engine == "fsdp" or (zero_stage or 0) >= 3
@@ -522,29 +520,14 @@ class TokenCounter:
                 "rows": fold(self.rows)}
 
 
-def labelled_tokens_per_step(lengths, samples_per_step: int) -> float:
-    """The mean number of labelled positions in an optimizer step's batch: a sample of n real tokens
-    has n − 1 (the labels are shifted by one)."""
-    lengths = [int(n) for n in lengths]
-    return samples_per_step * sum(max(n - 1, 0) for n in lengths) / max(len(lengths), 1)
-
-
 def counting_trainer_class():
-    """A Trainer that counts the tokens of every training micro-batch; with ``tokens_per_step`` set
-    (the recipe's ``even-tokens``) it divides every step's summed loss by that constant."""
+    """A Trainer that counts the tokens of every training micro-batch."""
     from transformers import Trainer
 
     class CountingTrainer(Trainer):
-        def __init__(self, *args, tokens_per_step: float | None = None, **kwargs):
+        def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             self.token_counter = TokenCounter()
-            self.tokens_per_step = tokens_per_step
-
-        def get_batch_samples(self, epoch_iterator, num_batches, device):
-            batch_samples, num_items = super().get_batch_samples(epoch_iterator, num_batches, device)
-            if self.tokens_per_step is not None and num_items is not None:
-                num_items = torch.as_tensor(self.tokens_per_step, dtype=torch.float32, device=device)
-            return batch_samples, num_items
 
         def training_step(self, model, inputs, *args, **kwargs):
             self.token_counter.add(inputs)
