@@ -3,17 +3,23 @@
 Same model (BLOOM-560m shape, random weights), same data (synthetic SQuAD, 512-token prompts, or
 ``--data`` where real data is present), same samples in the same global batch, same learning-rate
 schedule. Each variant is the real chapter 3/4 entry point (``torchrun -m workshop_lib.train.hf
---recipe ...``) in its own process, so its peak memory and compile state are its own. The ladder
-adds one change at a time: seed → +bf16 → +batch → +padding → +grouping → +chunked-ce →
-+fused-adamw → tuned (+compile).
+--recipe ...``) in its own process, so its peak memory and compile state are its own.
+
+Workloads (each runs every variant): ``baseline`` is what chapter 3's baseline job does (500 samples
+× 3 epochs, evaluation on 100 held-out samples after each epoch); ``long`` is 1,600 samples × 1 epoch
+(128 held out). ``--second-job RECIPE`` runs that variant of the first workload once more with the
+kernel caches (Triton's, inductor's) that the first jobs left, as a second job on the same node would.
 
 Measured per variant: samples/s and tokens/s (padded and real) over the steady steps (the first
-``--warmup-steps`` excluded) and end to end (the Trainer's train_runtime, compile included);
-model TFLOP/s and MFU against a bf16 matmul peak measured in the same run; peak memory; losses
-(last step, mean of the last 10 % of steps, held-out eval loss on the same validation samples).
+``--warmup-steps`` excluded) and end to end (the Trainer's train_runtime: compile, evaluation and
+everything else the participant waits for inside ``trainer.train()``); model TFLOP/s and MFU against a
+bf16 matmul peak measured in the same run; peak memory; losses (last step, mean of the last 10 % of
+steps, held-out eval loss on the same validation samples).
 
     # on one GPU (from the repo root):
-    python3 benchmarks/recipe_benchmark.py --out benchmarks/results/recipe/h200.json
+    python3 benchmarks/recipe_benchmark.py --variants seed,tuned,tuned+grouping --second-job tuned --out benchmarks/results/recipe/h100.json
+    # the ladder, one change at a time, on one workload:
+    python3 benchmarks/recipe_benchmark.py --workloads long --out /tmp/ladder.json
     # CPU check of the whole path with a tiny model (minutes on 2 cores):
     python3 benchmarks/recipe_benchmark.py --tiny --variants seed,tuned --out /tmp/recipe_tiny.json
 """
@@ -27,6 +33,7 @@ import math
 import os
 import platform
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -41,8 +48,17 @@ sys.path.insert(0, str(REPO))
 LADDER = ["seed", "seed+bf16", "seed+bf16+batch", "seed+bf16+batch+padding",
           "seed+bf16+batch+padding+grouping", "seed+bf16+batch+padding+grouping+chunked-ce",
           "seed+bf16+batch+padding+grouping+chunked-ce+fused-adamw",
-          "seed+bf16+batch+padding+grouping+chunked-ce+fused-adamw+compile", "tuned"]
+          "seed+bf16+batch+padding+grouping+chunked-ce+fused-adamw+sdpa",
+          "seed+bf16+batch+padding+grouping+chunked-ce+fused-adamw+sdpa+gelu", "tuned"]
 SEED_RECIPE = ["--per-device-batch", "4", "--grad-accum", "4"]  # seeds 002/003, global batch 16
+GLOBAL_BATCH = 16
+# name -> (training samples, epochs, held-out samples); tiny: the CPU check's sizes
+WORKLOADS = {"baseline": {"samples": 500, "epochs": 3, "eval_samples": 100,
+                          "what": "chapter 3's baseline: 500 samples x 3 epochs, evaluation after each epoch"},
+             "long": {"samples": 1600, "epochs": 1, "eval_samples": 128,
+                      "what": "1,600 samples x 1 epoch, evaluation at the end"}}
+TINY_WORKLOADS = {"baseline": {"samples": 48, "epochs": 3, "eval_samples": 16, "what": "tiny: 48 x 3"},
+                  "long": {"samples": 64, "epochs": 1, "eval_samples": 16, "what": "tiny: 64 x 1"}}
 
 
 def parse_args(argv=None):
@@ -54,9 +70,11 @@ def parse_args(argv=None):
                              "add entry-point flags after a space: 'tuned --learning-rate 1e-4'")
     parser.add_argument("--profile-steps", default=None, metavar="FIRST:LAST",
                         help="profile these optimizer steps of every variant (profile.txt in its run folder)")
-    parser.add_argument("--samples", type=int, default=None,
-                        help="training samples per variant (default 1600 on a GPU, 64 with --tiny)")
-    parser.add_argument("--eval-samples", type=int, default=None, help="held-out samples (default 128; 16 tiny)")
+    parser.add_argument("--workloads", default="baseline,long",
+                        help=f"comma-separated, in order: {', '.join(WORKLOADS)} (default: both)")
+    parser.add_argument("--second-job", default=None, metavar="RECIPE",
+                        help="run this variant of the first workload again at the end, with the kernel caches "
+                             "the earlier jobs left (as a second job on the same node)")
     parser.add_argument("--warmup-steps", type=int, default=None,
                         help="first optimizer steps left out of the steady rates (default: 10 %%, at least 2)")
     parser.add_argument("--data", default="synthetic", help="as --data of workshop_lib.train.hf")
@@ -64,18 +82,24 @@ def parse_args(argv=None):
     parser.add_argument("--tiny", action="store_true", help="CPU check: tiny-bloom, fp32, a few steps")
     parser.add_argument("--work-dir", default=None, help="run folders and logs (default: next to --out)")
     parser.add_argument("--timeout", type=int, default=300, help="seconds per variant before it is stopped")
+    parser.add_argument("--source-commit", default=None,
+                        help="the commit a copied tree (not a git checkout) was taken from, for the provenance")
     parser.add_argument("--skip-peak", action="store_true", help="do not measure the matmul peak")
     args = parser.parse_args(argv)
     args.model = args.model or ("tiny-bloom" if args.tiny else "bloom-560m")
-    args.samples = args.samples or (64 if args.tiny else 1600)
-    args.eval_samples = args.eval_samples or (16 if args.tiny else 128)
+    known = TINY_WORKLOADS if args.tiny else WORKLOADS
+    names = [name.strip() for name in args.workloads.split(",") if name.strip()]
+    unknown = [name for name in names if name not in known]
+    if unknown or not names:
+        parser.error(f"--workloads {args.workloads!r}: choose from {', '.join(known)}")
+    args.workloads = {name: known[name] for name in names}
     args.variants = LADDER if args.variants == "ladder" else [v.strip() for v in args.variants.split(",") if v.strip()]
     return args
 
 
 # ---------------------------------------------------------------- provenance and peak
 
-def provenance(argv) -> dict:
+def provenance(argv, source_commit: str | None = None) -> dict:
     import importlib.metadata as metadata
 
     import torch
@@ -103,6 +127,13 @@ def provenance(argv) -> dict:
         except (OSError, subprocess.SubprocessError):
             pass
     try:
+        top = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--show-toplevel"], capture_output=True, text=True,
+                             timeout=10)
+        if not top.stdout.strip() or Path(top.stdout.strip()).resolve() != REPO:
+            # A copy of the tree inside another checkout (or none): its HEAD is not this code's.
+            record["git_commit"] = source_commit
+            record["git_note"] = "copied tree; commit as given by --source-commit" if source_commit else "not a checkout"
+            return record
         git = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
         record["git_commit"] = git.stdout.strip() or None
         status = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
@@ -169,27 +200,32 @@ def model_shape(model: str) -> dict:
 
 # ---------------------------------------------------------------- one variant
 
-def variant_command(args, variant: str, output_dir: Path) -> list[str]:
+def variant_command(args, variant: str, output_dir: Path, workload: dict) -> list[str]:
     recipe, *extra = shlex.split(variant)
-    steps = args.samples // 16
     precision = "fp32" if args.tiny else "fp16"  # the seed's fp16; +bf16 switches on a GPU
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1",
             "-m", "workshop_lib.train.hf", "--output-dir", str(output_dir), "--model", args.model,
             "--random-init", "--data", args.data, "--precision", precision, *SEED_RECIPE,
-            "--samples-per-gpu", str(steps * 16), "--max-steps", str(steps),
-            "--eval-samples", str(args.eval_samples), "--generation-samples", "0", "--recipe", recipe, *extra]
+            "--samples-per-gpu", str(workload["samples"]), "--epochs", str(workload["epochs"]),
+            "--eval-samples", str(workload["eval_samples"]), "--generation-samples", "0", "--recipe", recipe, *extra]
 
 
-def run_variant(args, recipe: str, folder: Path) -> dict:
-    name = "".join(c if c.isalnum() or c in "-." else "_" for c in recipe)
+def run_variant(args, recipe: str, folder: Path, workload: dict, caches: Path, label: str | None = None) -> dict:
+    label = label or recipe
+    folder.mkdir(parents=True, exist_ok=True)
+    name = "".join(c if c.isalnum() or c in "-." else "_" for c in label)
     output_dir = folder / name
-    command = variant_command(args, recipe, output_dir)
+    command = variant_command(args, recipe, output_dir, workload)
+    # Kernel caches in the run's own folder: the first job of a benchmark run starts cold (as on a fresh
+    # node), later ones find what earlier ones compiled (as a second job on the same node does).
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-                   "TOKENIZERS_PARALLELISM": "false"}
+                   "TOKENIZERS_PARALLELISM": "false", "TRITON_CACHE_DIR": str(caches / "triton"),
+                   "TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor")}
     if args.profile_steps:
         environment["WORKSHOP_PROFILE_STEPS"] = args.profile_steps
     log = folder / f"{name}.log"
-    print(f"--- {recipe}", flush=True)
+    cached = sum(1 for path in caches.rglob("*") if path.is_file()) if caches.is_dir() else 0
+    print(f"--- {label} ({cached} files in the kernel caches)", flush=True)
     started = time.perf_counter()
     try:
         with log.open("w") as stream:
@@ -199,7 +235,7 @@ def run_variant(args, recipe: str, folder: Path) -> dict:
     except subprocess.TimeoutExpired:
         returncode = "timeout"
     wall = time.perf_counter() - started
-    record = {"recipe": recipe, "returncode": returncode, "process_wall_s": wall, "log": str(log),
+    record = {"recipe": label, "returncode": returncode, "process_wall_s": wall, "kernel_cache_files_at_start": cached, "log": str(log.relative_to(folder.parent)),
               "command": " ".join(shlex.quote(c) for c in command)}
     if returncode != 0:
         record["log_tail"] = log.read_text(errors="replace")[-3000:]
@@ -216,7 +252,7 @@ def run_variant(args, recipe: str, folder: Path) -> dict:
     return record
 
 
-def measure(record: dict, shape: dict, peak_tflops: float | None, warmup: int | None) -> dict:
+def measure(record: dict, shape: dict, peak_tflops: float | None, warmup: int | None, epochs: float) -> dict:
     """The figures of one finished variant."""
     steps, summary, tokens = record["steps"], record["summary"], record["throughput"]
     count = min(len(steps), len(tokens["rows"]))
@@ -234,10 +270,12 @@ def measure(record: dict, shape: dict, peak_tflops: float | None, warmup: int | 
     useful_flops = 6 * params * total("real_tokens") + 12 * layers * hidden * total("real_length_squared")
     padded_flops = 6 * params * total("padded_tokens") + 12 * layers * hidden * total("padded_length_squared")
     tail = [s["loss"] for s in steps[-max(1, count // 10):]]
+    trained = min(summary["samples_per_s"] * summary["train_runtime_s"], summary["samples"] * epochs)
     out = {
         "recipe": record["recipe"], "precision": summary["precision"],
         "features": tokens["recipe"].get("recipe_features", []) if record["recipe"] != "seed" else [],
         "skipped": tokens["recipe"].get("recipe_skipped", {}),
+        "loss_kernel": tokens["recipe"].get("recipe_loss_kernel"),
         "per_device_batch": summary["settings"]["per_device_batch"], "grad_accum": summary["settings"]["grad_accum"],
         "optimizer_steps": count, "timed_steps": len(timed), "samples_seen": sum(tokens["rows"][:count]),
         "samples_per_s": total("rows") / seconds,
@@ -247,7 +285,9 @@ def measure(record: dict, shape: dict, peak_tflops: float | None, warmup: int | 
         "model_tflops": useful_flops / seconds / 1e12,
         "padded_tflops": padded_flops / seconds / 1e12,
         "mfu": useful_flops / seconds / 1e12 / peak_tflops if peak_tflops else None,
-        "end_to_end_samples_per_s": summary["samples_per_s"], "train_runtime_s": summary["train_runtime_s"],
+        # Samples really trained: the Trainer counts a last partial accumulation as a whole step of 16.
+        "samples_trained": trained, "end_to_end_samples_per_s": trained / summary["train_runtime_s"],
+        "train_runtime_s": summary["train_runtime_s"],
         "process_wall_s": record["process_wall_s"],
         "peak_memory_mib": max(summary["peak_memory_mib_per_rank"]), "peak_memory_kind": summary["peak_memory_kind"],
         "peak_reserved_mib": tokens.get("cuda_max_reserved_mib"),
@@ -260,6 +300,7 @@ def measure(record: dict, shape: dict, peak_tflops: float | None, warmup: int | 
 # ---------------------------------------------------------------- report
 
 def compare(results: list[dict]) -> dict:
+    """Each variant against the seed of the same workload; the verdict on the tuned recipe (issue 19's goals)."""
     seed = next((r for r in results if r["recipe"] == "seed"), None)
     tuned = next((r for r in results if r["recipe"] == "tuned"), None)
     for r in results:
@@ -271,12 +312,15 @@ def compare(results: list[dict]) -> dict:
             r["tail_loss_change_pct"] = 100 * (r["tail_mean_loss"] - seed["tail_mean_loss"]) / seed["tail_mean_loss"]
     if not (seed and tuned):
         return {}
-    return {"speedup": tuned["speedup_vs_seed"], "end_to_end_speedup": tuned["end_to_end_speedup_vs_seed"],
-            "eval_loss_change_pct": tuned.get("eval_loss_change_pct"),
-            "tail_loss_change_pct": tuned["tail_loss_change_pct"],
-            "goal_speedup_4x": tuned["speedup_vs_seed"] >= 4.0,
-            "goal_loss_within_2pct": (abs(tuned["eval_loss_change_pct"]) <= 2.0
-                                      if tuned.get("eval_loss_change_pct") is not None else None)}
+    loss_change = tuned.get("eval_loss_change_pct")
+    return {"speedup": tuned["speedup_vs_seed"], "end_to_end_speedup_vs_seed": tuned["end_to_end_speedup_vs_seed"],
+            "eval_loss_change_pct": loss_change, "tail_loss_change_pct": tuned["tail_loss_change_pct"],
+            "tuned_mfu": tuned["mfu"], "seed_mfu": seed["mfu"],
+            "tuned_peak_memory_mib": tuned["peak_memory_mib"], "seed_peak_memory_mib": seed["peak_memory_mib"],
+            "goal_end_to_end_5x": tuned["end_to_end_speedup_vs_seed"] >= 5.0,
+            "goal_steady_8x": tuned["speedup_vs_seed"] >= 8.0,
+            "goal_mfu_35pct": tuned["mfu"] >= 0.35 if tuned["mfu"] is not None else None,
+            "goal_loss_within_2pct": abs(loss_change) <= 2.0 if loss_change is not None else None}
 
 
 def table(results: list[dict], peak: dict | None) -> str:
@@ -302,56 +346,93 @@ def table(results: list[dict], peak: dict | None) -> str:
     return "\n".join(lines)
 
 
+def run_workload(args, name: str, workload: dict, variants: list[str], folder: Path, caches: Path,
+                 shape: dict, peak: dict | None, labels: list[str] | None = None) -> dict:
+    """Every variant on one workload, in order; the figures of each and the verdict."""
+    results = []
+    for recipe, label in zip(variants, labels or variants):
+        record = run_variant(args, recipe, folder / name, workload, caches, label)
+        if record["returncode"] != 0:
+            results.append({"recipe": label, "returncode": record["returncode"], "log_tail": record.get("log_tail")})
+            continue
+        result = measure(record, shape, peak["tflops"] if peak else None, args.warmup_steps, workload["epochs"])
+        result["log"], result["kernel_cache_files_at_start"] = record["log"], record["kernel_cache_files_at_start"]
+        results.append(result)
+        print(f"    {result['samples_per_s']:.1f} samples/s steady, {result['end_to_end_samples_per_s']:.1f} end to end "
+              f"({result['train_runtime_s']:.1f} s), eval loss {result['eval_loss']}, "
+              f"peak {result['peak_memory_mib'] / 1024:.2f} GiB, process {record['process_wall_s']:.0f} s", flush=True)
+        if "profile" in record:
+            print("    profile: " + " | ".join(record["profile"].splitlines()[:2]), flush=True)
+            result["profile"] = record["profile"]
+    verdict = compare([r for r in results if "samples_per_s" in r])
+    return {"name": name, "what": workload["what"], "samples": workload["samples"], "epochs": workload["epochs"],
+            "eval_samples": workload["eval_samples"], "variants": results, "verdict": verdict}
+
+
+def write_document(out: Path, args, prov: dict, peak: dict | None, shape: dict, workloads: list[dict],
+                   second_job: dict | None) -> None:
+    head = workloads[0]["verdict"] if workloads else {}
+    document = {"benchmark": "recipe seed vs tuned, end to end", "provenance": prov, "matmul_peak": peak,
+                "setup": {"model": args.model, "random_init": True, "data": args.data, "max_length": 512,
+                          "global_batch": GLOBAL_BATCH, "learning_rate": 5e-5, "schedule": "linear to 0, no warmup",
+                          "warmup_steps_excluded": args.warmup_steps, "shape": shape, "tiny": args.tiny,
+                          "end_to_end": "the Trainer's train_runtime (compile and evaluation included)"},
+                # The headline: the first workload (chapter 3's baseline by default), tuned against seed.
+                "end_to_end_speedup_vs_seed": head.get("end_to_end_speedup_vs_seed"),
+                "steady_speedup_vs_seed": head.get("speedup"),
+                "workloads": workloads, "second_job": second_job}
+    out.write_text(json.dumps(document, indent=1))
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     folder = Path(args.work_dir) if args.work_dir else out.parent / (out.stem + "-runs")
     folder.mkdir(parents=True, exist_ok=True)
+    caches = folder / "caches"
+    shutil.rmtree(caches, ignore_errors=True)  # the first job starts as on a fresh node
     import torch
 
     if not args.tiny and not torch.cuda.is_available():
         print("error: no GPU visible; use --tiny for the CPU check", file=sys.stderr)
         return 2
-    prov = provenance(sys.argv if argv is None else ["benchmarks/recipe_benchmark.py", *argv])
+    prov = provenance(sys.argv if argv is None else ["benchmarks/recipe_benchmark.py", *argv], args.source_commit)
     peak = None if args.skip_peak else matmul_peak(args.tiny)
     if peak:
         print(f"matmul peak {peak['tflops']:.1f} TFLOP/s ({peak['dtype']}, {peak['size']}³)", flush=True)
     prepare_shared_data(args.data)
     shape = model_shape(args.model)
-    runs, results = [], []
-    for recipe in args.variants:
-        record = run_variant(args, recipe, folder)
-        runs.append(record)
-        if record["returncode"] == 0:
-            result = measure(record, shape, peak["tflops"] if peak else None, args.warmup_steps)
-            results.append(result)
-            print(f"    {result['samples_per_s']:.1f} samples/s steady, {result['end_to_end_samples_per_s']:.1f} end to end, "
-                  f"eval loss {result['eval_loss']}, peak {result['peak_memory_mib'] / 1024:.2f} GiB, "
-                  f"process {record['process_wall_s']:.0f} s", flush=True)
-            if "profile" in record:
-                print("    profile: " + " | ".join(record["profile"].splitlines()[:2]), flush=True)
-                result["profile"] = record["profile"]
-        else:
-            results.append({"recipe": recipe, "returncode": record["returncode"], "log_tail": record.get("log_tail")})
-    finished = [r for r in results if "samples_per_s" in r]
-    verdict = compare(finished)
-    document = {"benchmark": "recipe seed vs tuned", "provenance": prov, "matmul_peak": peak,
-                "setup": {"model": args.model, "random_init": True, "data": args.data, "max_length": 512,
-                          "samples_per_variant": (args.samples // 16) * 16, "global_batch": 16,
-                          "eval_samples": args.eval_samples, "learning_rate": 5e-5, "schedule": "linear to 0, no warmup",
-                          "warmup_steps_excluded": args.warmup_steps, "shape": shape, "tiny": args.tiny},
-                "variants": results, "verdict": verdict}
-    out.write_text(json.dumps(document, indent=1))
-    print()
-    print(table(results, peak))
-    if verdict:
-        print(f"\ntuned vs seed: {verdict['speedup']:.2f}× samples/s steady ({verdict['end_to_end_speedup']:.2f}× end to end), "
-              f"eval loss {verdict['eval_loss_change_pct']:+.2f} %, tail train loss {verdict['tail_loss_change_pct']:+.2f} %; "
-              f"goals: ≥4× {'met' if verdict['goal_speedup_4x'] else 'NOT met'}, "
-              f"loss within 2 % {'met' if verdict['goal_loss_within_2pct'] else 'NOT met'}")
+    workloads, second_job = [], None
+    for name, workload in args.workloads.items():
+        workloads.append(run_workload(args, name, workload, args.variants, folder, caches, shape, peak))
+        write_document(out, args, prov, peak, shape, workloads, None)  # what has run so far, if stopped later
+    if args.second_job:
+        name, workload = next(iter(args.workloads.items()))
+        repeat = run_workload(args, name, workload, [args.second_job], folder, caches, shape, peak,
+                              labels=[f"{args.second_job}#2"])["variants"][0]
+        first = next((r for r in workloads[0]["variants"] if r["recipe"] == args.second_job), None)
+        second_job = {"workload": name, "recipe": args.second_job, "second": repeat,
+                      "first_kernel_cache_files": first.get("kernel_cache_files_at_start") if first else None,
+                      "second_kernel_cache_files": repeat.get("kernel_cache_files_at_start"),
+                      "first_train_runtime_s": first.get("train_runtime_s") if first else None,
+                      "second_train_runtime_s": repeat.get("train_runtime_s"),
+                      "first_process_wall_s": first.get("process_wall_s") if first else None,
+                      "second_process_wall_s": repeat.get("process_wall_s")}
+    write_document(out, args, prov, peak, shape, workloads, second_job)
+    for workload in workloads:
+        print(f"\n== {workload['name']}: {workload['what']}")
+        print(table(workload["variants"], peak))
+        verdict = workload["verdict"]
+        if verdict:
+            print(f"tuned vs seed: {verdict['speedup']:.2f}× steady, {verdict['end_to_end_speedup_vs_seed']:.2f}× end to end, "
+                  f"MFU {100 * (verdict['tuned_mfu'] or 0):.1f} %, eval loss {verdict['eval_loss_change_pct']:+.2f} %")
+    if second_job:
+        print(f"\nsecond job ({second_job['recipe']}, {second_job['workload']}): train_runtime "
+              f"{second_job['first_train_runtime_s']} → {second_job['second_train_runtime_s']} s")
     print(f"result: {out}")
-    return 0 if all("samples_per_s" in r for r in results) else 1
+    failed = [r for w in workloads for r in w["variants"] if "samples_per_s" not in r]
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -15,8 +15,8 @@ from workshop_lib.train.recipes import (FEATURES, DynamicPaddingCollator, Unpadd
 
 def test_recipe_names_and_ladders_parse():
     assert parse_recipe("seed") == ()
-    assert parse_recipe("tuned") == tuple(f for f in FEATURES if f != "large-batch")
-    assert parse_recipe("tuned+large-batch") == FEATURES
+    assert parse_recipe("tuned") == tuple(f for f in FEATURES if f not in ("grouping", "compile", "large-batch"))
+    assert parse_recipe("tuned+grouping+compile+large-batch") == FEATURES
     assert parse_recipe("seed+batch+bf16") == ("bf16", "batch")  # ladder order, whatever the spelling
     with pytest.raises(WorkshopError, match="unknown feature"):
         parse_recipe("seed+turbo")
@@ -27,7 +27,11 @@ def test_recipe_names_and_ladders_parse():
 def test_tuned_keeps_the_global_batch_and_skips_what_a_cpu_cannot_do():
     recipe = apply_recipe("tuned", precision="fp32", per_device_batch=4, grad_accum=4, device_kind="cpu", engine="hf")
     assert (recipe.per_device_batch, recipe.grad_accum, recipe.eval_batch) == (16, 1, 4)
-    assert recipe.precision == "fp32" and {"bf16", "compile", "fused-adamw"} <= set(recipe.skipped)
+    assert recipe.precision == "fp32" and {"bf16", "fused-adamw"} <= set(recipe.skipped)
+    # No Triton kernels on a CPU: the chunked loss is the workshop's own, and the summary says so.
+    assert recipe.loss_kernel == "eager" and recipe.settings()["recipe_loss_kernel"] == "eager"
+    assert {"sdpa", "gelu", "chunked-ce", "padding"} <= set(recipe.features)
+    assert not {"compile", "grouping"} & set(recipe.features)  # what the end-to-end benchmark left out
     sharded = apply_recipe("tuned", precision="fp32", per_device_batch=4, grad_accum=4, device_kind="cpu",
                            engine="deepspeed", zero_stage=3)
     assert "chunked-ce" in sharded.skipped
@@ -51,6 +55,69 @@ def test_chunked_loss_matches_the_models_own_loss_and_gradients():
     for mine, theirs in zip(chunked.parameters(), reference.parameters()):
         assert torch.allclose(mine.grad, theirs.grad, atol=1e-6)
     assert chunked.generate(input_ids=ids[:1, :5], max_new_tokens=2, do_sample=False, pad_token_id=0).shape == (1, 7)
+
+
+def _padded_batch(vocab: int = 500):
+    torch.manual_seed(0)
+    ids = torch.randint(3, vocab, (3, 40))
+    mask = torch.ones_like(ids)
+    mask[1, 30:] = 0
+    mask[2, 10:] = 0
+    return ids, mask, ids.masked_fill(mask == 0, -100)
+
+
+def test_sdpa_attention_and_native_gelu_compute_what_bloom_computes():
+    from workshop_lib.train.recipes import use_native_gelu, use_sdpa_attention
+
+    reference = build_model(model_spec("tiny-bloom"), True, 0)
+    fast = copy.deepcopy(reference)
+    layers = reference.config.n_layer
+    assert use_sdpa_attention(fast) == layers and use_native_gelu(fast) == layers
+    ids, mask, labels = _padded_batch()
+    expected = reference(input_ids=ids, attention_mask=mask, labels=labels)
+    got = fast(input_ids=ids, attention_mask=mask, labels=labels)
+    expected.loss.backward()
+    got.loss.backward()
+    real = mask.bool()  # pad positions' outputs are never used
+    assert torch.allclose(got.logits[real], expected.logits[real], atol=1e-5)
+    for mine, theirs in zip(fast.parameters(), reference.parameters()):
+        assert torch.allclose(mine.grad, theirs.grad, atol=1e-6)
+    # Generation (KV cache) falls back to BLOOM's own attention: same tokens.
+    prompt = dict(input_ids=ids[:1, :5], max_new_tokens=4, do_sample=False, pad_token_id=0)
+    assert torch.equal(fast.generate(**prompt), reference.generate(**prompt))
+
+
+def test_sdpa_attention_ignores_padding_keys():
+    # A padded row must give the same outputs as the same row alone: the bias masks the pad keys.
+    from workshop_lib.train.recipes import use_sdpa_attention
+
+    model = build_model(model_spec("tiny-bloom"), True, 0)
+    use_sdpa_attention(model)
+    ids, mask, _ = _padded_batch()
+    batched = model(input_ids=ids, attention_mask=mask).logits[2, :10]
+    alone = model(input_ids=ids[2:, :10], attention_mask=mask[2:, :10]).logits[0]
+    assert torch.allclose(batched, alone, atol=1e-5)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="Liger's kernels are Triton: GPU only")
+def test_liger_loss_matches_the_chunked_loss_on_a_gpu():
+    pytest.importorskip("liger_kernel")
+    from workshop_lib.train.recipes import liger_cross_entropy
+
+    hidden = torch.randn(3, 41, 64, device="cuda", requires_grad=True)
+    weight = torch.randn(1000, 64, device="cuda", requires_grad=True)
+    labels = torch.randint(0, 1000, (3, 41), device="cuda")
+    labels[0, :9] = -100
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        got = liger_cross_entropy(hidden, weight, labels, num_items_in_batch=100)
+    got.backward()
+    grads = hidden.grad.clone(), weight.grad.clone()
+    hidden.grad = weight.grad = None
+    expected = chunked_cross_entropy(hidden, weight, labels, num_items_in_batch=100)
+    expected.backward()
+    assert torch.allclose(got, expected, rtol=2e-2)
+    for mine, theirs in zip(grads, (hidden.grad, weight.grad)):
+        assert ((mine - theirs).norm() / theirs.norm()).item() < 2e-2  # bf16 operands
 
 
 def test_chunks_of_rows_add_up_to_the_plain_cross_entropy():

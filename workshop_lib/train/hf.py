@@ -177,7 +177,8 @@ def train_with_trainer(args, runtime: Runtime, spec, tokenizer, data, precision:
     from workshop_lib.train.callbacks import (GcFreezeCallback, MemoryProbeCallback, MetricsCallback,
                                               ShardSizeCallback)
     from workshop_lib.train.profiling import ProfilerCallback, requested_steps
-    from workshop_lib.train.recipes import UnpaddedView, compile_model, counting_trainer_class, use_chunked_loss
+    from workshop_lib.train.recipes import (UnpaddedView, compile_model, counting_trainer_class, use_chunked_loss,
+                                            use_native_gelu, use_sdpa_attention)
 
     recipe = recipe or recipe_for(args, runtime, precision)
     extra, collator = recipe_training_arguments(recipe, tokenizer.pad_token_id, args.max_length)
@@ -211,8 +212,13 @@ def train_with_trainer(args, runtime: Runtime, spec, tokenizer, data, precision:
                  **({"deepspeed": Path(args.deepspeed).name} if args.deepspeed else {}),
                  **({"fsdp": args.fsdp, "offload": args.offload} if args.fsdp else {}))
     if recipe.has("chunked-ce"):
-        # With compile on a GPU, each chunk's loss and gradient run as fused kernels too.
-        use_chunked_loss(model, fused_backend="inductor" if recipe.has("compile") else None)
+        # Liger's kernel where it can run; else the workshop's chunks, fused by inductor under compile.
+        use_chunked_loss(model, fused_backend="inductor" if recipe.has("compile") else None,
+                         kernel="liger" if recipe.loss_kernel == "liger" else "chunked")
+    if recipe.has("sdpa"):
+        use_sdpa_attention(model)
+    if recipe.has("gelu"):
+        use_native_gelu(model)
     if recipe.has("compile"):
         compile_model(model, spec.layer_class, args.compile_mode)
     global_batch = args.per_device_batch * args.grad_accum * runtime.world_size

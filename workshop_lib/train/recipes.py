@@ -10,10 +10,17 @@ every sample padded to 512 tokens, the full fp32 logits over the vocabulary, eag
 * ``grouping``    batches of samples of similar length (HF's length-grouped sampler)
 * ``chunked-ce``  the cross-entropy over the vocabulary computed in row chunks, only on the
                   positions that have a label: the (tokens × 250,880) fp32 logits never exist at once
+                  (on a GPU with liger-kernel installed, Liger's fused linear cross-entropy
+                  kernel; elsewhere the workshop's own chunked loss, same math)
 * ``fused-adamw`` ``adamw_torch_fused`` and TF32 matmuls for what stays in fp32
+* ``sdpa``        BLOOM's eager attention (bmm, ALiBi add, mask add, fp32 softmax, bmm) as one
+                  ``scaled_dot_product_attention`` call with the ALiBi bias as its mask
+* ``gelu``        BLOOM's tanh-GELU (a dozen elementwise kernels, forward and backward) as PyTorch's
+                  own ``gelu(approximate="tanh")``: one kernel each way
 * ``compile``     ``torch.compile`` of each transformer block (regional compilation), its kernels
                   launched by inductor's C++ wrapper (other ways with ``--compile-mode``, see
-                  :func:`compile_model`)
+                  :func:`compile_model`); not in ``tuned``: on a workshop-sized job its compile
+                  time costs more than it saves (benchmarks/NOTES.md)
 * ``gc-freeze``   the objects alive when training starts (model, libraries) are frozen out of Python's
                   garbage collector (``gc.freeze``), so its full collections stop rescanning them
 * ``large-batch`` a 4× larger batch per optimizer step (the same samples in ¼ of the steps) with the
@@ -32,13 +39,17 @@ import torch
 
 from workshop_lib.errors import WorkshopError
 
-FEATURES = ("bf16", "batch", "padding", "grouping", "chunked-ce", "fused-adamw", "compile", "gc-freeze",
-            "large-batch")
-# large-batch is not in tuned: at a 4× batch the same samples give ¼ of the optimizer steps, and in
-# the benchmark's short run that cost 17-42 % in eval loss (benchmarks/NOTES.md).
-RECIPES = {"seed": (), "tuned": tuple(name for name in FEATURES if name != "large-batch")}
+FEATURES = ("bf16", "batch", "padding", "grouping", "chunked-ce", "fused-adamw", "sdpa", "gelu", "compile",
+            "gc-freeze", "large-batch")
+# Not in tuned (benchmarks/NOTES.md): large-batch, because at a 4× batch the same samples give ¼ of the
+# optimizer steps, which cost 17-42 % in eval loss; compile, because its 60-150 s of compilation made
+# the tuned recipe slower end to end than the seed's on the workshop's jobs (100-300 steps); grouping,
+# because on chapter 3's baseline (3 epochs) it moved the eval loss by +3.1 % for ~10 % more speed.
+NOT_TUNED = ("grouping", "compile", "large-batch")
+RECIPES = {"seed": (), "tuned": tuple(name for name in FEATURES if name not in NOT_TUNED)}
 LARGE_BATCH_FACTOR = 4
 PAD_MULTIPLE = 16  # dynamic padding rounds the batch length up to this (tensor-core friendly)
+LIGER_CHUNK_BUDGET = 128  # Liger's logits chunk: up to 128 × hidden × rows/vocab rows (~2k rows at 250k words)
 LOSS_CHUNK_ROWS = 1024  # rows of logits alive at once: 1024 × 250,880 × 4 bytes ≈ 1 GB
 FUSED_CHUNK_ROWS = 4096  # the fused path keeps only bf16 logits and gradient: 4096 × 250,880 × 2 × 2 ≈ 4 GB
 
@@ -70,13 +81,24 @@ class AppliedRecipe:
     eval_batch: int
     batch_factor: int = 1  # optimizer steps shrink by this factor, the batch grows by it
     learning_rate_factor: float = 1.0
+    loss_kernel: str | None = None  # chunked-ce's implementation: "liger", "inductor" or "eager"
 
     def has(self, feature: str) -> bool:
         return feature in self.features
 
     def settings(self) -> dict:
-        return {"recipe": self.name, "recipe_features": list(self.features),
-                "recipe_skipped": dict(self.skipped)}
+        settings = {"recipe": self.name, "recipe_features": list(self.features),
+                    "recipe_skipped": dict(self.skipped)}
+        if self.loss_kernel:
+            settings["recipe_loss_kernel"] = self.loss_kernel
+        return settings
+
+
+def liger_available() -> bool:
+    """Liger's kernels are Triton: they need liger-kernel (the ``gpu`` extra) and Triton, on a GPU."""
+    import importlib.util
+
+    return all(importlib.util.find_spec(name) is not None for name in ("liger_kernel", "triton"))
 
 
 def apply_recipe(name: str, *, precision: str, per_device_batch: int, grad_accum: int,
@@ -108,6 +130,9 @@ def apply_recipe(name: str, *, precision: str, per_device_batch: int, grad_accum
         applied.append("chunked-ce")
     if allow("fused-adamw", cuda and not offload, "needs the optimizer state on a GPU"):
         applied.append("fused-adamw")
+    for feature in ("sdpa", "gelu"):  # BLOOM's own modules, replaced where the model has them
+        if feature in wanted:
+            applied.append(feature)
     if allow("compile", cuda and engine == "hf", "only on a GPU with the plain engine (no DeepSpeed/FSDP)"):
         applied.append("compile")
     if "gc-freeze" in wanted:
@@ -117,10 +142,13 @@ def apply_recipe(name: str, *, precision: str, per_device_batch: int, grad_accum
         batch_factor, learning_rate_factor = LARGE_BATCH_FACTOR, LARGE_BATCH_FACTOR ** 0.5
         per_device_batch *= batch_factor
         applied.append("large-batch")
+    loss_kernel = None
+    if "chunked-ce" in applied:
+        loss_kernel = ("liger" if cuda and liger_available() else "inductor" if "compile" in applied else "eager")
     base = name.split("+")[0].strip()
     label = base if name.strip() in RECIPES else name.strip()
     return AppliedRecipe(label, tuple(applied), skipped, precision, per_device_batch, grad_accum, eval_batch,
-                         batch_factor, learning_rate_factor)
+                         batch_factor, learning_rate_factor, loss_kernel)
 
 
 # ---------------------------------------------------------------- data
@@ -289,10 +317,36 @@ def chunked_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, labels: to
                                                 need_grad, fused)
 
 
-def use_chunked_loss(model, fused_backend: str | None = None) -> None:
+def liger_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
+                        num_items_in_batch=None) -> torch.Tensor:
+    """The same loss as :func:`chunked_cross_entropy`, by Liger's fused linear cross-entropy (Triton):
+    per chunk of rows one matmul, one kernel for the loss and the logits' gradient in place, and the
+    matmuls of the gradients; no logits survive the forward."""
+    from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
+
+    from workshop_lib.train.data import IGNORE_INDEX
+
+    targets = labels[:, 1:].reshape(-1)
+    hidden = hidden[:, :-1].reshape(-1, hidden.shape[-1])
+    keep = targets != IGNORE_INDEX  # pads and unlabelled positions skip the 250k-column matmul
+    hidden, targets = hidden[keep], targets[keep]
+    dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else weight.dtype
+    with torch.autocast("cuda", enabled=False):
+        # Both operands in the autocast dtype (Liger multiplies them as given), gradients summed in fp32.
+        loss = liger_fused_linear_cross_entropy(
+            hidden.to(dtype), weight.to(dtype), targets, ignore_index=IGNORE_INDEX,
+            reduction="sum" if num_items_in_batch is not None else "mean", accum_dtype=torch.float32,
+            chunk_mem_const=LIGER_CHUNK_BUDGET)
+    if num_items_in_batch is not None:
+        loss = loss / torch.as_tensor(num_items_in_batch, dtype=torch.float32, device=loss.device).clamp(min=1)
+    return loss
+
+
+def use_chunked_loss(model, fused_backend: str | None = None, kernel: str = "chunked") -> None:
     """Make ``model(input_ids, attention_mask, labels=...)`` compute its loss with
-    :func:`chunked_cross_entropy` (no logits returned then); without labels (generation) the
-    model's own forward runs unchanged. Parameter names and checkpoints stay the same."""
+    :func:`chunked_cross_entropy` (``kernel="liger"``: :func:`liger_cross_entropy`; no logits are
+    returned then); without labels (generation) the model's own forward runs unchanged. Parameter
+    names and checkpoints stay the same."""
     import types
 
     from transformers.modeling_outputs import CausalLMOutputWithPast
@@ -305,11 +359,98 @@ def use_chunked_loss(model, fused_backend: str | None = None) -> None:
         kwargs.pop("use_cache", None)
         outputs = self.base_model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False,
                                   return_dict=True)
-        loss = chunked_cross_entropy(outputs[0], self.get_output_embeddings().weight, labels,
-                                     num_items_in_batch, fused_backend=fused_backend)
+        if kernel == "liger":
+            loss = liger_cross_entropy(outputs[0], self.get_output_embeddings().weight, labels, num_items_in_batch)
+        else:
+            loss = chunked_cross_entropy(outputs[0], self.get_output_embeddings().weight, labels,
+                                         num_items_in_batch, fused_backend=fused_backend)
         return CausalLMOutputWithPast(loss=loss)
 
     model.forward = types.MethodType(forward, model)
+
+
+# ---------------------------------------------------------------- BLOOM's attention and GELU
+
+class _AlibiBias:
+    """The additive attention bias of one forward pass (ALiBi + causal/padding mask), built once
+    and reused by every block: BloomModel hands the same ``alibi`` and mask tensors to all of them.
+    Holding the two keys keeps them alive, so an identity match cannot be a recycled object."""
+
+    def __init__(self):
+        self.keys = None
+        self.bias = None
+
+    def get(self, alibi, mask, batch, heads, length, dtype):
+        if self.keys is not None and self.keys[0] is alibi and self.keys[1] is mask and self.keys[2] == dtype:
+            return self.bias
+        keys = (alibi, mask, dtype)
+        # BLOOM's alibi is slope_h × (position of the key); softmax ignores a constant per query row, so
+        # slope_h × (key − query position) is the same attention with small numbers near the diagonal,
+        # where bf16 rounding would otherwise hit the largest weights.
+        positions = alibi.reshape(batch, heads, 1, length).float()
+        bias = positions - positions.transpose(-1, -2)
+        if mask is None:  # no mask given: causal only
+            mask = torch.ones(length, length, dtype=torch.bool, device=bias.device).tril()
+        bias = bias.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else bias + mask
+        self.bias = bias.clamp(min=torch.finfo(dtype).min).to(dtype)
+        self.keys = keys
+        return self.bias
+
+
+def _sdpa_bloom_attention(self, hidden_states, residual, alibi, attention_mask, layer_past=None,
+                          use_cache=False, output_attentions=False, **kwargs):
+    """BloomAttention.forward through ``scaled_dot_product_attention`` (training and full-sequence
+    evaluation); with a KV cache (generation) or attention weights asked for, BLOOM's own forward."""
+    batch, length, _ = hidden_states.shape
+    if (layer_past is not None or output_attentions or alibi.shape[-1] != length
+            or (self.pretraining_tp > 1 and self.slow_but_exact)):
+        return type(self).forward(self, hidden_states, residual, alibi, attention_mask, layer_past=layer_past,
+                                  use_cache=use_cache, output_attentions=output_attentions, **kwargs)
+    query, key, value = self._reshape(self.query_key_value(hidden_states))  # [batch, heads, length, head_dim]
+    bias = self._alibi_bias.get(alibi, attention_mask, batch, self.num_heads, length, query.dtype)
+    context = torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, attn_mask=bias, dropout_p=self.attention_dropout.p if self.training else 0.0,
+        scale=self.inv_norm_factor)
+    output = self.dense(context.transpose(1, 2).reshape(batch, length, self.hidden_size))
+    output = residual + torch.nn.functional.dropout(output, p=self.hidden_dropout, training=self.training)
+    return output, None
+
+
+def _tanh_gelu(self, x):
+    return torch.nn.functional.gelu(x, approximate="tanh")
+
+
+def use_sdpa_attention(model) -> int:
+    """Route every BloomAttention of ``model`` through :func:`_sdpa_bloom_attention`; returns how many.
+    Models whose attention already is SDPA (Llama, Mixtral in transformers 5) have none."""
+    import types
+
+    if torch.cuda.is_available():
+        # cuDNN's attention plans a graph for every new sequence length (seconds over the first steps
+        # and evaluations, measured on an H100); the memory-efficient kernel takes the bias as it is.
+        torch.backends.cuda.enable_cudnn_sdp(False)
+    shared = _AlibiBias()
+    count = 0
+    for module in model.modules():
+        if type(module).__name__ == "BloomAttention":
+            module._alibi_bias = shared
+            module.forward = types.MethodType(_sdpa_bloom_attention, module)
+            count += 1
+    return count
+
+
+def use_native_gelu(model) -> int:
+    """BLOOM's GELU (0.5·x·(1 + tanh(0.79788456·x·(1 + 0.044715·x²))), a custom autograd function
+    of elementwise operations) as PyTorch's ``gelu(approximate="tanh")``, the same formula in one
+    kernel each way; returns how many modules were changed."""
+    import types
+
+    count = 0
+    for module in model.modules():
+        if type(module).__name__ == "BloomGelu":
+            module.forward = types.MethodType(_tanh_gelu, module)
+            count += 1
+    return count
 
 
 COMPILE_MODES = ("blocks", "blocks-cpp", "stack", "stack-cpp", "stack-cudagraphs")
