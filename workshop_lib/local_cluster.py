@@ -20,6 +20,7 @@ from pathlib import Path
 import jinja2
 
 from .errors import ClusterError
+from .paths import SOURCE_ROOT
 
 CLUSTER_NAME = "workshop"
 GPUS_PER_NODE = 8
@@ -35,16 +36,15 @@ DAEMON_COMMANDS = {
     "slurmctld": "slurmctld",
     "slurmd": "slurmd",
 }
-TEMPLATES = Path(__file__).resolve().parent.parent / "slurm" / "local"
+TEMPLATES = SOURCE_ROOT / "slurm" / "local"
 
 
 def default_state_dir() -> Path:
     """Where the cluster keeps its configuration, logs and databases."""
     if os.environ.get("WORKSHOP_STATE_DIR"):
         return Path(os.environ["WORKSHOP_STATE_DIR"]).resolve() / "slurm"
-    checkout = Path(__file__).resolve().parent.parent
-    if (checkout / "pyproject.toml").exists():
-        return checkout / ".state" / "slurm"
+    if (SOURCE_ROOT / "pyproject.toml").exists():
+        return SOURCE_ROOT / ".state" / "slurm"
     return Path.home() / ".cache" / "workshop" / "slurm"
 
 
