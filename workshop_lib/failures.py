@@ -19,6 +19,8 @@ _TRACEBACK = "Traceback (most recent call last):"
 _ERROR_LINE = re.compile(
     r"(\b\w*(Error|Exception)\b\s*:|\berror\b|\bERROR\b|\bKilled\b|oom[-_]kill|[Oo]ut of memory|Exceeded job memory"
     r"|CANCELLED AT|DUE TO TIME LIMIT|Segmentation fault|Aborted|command not found|No such file or directory)")
+# SLURM's words for a job killed over --mem: cgroup's oom-kill, or jobacct_gather's OverMemoryKill.
+_MEMORY_KILL = re.compile(r"oom[-_]kill event|Exceeded job memory limit|exceeded memory limit")
 # Lines the job template prints itself: never the answer to "what went wrong".
 _OWN_LINES = re.compile(r"^\s*(=+|Job finished|End time|Total time|Exit status|Start time|Memory summary|Job \S+ \()")
 
@@ -91,9 +93,12 @@ def explain(info: JobInfo, log_path: Path | None = None, predicted: str | None =
     hint = HINTS.get(info.state, f"the job ended {info.state}: the lines above tell why.")
     if info.state == "TIMEOUT" and info.time_limit_s:
         hint = f"it used all of its {format_duration(info.time_limit_s)}: " + hint.split(": ", 1)[1]
-    if info.state in ("OUT_OF_MEMORY",) and predicted:
+    if info.state != "OUT_OF_MEMORY" and _MEMORY_KILL.search(text):
+        # Without cgroups SLURM records such a job as FAILED (signal 9); its log says why.
+        hint = "the log shows SLURM killed it for going over --mem: " + HINTS["OUT_OF_MEMORY"].split(": ", 1)[1]
+    if "--mem" in hint and predicted:
         hint += f" The estimator predicted {predicted}."
-    if info.state == "FAILED" and info.signal == signals.SIGKILL.value and predicted:
+    elif info.state == "FAILED" and info.signal == signals.SIGKILL.value and predicted:
         hint += f" SIGKILL often means memory ran out; the estimator predicted {predicted}."
     return Explanation(job_id=info.job_id, state=info.state, exit_code=info.exit_code, signal=info.signal,
                        elapsed_s=info.elapsed_s, time_limit_s=info.time_limit_s, log_path=path,

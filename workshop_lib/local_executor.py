@@ -118,7 +118,8 @@ def job_info(job_id: str) -> JobInfo:
     ended = record.get("ended_at") or (time.time() if started else None)
     return JobInfo(
         job_id=job_id, state=state, exit_code=record.get("exit_code"), signal=record.get("signal"),
-        elapsed_s=(ended - started) if started else None, reason=record.get("reason"),
+        elapsed_s=(ended - started) if started else None,
+        reason="JobHeldUser" if record.get("held") else record.get("reason"),  # squeue's word for a held job
         stdout_path=Path(record["stdout"]), name=record.get("name"),
         node_list=",".join(node_names(record.get("nodes", 1))), time_limit_s=record.get("time_limit_s"),
     )

@@ -61,6 +61,7 @@ RESERVATION_NAME = ".reservation.json"
 NOT_SUBMITTED = "NOT SUBMITTED"
 DAMAGED = "DAMAGED"
 UNKNOWN = cluster.UNREACHABLE
+HELD = "JobHeldUser"  # squeue's reason for a job submitted with --hold
 # Entries of a run directory that belong to the run's bookkeeping, not to an attempt.
 _BOOKKEEPING = {ATTEMPTS_DIR, STAGING_DIR, LOCK_NAME, RESERVATION_NAME}
 LOCK_TIMEOUT_S = 120.0
@@ -102,6 +103,11 @@ class RunRecord:
     final_state: str | None = None  # written once a final state has been seen, so ids reused later do not matter
     exit_code: int | None = None
     job_name: str | None = None  # what the scheduler calls the job: an id reused by another job is told apart
+    # How it ended, kept with the final state for the failure explanation (the scheduler forgets).
+    signal: int | None = None
+    elapsed_s: float | None = None
+    time_limit_s: float | None = None
+    reason: str | None = None
 
     def save(self, directory: Path) -> None:
         write_atomically(directory / RECORD_NAME, json.dumps(asdict(self), indent=2) + "\n")
@@ -165,7 +171,8 @@ class Run:
         """Write a final state into job.json (a restarted scheduler reuses job ids; the file does not).
         A read-only runs folder keeps what it has: the state is asked again next time."""
         if self.record is not None and info.finished and not self.record.final_state:
-            self.record = replace(self.record, final_state=info.state, exit_code=info.exit_code)
+            self.record = replace(self.record, final_state=info.state, exit_code=info.exit_code, signal=info.signal,
+                                  elapsed_s=info.elapsed_s, time_limit_s=info.time_limit_s, reason=info.reason)
             try:
                 self.record.save(self.directory)
             except OSError:
@@ -187,8 +194,11 @@ def query_runs(runs: Sequence[Run]) -> list[JobInfo]:
         elif run.record is None:
             answers[index] = JobInfo(job_id="", state=NOT_SUBMITTED)
         elif run.record.final_state:
-            answers[index] = JobInfo(job_id=run.record.job_id, state=run.record.final_state,
-                                     exit_code=run.record.exit_code, stdout_path=run.stdout_path)
+            record = run.record
+            answers[index] = JobInfo(job_id=record.job_id, state=record.final_state, exit_code=record.exit_code,
+                                     signal=record.signal, elapsed_s=record.elapsed_s, reason=record.reason,
+                                     time_limit_s=record.time_limit_s, stdout_path=run.stdout_path,
+                                     name=record.job_name)
         else:
             asking.append((index, run.job))
     if asking:
@@ -272,6 +282,11 @@ def submit_experiment(experiment: Experiment, profile: Profile | str | None = No
                 return adopted
         if run.record is not None:
             info = run.info()
+            if info.state == "PENDING" and info.reason == HELD:
+                # Recorded, but its submitter stopped before releasing it (see _install).
+                get_backend(run.record.backend).release(run.record.job_id)
+                run.note = f"released job {run.record.job_id}, left held by an interrupted submission"
+                return run
             if not info.finished:
                 run.note = (f"job {run.record.job_id} is {info.state}: not doubled" if info.state != UNKNOWN else
                             f"job {run.record.job_id}: the scheduler does not answer, so it may still run: not "
@@ -432,14 +447,26 @@ def explain_run(run: Run, info: JobInfo):
 
 def earlier_attempts(run: Run) -> tuple[str, ...]:
     """Attempts SLURM requeued before the last one (e.g. after NODE_FAIL), from sacct; () where unknown."""
-    if run.record is None or run.record.backend != "slurm":
-        return ()
+    return earlier_attempts_of([run]).get(id(run), ())
+
+
+def earlier_attempts_of(runs: Sequence[Run]) -> dict[int, tuple[str, ...]]:
+    """`earlier_attempts` of several runs with one sacct call, keyed by id(run)."""
+    recorded = {run.record.job_id: run for run in runs if run.record is not None and run.record.backend == "slurm"}
+    if not recorded:
+        return {}
     try:
-        records = get_backend("slurm").accounting([run.record.job_id], duplicates=True)
+        records = get_backend("slurm").accounting(list(recorded), duplicates=True) or {}
     except ClusterError:
-        return ()
-    attempts = [info for key, info in sorted((records or {}).items()) if key.split("#")[0] == run.record.job_id]
-    return tuple(f"{info.state}" + (f" on {info.node_list}" if info.node_list else "") for info in attempts[:-1])
+        return {}
+    found: dict[int, tuple[str, ...]] = {}
+    for job_id, run in recorded.items():
+        attempts = [records[key] for key in sorted(records, key=lambda k: int(k.split("#")[1]))
+                    if key.split("#")[0] == job_id]
+        if len(attempts) > 1:
+            found[id(run)] = tuple(info.state + (f" on {info.node_list}" if info.node_list else "")
+                                   for info in attempts[:-1])
+    return found
 
 
 def _predicted_memory(experiment: Experiment) -> str | None:
@@ -474,14 +501,19 @@ def run_status(experiments: Iterable[Experiment] | None = None, chapter: int | N
     if experiments is None:
         experiments = select_experiments(chapter=chapter) if chapter else _all()
     runs = [load_run(experiment, root) for experiment in experiments]
+    infos = query_runs(runs)
+    requeued = earlier_attempts_of([run for run, info in zip(runs, infos) if info.state != UNKNOWN])
     statuses = []
-    for run, info in zip(runs, query_runs(runs)):
+    for run, info in zip(runs, infos):
         record = run.record
         explanation = run.damage or ""
         if record is not None and info.finished and info.state != "COMPLETED":
             explanation = explain_run(run, info).text()
         elif info.state == UNKNOWN:
             explanation = f"the scheduler does not answer: {_first_line(info.reason)}"
+        elif requeued.get(id(run)):
+            explanation = "\n".join(f"earlier attempt: {attempt} (SLURM requeued the job; its log holds both "
+                                     "attempts)" for attempt in requeued[id(run)])
         statuses.append(RunStatus(
             experiment_id=run.experiment.id, state=info.state, job_id=record.job_id if record else "",
             profile=record.profile if record else "",

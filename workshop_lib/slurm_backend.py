@@ -119,10 +119,11 @@ class SlurmBackend:
         if not duplicates:
             return slurm_output.job_infos_from_sacct(result.stdout)
         attempts: dict[str, JobInfo] = {}
-        for line in result.stdout.splitlines():
+        counts: dict[str, int] = {}
+        for line in result.stdout.splitlines():  # one line per attempt, oldest first
             for job_id, info in slurm_output.job_infos_from_sacct(line).items():
-                count = sum(key.split("#")[0] == job_id for key in attempts)
-                attempts[f"{job_id}#{count}"] = info
+                attempts[f"{job_id}#{counts.get(job_id, 0)}"] = info
+                counts[job_id] = counts.get(job_id, 0) + 1
         return attempts
 
     def release(self, job_id: str) -> None:
