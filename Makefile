@@ -33,8 +33,8 @@ cluster-down:  ## stop every daemon the local cluster started
 test: setup  ## the whole test suite (starts and stops the local cluster itself)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q
 
-test-fast: setup  ## tests without the slow ones
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -m "not slow"
+test-fast: setup  ## tests that start no cluster and train nothing (markers: slow, cluster, train)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -m "not slow and not cluster and not train"
 
 demo: setup  ## the workshop end to end on the local default (tiny profile, local SLURM)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m workshop_lib.demo

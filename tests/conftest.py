@@ -1,4 +1,10 @@
-"""Shared fixtures. `local_cluster` starts the project's real SLURM cluster once per test session."""
+"""Shared fixtures. `local_cluster` starts the project's real SLURM cluster once per test session.
+
+Nothing a test does lands in the checkout: the session's runs folder, the local executor's job records
+and (unless one is already running) the cluster's state live in a temporary folder.
+Markers: `cluster` needs the local SLURM cluster, `train` runs real training, `slow` takes more than a
+few seconds; `make test-fast` runs none of them.
+"""
 
 from __future__ import annotations
 
@@ -6,15 +12,37 @@ import os
 
 import pytest
 
+_SESSION: dict[str, object] = {}
+_VARIABLES = ("WORKSHOP_RUNS_DIR", "WORKSHOP_STATE_DIR", "SLURM_CONF")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def outside_the_checkout(tmp_path_factory):
+    """Runs and state of the whole session in a temporary folder, never in the repository."""
+    from workshop_lib.local_cluster import LocalCluster
+
+    base = tmp_path_factory.mktemp("workshop")
+    saved = {name: os.environ.get(name) for name in _VARIABLES}
+    running = LocalCluster()  # where `workshop cluster up` keeps it: reuse a cluster that already runs there
+    _SESSION["cluster_state"] = running.state if running.status().running else base / "state" / "slurm"
+    os.environ["WORKSHOP_RUNS_DIR"] = str(base / "runs")
+    os.environ["WORKSHOP_STATE_DIR"] = str(base / "state")
+    yield base
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
 
 @pytest.fixture(scope="session")
-def local_cluster():
+def local_cluster(outside_the_checkout):
     """A running 2-node local SLURM cluster with accounting; stopped at the end if this session started it."""
     from workshop_lib.local_cluster import LocalCluster
 
     if os.geteuid() != 0:
         pytest.skip("the local SLURM cluster needs root (CI runs as root)")
-    cluster = LocalCluster()
+    cluster = LocalCluster(state_dir=_SESSION["cluster_state"])
     already_running = cluster.status().running
     cluster.up(nodes=2, accounting=True)
     os.environ["SLURM_CONF"] = str(cluster.conf)

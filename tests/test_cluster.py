@@ -55,7 +55,7 @@ def test_failed_job_exit_code_and_log_tail(local_cluster, job_dir):
     assert (job.accounting().state, job.accounting().exit_code) == ("FAILED", 3)
     with pytest.raises(JobFailed) as failure:
         job.raise_for_state()
-    assert "exit 3" in str(failure.value) and "it broke" in str(failure.value)
+    assert "exit code 3" in str(failure.value) and "it broke" in str(failure.value)
 
 
 def test_cancelled_job(local_cluster, job_dir):

@@ -192,6 +192,8 @@ def test_job_finds_the_submitters_python_without_activation(tmp_path, monkeypatc
     assert job.stdout_path.read_text().strip() == str(Path(sys.executable).parent / "python")
 
 
+@pytest.mark.train
+@pytest.mark.slow
 def test_hybrid_shard_on_emulated_nodes_shards_inside_each_node(tmp_path):
     # The chapter's 2 nodes x 2 processes job, run by the local executor: HYBRID_SHARD must see two
     # nodes (a shard group per node: half the parameters per rank), not one node of four.

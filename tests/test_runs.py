@@ -71,8 +71,11 @@ def test_submit_records_the_job_and_a_completed_run_is_reused(isolated):
 
     forced = submit_experiment(EXPERIMENT, profile, force=True)
     assert forced.submitted_now and forced.record.job_id != run.record.job_id
-    archived = directory / "attempts" / run.record.job_id
-    assert (archived / "job.json").is_file() and (archived / run.record.stdout).is_file()
+    [archived] = (directory / "attempts").iterdir()  # <job id>-<submit time>: a reused id cannot collide
+    assert archived.name.startswith(f"{run.record.job_id}-")
+    assert json.loads((archived / "job.json").read_text())["final_state"] == "COMPLETED"
+    assert "Job finished" in (archived / run.record.stdout).read_text()
+    assert not (directory / run.record.stdout).exists()  # the new attempt starts with a clean folder
     wait_for_runs([forced], timeout=60, progress=False)
 
 
@@ -121,7 +124,8 @@ def test_the_notebook_side_never_imports_torch():
 
 
 def test_a_lost_local_job_counts_as_failed_and_is_resubmitted(tmp_path, monkeypatch):
-    """A run whose job record vanished (state folder wiped) must not block a new submission."""
+    """A run whose job record vanished (state folder wiped) and whose log has no footer is LOST:
+    ended, so it does not block a new submission."""
     import json
 
     from workshop_lib.experiments import get_experiment
@@ -137,4 +141,6 @@ def test_a_lost_local_job_counts_as_failed_and_is_resubmitted(tmp_path, monkeypa
     run = load_run(experiment, tmp_path / "runs")
     assert run.record is not None
     info = run.info()
-    assert info.state == "NODE_FAIL" and "job lost" in info.reason
+    assert info.state == "LOST" and "no footer" in info.reason
+    (folder / "slurm-local-99.out").write_text("training...\n Exit status: 0\n")
+    assert run.info().state == "COMPLETED"  # the job's own footer decides, not its absence

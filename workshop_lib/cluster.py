@@ -1,89 +1,38 @@
 """Job control: submit a script, follow its state, wait for many jobs, cancel.
 
-Two backends answer the same calls:
-- `slurm`: sbatch / scontrol / squeue / sacct / scancel (Ibex, or the project's local cluster);
-- `local`: runs the script with bash on this machine, SLURM-like, where no scheduler exists.
-Choose with `backend=` or $WORKSHOP_BACKEND (slurm | local | auto); auto prefers SLURM.
+The calls go to a Backend (`backend.py`): `slurm` (Ibex, or the project's local cluster) or `local`
+(bash on this machine, SLURM-like, where no scheduler exists). Choose with `backend=` or
+$WORKSHOP_BACKEND (slurm | local | auto); auto prefers SLURM.
+
+A waiter asks once per poll for all of its jobs (one `squeue`), and polls less often as it waits
+(the backend's PollPolicy). A job the scheduler has forgotten is settled from what it wrote when it
+ended (the footer of its log), never from its absence.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
+import re
+import sys
 import time
+from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from . import slurm_output
+from .backend import BACKENDS, FORGOTTEN, PollPolicy, get_backend, python_environment_path, resolve_backend  # noqa: F401
 from .errors import ClusterError, JobFailed, SubmitError
 from .slurm_output import FINAL_STATES, JobInfo  # noqa: F401  (re-exported: part of this module's API)
 
-BACKENDS = ("slurm", "local")
-
-
-# ---- choosing a backend -----------------------------------------------------------------------
-def python_environment_path(path: str | None = None) -> str:
-    """PATH with this interpreter's bin folder first: jobs then run the same python, torchrun and
-    workshop as the notebook or shell that submits them, even when the environment was never activated."""
-    import sys
-
-    bin_dir = str(Path(sys.executable).parent)
-    entries = [entry for entry in (path if path is not None else os.environ.get("PATH", "")).split(os.pathsep)
-               if entry and entry != bin_dir]
-    return os.pathsep.join([bin_dir, *entries])
-
-
-def scheduler_environment() -> dict[str, str]:
-    """os.environ with the submitter's interpreter first on PATH, plus SLURM_CONF of the project's
-    local cluster when it runs and none is set. sbatch hands this environment to the job."""
-    env = dict(os.environ)
-    env["PATH"] = python_environment_path(env.get("PATH"))
-    if "SLURM_CONF" not in env:
-        from .local_cluster import LocalCluster
-
-        local = LocalCluster()
-        if local.conf.exists() and local.controller_running():  # cheap: a PID file, no sinfo call
-            env["SLURM_CONF"] = str(local.conf)
-    return env
-
-
-def slurm_available() -> bool:
-    """True if sbatch exists and a cluster configuration can be found."""
-    if not shutil.which("sbatch"):
-        return False
-    env = scheduler_environment()
-    return "SLURM_CONF" in env or Path("/etc/slurm/slurm.conf").exists() or Path("/etc/slurm-llnl/slurm.conf").exists()
-
-
-def resolve_backend(backend: str | None = None) -> str:
-    """The backend to use: the argument, else $WORKSHOP_BACKEND, else SLURM if present, else local."""
-    choice = (backend or os.environ.get("WORKSHOP_BACKEND") or "auto").lower()
-    if choice not in BACKENDS + ("auto",):
-        raise ClusterError(f"unknown backend {choice!r}: use one of slurm, local, auto (WORKSHOP_BACKEND)")
-    if choice == "auto":
-        if slurm_available():
-            return "slurm"
-        if os.environ.get("WORKSHOP_ALLOW_LOCAL", "1") in ("0", "false", "no"):
-            raise ClusterError(
-                "no SLURM scheduler found (no sbatch, or no slurm.conf) and the local executor is not allowed "
-                "(WORKSHOP_ALLOW_LOCAL=0). Start the project's cluster with `workshop cluster up`, "
-                "or allow the local executor: export WORKSHOP_ALLOW_LOCAL=1."
-            )
-        return "local"
-    if choice == "slurm" and not shutil.which("sbatch"):
-        raise ClusterError(
-            "WORKSHOP_BACKEND=slurm but `sbatch` is not on PATH. On Ibex, log in to a login node; elsewhere start "
-            "the local cluster with `workshop cluster up`, or use WORKSHOP_BACKEND=local to run jobs with bash."
-        )
-    return choice
+# The job footer's last lines (slurm/templates/blocks/footer.j2); a job that printed them has ended.
+_EXIT_STATUS = re.compile(r"^\s*Exit status\s*:\s*(\d+)\s*$", re.MULTILINE)
+UNREACHABLE = "UNKNOWN"  # the scheduler could not be asked: the job may still run
 
 
 # ---- the Job ------------------------------------------------------------------------------
 @dataclass
 class Job:
-    """A submitted job. `info()` asks the scheduler each time it is called."""
+    """A submitted job. `info()` asks the scheduler each time it is called (until it has ended)."""
 
     job_id: str
     backend: str
@@ -92,20 +41,7 @@ class Job:
     _last: JobInfo | None = field(default=None, repr=False)
 
     def info(self) -> JobInfo:
-        if self._last is not None and self._last.finished:
-            return self._last  # a finished job does not change again
-        if self.backend == "local":
-            from . import local_executor
-
-            info = local_executor.job_info(self.job_id)
-        else:
-            info = _slurm_info(self.job_id)
-        if info.stdout_path is None and self.stdout_path is not None:
-            info = info.with_stdout(self.stdout_path)
-        if info.stdout_path is not None:
-            self.stdout_path = info.stdout_path
-        self._last = info
-        return info
+        return query_jobs([self])[0]
 
     @property
     def state(self) -> str:
@@ -116,12 +52,11 @@ class Job:
         return self.info().finished
 
     def cancel(self) -> None:
-        if self.backend == "local":
-            from . import local_executor
+        get_backend(self.backend).cancel(self.job_id)
 
-            local_executor.cancel(self.job_id)
-        else:
-            _run_slurm(["scancel", self.job_id], "scancel")
+    def release(self) -> None:
+        """Let a job submitted with `hold=True` start."""
+        get_backend(self.backend).release(self.job_id)
 
     def log_tail(self, lines: int = 20) -> str:
         return slurm_output.tail(self.info().stdout_path, lines)
@@ -129,19 +64,24 @@ class Job:
     def accounting(self, timeout: float = 20.0) -> JobInfo:
         """The job's record in `sacct`, once accounting has caught up with the controller.
 
-        sacct lags the controller by a second or more and may first show a provisional record
-        (named "allocation", one node): accept a final record only when it matches what the
-        controller says, or, if the controller has forgotten the job, when it is stable across two reads.
+        sacct lags the controller by a second or more and may first show a provisional record:
+        accept a final record only when it matches what the controller says, or, if the controller
+        has forgotten the job, when it is stable across two reads.
         """
         if self.backend == "local":
             return self.info()
+        slurm = get_backend("slurm")
         controller = self.info()
         deadline = time.monotonic() + timeout
         previous = None
         while True:
-            record = _sacct([self.job_id]).get(self.job_id)
+            records = slurm.accounting([self.job_id])
+            if records is None:
+                raise ClusterError("this cluster keeps no accounting (sacct is disabled): start the local "
+                                   "cluster without --no-accounting, or read the job's state with `squeue`")
+            record = records.get(self.job_id)
             if record is not None and record.finished:
-                if controller.finished and controller.reason != "not found in scontrol or sacct yet":
+                if controller.finished and controller.state != FORGOTTEN:
                     agrees = (record.state, record.exit_code, record.name) == (
                         controller.state, controller.exit_code, controller.name)
                 else:
@@ -157,101 +97,158 @@ class Job:
             time.sleep(0.75)
 
     def raise_for_state(self) -> None:
+        from .failures import explain
+
         info = self.info()
         if info.state != "COMPLETED":
-            raise JobFailed(info.failure_message(self.log_tail(20)))
+            raise JobFailed(explain(info).text())
 
     def __repr__(self) -> str:  # short: shows up in notebooks
         return f"Job({self.job_id!r}, backend={self.backend!r})"
 
 
 def submit(script: Path | str, workdir: Path | str | None = None, sbatch_args: Sequence[str] = (),
-           backend: str | None = None) -> Job:
-    """Submit a job script; returns its Job. Raises SubmitError with the scheduler's message if refused."""
+           backend: str | None = None, hold: bool = False) -> Job:
+    """Submit a job script; returns its Job. Raises SubmitError with the scheduler's message if refused.
+    With `hold`, the job waits until `Job.release()` (time to make its folder ready)."""
     script = Path(script).resolve()
     if not script.is_file():
         raise SubmitError(f"job script {script} does not exist; render it first (`workshop render ID -o FILE`)")
     workdir = Path(workdir).resolve() if workdir else script.parent
     chosen = resolve_backend(backend)
-    if chosen == "local":
-        from . import local_executor
-
-        return local_executor.submit(script, workdir, sbatch_args)
-    command = ["sbatch", "--parsable", f"--chdir={workdir}", *sbatch_args, str(script)]
-    result = subprocess.run(command, capture_output=True, text=True, env=scheduler_environment(), timeout=60)
-    if result.returncode != 0:
-        raise SubmitError(f"sbatch refused {script.name}:\n{result.stderr.strip()}\n"
-                          "Check the #SBATCH lines named above (`workshop check SCRIPT` explains common mistakes).")
-    job_id = result.stdout.strip().split(";")[0]
-    job = Job(job_id, "slurm")
-    job.stdout_path = slurm_output.expected_stdout(script, workdir, job_id, sbatch_args)
-    return job
+    submission = get_backend(chosen).submit(script, workdir, sbatch_args, hold=hold)
+    return Job(submission.job_id, chosen, stdout_path=submission.stdout_path, name=submission.name)
 
 
-def job_from_id(job_id: str, backend: str | None = None) -> Job:
+def job_from_id(job_id: str, backend: str | None = None, stdout_path: Path | None = None,
+                name: str | None = None) -> Job:
     """A Job for an id submitted earlier (by this process or another)."""
     job_id = str(job_id)
     chosen = backend or ("local" if job_id.startswith("local-") else resolve_backend(None))
-    return Job(job_id, chosen)
+    return Job(job_id, chosen, stdout_path=stdout_path, name=name)
 
 
 def test_only(script: Path | str, sbatch_args: Sequence[str] = ()) -> str:
     """Ask SLURM whether it would accept the script (`sbatch --test-only`); returns its answer."""
-    command = ["sbatch", "--test-only", *sbatch_args, str(script)]
-    result = subprocess.run(command, capture_output=True, text=True, env=scheduler_environment(), timeout=60)
-    if result.returncode != 0:
-        raise SubmitError(f"sbatch --test-only rejected {Path(script).name}:\n{result.stderr.strip()}")
-    return (result.stderr or result.stdout).strip()
+    from .slurm_backend import test_only as slurm_test_only
+
+    return slurm_test_only(script, sbatch_args)
 
 
-def wait_for(jobs: Iterable[Job], timeout: float | None = None, poll_interval: float = 1.0,
-             progress: bool = True) -> list[JobInfo]:
-    """Poll until every job has ended or `timeout` seconds passed; returns their last known states."""
-    from .progress import JobProgress
+# ---- asking about many jobs at once ---------------------------------------------------------
+def query_jobs(jobs: Sequence[Job]) -> list[JobInfo]:
+    """Every job's state, with one backend call per backend for the jobs that have not ended.
+    Raises ClusterError when a scheduler cannot be asked (the jobs may still run)."""
+    asking: dict[str, list[Job]] = {}
+    for job in jobs:
+        if job._last is None or not job._last.finished:  # an ended job does not change again
+            asking.setdefault(job.backend, []).append(job)
+    for backend, group in asking.items():
+        answers = get_backend(backend).query([job.job_id for job in group])
+        for job in group:
+            job._last = _settle(job, answers[job.job_id])
+    return [job._last for job in jobs]
 
+
+def _settle(job: Job, info: JobInfo) -> JobInfo:
+    """The answer as this job sees it: its log path, and an id the scheduler now gives another job
+    (a fresh cluster state restarts ids) or one it forgot, settled from the job's own log."""
+    if job.stdout_path is not None:
+        info = info.with_stdout(job.stdout_path)
+    elif info.stdout_path is not None:
+        job.stdout_path = info.stdout_path
+    if job.name and info.name and info.name != job.name and info.state != FORGOTTEN:
+        info = JobInfo(job_id=job.job_id, state=FORGOTTEN, stdout_path=job.stdout_path,
+                       reason=f"id {job.job_id} now belongs to job {info.name!r} (the scheduler's state was reset)")
+    if info.state == FORGOTTEN:
+        info = ended_from_log(info)
+    return info
+
+
+def ended_from_log(info: JobInfo) -> JobInfo:
+    """A forgotten job's end as its log tells it: the footer's exit status when it got there, else LOST
+    (it ended, the scheduler cannot say how, and its log has no footer)."""
+    text = ""
+    if info.stdout_path is not None:
+        try:
+            text = Path(info.stdout_path).read_text(errors="replace")
+        except OSError:
+            text = ""
+    statuses = _EXIT_STATUS.findall(text)
+    if statuses:
+        code = int(statuses[-1])  # a requeued job's log holds each attempt: the last one counts
+        return replace(info, state="COMPLETED" if code == 0 else "FAILED", exit_code=code,
+                       reason=f"read from the job's footer ({info.reason})")
+    return replace(info, state="LOST", reason=f"{info.reason}; its log has no footer, so it did not finish "
+                                              "its script (killed, or its node or scheduler state was lost)")
+
+
+# ---- waiting ------------------------------------------------------------------------------
+def wait_for(jobs: Iterable[Job], timeout: float | None = None, poll_interval: float | None = None,
+             progress: bool = True, policy: PollPolicy | None = None) -> list[JobInfo]:
+    """Poll until every job has ended or `timeout` seconds passed; returns their last known states.
+
+    One backend call per poll for all the jobs, at the backend's growing interval (or every
+    `poll_interval` seconds). A scheduler that cannot be asked is reported and asked again: its jobs
+    read UNKNOWN (never ended) until it answers."""
     jobs = list(jobs)
+    if not jobs:
+        return []
+    if poll_interval is not None:
+        policy = PollPolicy(poll_interval, poll_interval)
+    elif policy is None:
+        policy = get_backend(jobs[0].backend).poll_policy()
+        from .backend import longest_poll_override
+
+        longest = longest_poll_override()
+        if longest is not None:
+            policy = PollPolicy(min(policy.first, longest), longest, policy.factor)
+    intervals = policy.intervals()
     started = time.monotonic()
-    display = JobProgress(len(jobs)) if progress else None
-    while True:
-        infos = [job.info() for job in jobs]
-        elapsed = time.monotonic() - started
-        if display:
-            display.update(infos, elapsed)
-        if all(info.finished for info in infos) or (timeout is not None and elapsed >= timeout):
-            if display:
-                display.close(infos, elapsed, timed_out=not all(info.finished for info in infos))
-            return infos
-        time.sleep(poll_interval)
-
-
-# ---- SLURM queries --------------------------------------------------------------------------
-def _run_slurm(command: list[str], what: str) -> str:
+    bar = _progress_bar(len(jobs)) if progress else None
+    infos = [job._last or JobInfo(job_id=job.job_id, state=UNREACHABLE) for job in jobs]
     try:
-        result = subprocess.run(command, capture_output=True, text=True, env=scheduler_environment(), timeout=60)
-    except FileNotFoundError:
-        raise ClusterError(f"`{command[0]}` not found: SLURM's client tools are not installed here") from None
-    if result.returncode != 0:
-        raise ClusterError(f"{what} failed: {result.stderr.strip()}")
-    return result.stdout
+        while True:
+            try:
+                infos = query_jobs(jobs)
+                trouble = ""
+            except ClusterError as error:
+                infos = [job._last if job._last is not None and job._last.finished
+                         else JobInfo(job_id=job.job_id, state=UNREACHABLE, reason=str(error),
+                                      stdout_path=job.stdout_path) for job in jobs]
+                trouble = f"scheduler not answering, asking again: {str(error).splitlines()[0][:120]}"
+            elapsed = time.monotonic() - started
+            if bar is not None:
+                _show(bar, infos, trouble)
+            if all(info.finished for info in infos):
+                return infos
+            if timeout is not None and elapsed >= timeout:
+                if bar is not None:
+                    bar.set_description("timed out waiting")
+                return infos
+            pause = next(intervals)
+            if timeout is not None:
+                pause = max(0.0, min(pause, timeout - elapsed))
+            time.sleep(pause)
+    finally:
+        if bar is not None:
+            bar.close()
 
 
-def _slurm_info(job_id: str) -> JobInfo:
-    """From the controller while it remembers the job, else from accounting."""
-    result = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True,
-                            env=scheduler_environment(), timeout=60)
-    if result.returncode == 0 and result.stdout.strip():
-        return slurm_output.job_info_from_scontrol(job_id, result.stdout)
-    record = _sacct([job_id]).get(job_id)
-    if record is not None:
-        return record
-    # Known to neither (yet): sacct lags the controller by a second or two after submission.
-    return JobInfo(job_id=job_id, state="UNKNOWN", reason="not found in scontrol or sacct yet")
+def _progress_bar(total: int):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc="jobs ended", unit="job", file=sys.stderr, dynamic_ncols=True)
 
 
-def _sacct(job_ids: Sequence[str]) -> dict[str, JobInfo]:
-    try:
-        output = _run_slurm(["sacct", "-n", "-P", "-X", "-j", ",".join(job_ids),
-                             "-o", slurm_output.SACCT_FIELDS], "sacct")
-    except ClusterError:
-        return {}
-    return slurm_output.job_infos_from_sacct(output)
+def state_counts(infos: Sequence[JobInfo]) -> str:
+    """'2 COMPLETED, 1 RUNNING, 1 PENDING' (ended states first)."""
+    ended = Counter(info.state for info in infos if info.finished)
+    active = Counter(info.state for info in infos if not info.finished)
+    return ", ".join(f"{count} {state}" for state, count in [*sorted(ended.items()), *sorted(active.items())])
+
+
+def _show(bar, infos: Sequence[JobInfo], trouble: str) -> None:
+    bar.n = sum(info.finished for info in infos)
+    bar.set_postfix_str(trouble or state_counts(infos), refresh=False)
+    bar.refresh()

@@ -20,7 +20,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from .paths import SOURCE_ROOT
+
+ROOT = SOURCE_ROOT
 
 
 class Timer:

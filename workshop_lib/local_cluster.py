@@ -20,6 +20,7 @@ from pathlib import Path
 import jinja2
 
 from .errors import ClusterError
+from .paths import SOURCE_ROOT
 
 CLUSTER_NAME = "workshop"
 GPUS_PER_NODE = 8
@@ -35,16 +36,15 @@ DAEMON_COMMANDS = {
     "slurmctld": "slurmctld",
     "slurmd": "slurmd",
 }
-TEMPLATES = Path(__file__).resolve().parent.parent / "slurm" / "local"
+TEMPLATES = SOURCE_ROOT / "slurm" / "local"
 
 
 def default_state_dir() -> Path:
     """Where the cluster keeps its configuration, logs and databases."""
     if os.environ.get("WORKSHOP_STATE_DIR"):
         return Path(os.environ["WORKSHOP_STATE_DIR"]).resolve() / "slurm"
-    checkout = Path(__file__).resolve().parent.parent
-    if (checkout / "pyproject.toml").exists():
-        return checkout / ".state" / "slurm"
+    if (SOURCE_ROOT / "pyproject.toml").exists():
+        return SOURCE_ROOT / ".state" / "slurm"
     return Path.home() / ".cache" / "workshop" / "slurm"
 
 
@@ -138,8 +138,10 @@ class LocalCluster:
         return {**os.environ, "SLURM_CONF": str(self.conf)}
 
     # ---- public -------------------------------------------------------------------------
-    def up(self, nodes: int = 2, accounting: bool = True, timeout: float = 60.0) -> ClusterStatus:
-        """Start whatever is not running yet and wait until every node is idle. Idempotent."""
+    def up(self, nodes: int = 2, accounting: bool = True, timeout: float = 60.0,
+           min_job_age: int = 300) -> ClusterStatus:
+        """Start whatever is not running yet and wait until every node is idle. Idempotent.
+        `min_job_age`: seconds the controller remembers an ended job (SLURM's MinJobAge)."""
         if nodes < 1 or nodes > 16:
             raise ClusterError(f"--nodes {nodes} is out of range: the local cluster runs 1 to 16 nodes")
         self._require_root()
@@ -147,7 +149,7 @@ class LocalCluster:
         for folder in ("etc", "pids", "logs", "munge", "ctld", "dev", "spool"):
             (self.state / folder).mkdir(parents=True, exist_ok=True)
         self._make_fake_gpus()
-        changed = self._write_config(nodes, accounting)
+        changed = self._write_config(nodes, accounting, min_job_age)
         if changed:
             # A different node count or accounting choice: restart the SLURM daemons on the new config.
             for name in self._slurm_daemon_names():
@@ -222,7 +224,7 @@ class LocalCluster:
             if not device.exists():
                 os.mknod(device, 0o600 | 0o020000, os.makedev(195, index))
 
-    def _write_config(self, nodes: int, accounting: bool) -> bool:
+    def _write_config(self, nodes: int, accounting: bool, min_job_age: int = 300) -> bool:
         """Render slurm.conf, gres.conf (and slurmdbd.conf); True if slurm.conf changed."""
         environment = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
                                          keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
@@ -231,7 +233,7 @@ class LocalCluster:
             gpus=GPUS_PER_NODE, cpus=CPUS_PER_NODE, memory_mib=MEMORY_MIB_PER_NODE, accounting=accounting,
             ports=dict(slurmctld=self.ports.slurmctld, slurmdbd=self.ports.slurmdbd, mariadb=self.ports.mariadb,
                        slurmd_first=self.ports.slurmd(0), slurmd_last=self.ports.slurmd(nodes - 1)),
-            db_password=self._db_password() if accounting else "",
+            db_password=self._db_password() if accounting else "", min_job_age=min_job_age,
         )
         new_conf = environment.get_template("slurm.conf.j2").render(**values)
         old_conf = self.conf.read_text() if self.conf.exists() else None

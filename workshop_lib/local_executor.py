@@ -25,8 +25,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from . import slurm_output
-from .errors import SubmitError, ClusterError
+from .backend import FORGOTTEN, PollPolicy, Submission, python_environment_path
 from .durations import parse_duration
+from .errors import ClusterError, SubmitError
 from .sbatch_script import sbatch_request
 from .slurm_output import JobInfo
 
@@ -68,10 +69,8 @@ def _next_job_id() -> str:
     return f"local-{number}"
 
 
-def submit(script: Path, workdir: Path, sbatch_args: Sequence[str] = ()):
-    """Start the script in the background; returns a cluster.Job with backend 'local'."""
-    from .cluster import Job
-
+def submit(script: Path, workdir: Path, sbatch_args: Sequence[str] = (), hold: bool = False) -> Submission:
+    """Start the script in the background (held until `release` with `hold`, like `sbatch --hold`)."""
     request = sbatch_request(script.read_text(errors="replace"), sbatch_args)
     nodes_text = request.get("nodes") or "1"
     try:
@@ -92,22 +91,28 @@ def submit(script: Path, workdir: Path, sbatch_args: Sequence[str] = ()):
         # SLURM fails such a job at launch; say so before it runs.
         raise SubmitError(f"--output folder {stdout.parent} does not exist; create it before submitting "
                           "(SLURM would fail the job at launch with JobLaunchFailure)")
+    # Like sbatch, keep a copy of the script as submitted: the file may move or change before the job runs.
+    copy = jobs_dir() / f"{job_id}.sbatch"
+    copy.write_text(script.read_text(errors="replace"))
     record = {
-        "job_id": job_id, "name": name, "script": str(script), "workdir": str(workdir), "stdout": str(stdout),
+        "job_id": job_id, "name": name, "script": str(copy), "workdir": str(workdir), "stdout": str(stdout),
         "time_limit_s": time_limit, "nodes": nodes, "gpus_per_node": request.gpus_per_node,
         "ntasks_per_node": int(request.get("ntasks-per-node") or 1),
         "cpus_per_task": int(request.get("cpus-per-task") or 1),
-        "state": "PENDING", "submitted_at": time.time(),
+        "state": "PENDING", "submitted_at": time.time(), "held": hold,
     }
     _write(record)
     subprocess.Popen([sys.executable, "-m", "workshop_lib.local_executor", "run", job_id],
                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                      start_new_session=True, cwd=workdir)
-    return Job(job_id, "local", stdout_path=stdout, name=name)
+    return Submission(job_id, stdout, name)
 
 
 def job_info(job_id: str) -> JobInfo:
-    record = _read(job_id)
+    try:
+        record = _read(job_id)
+    except ClusterError as missing:
+        return JobInfo(job_id=job_id, state=FORGOTTEN, reason=str(missing))
     state = record["state"]
     if state in ("PENDING", "RUNNING") and record.get("runner_pid") and not _alive(record.get("runner_pid")):
         state = "NODE_FAIL"  # the runner vanished without writing an end state (machine rebooted, killed)
@@ -115,10 +120,30 @@ def job_info(job_id: str) -> JobInfo:
     ended = record.get("ended_at") or (time.time() if started else None)
     return JobInfo(
         job_id=job_id, state=state, exit_code=record.get("exit_code"), signal=record.get("signal"),
-        elapsed_s=(ended - started) if started else None, reason=record.get("reason"),
+        elapsed_s=(ended - started) if started else None,
+        reason="JobHeldUser" if record.get("held") else record.get("reason"),  # squeue's word for a held job
         stdout_path=Path(record["stdout"]), name=record.get("name"),
-        node_list=",".join(node_names(record.get("nodes", 1))),
+        node_list=",".join(node_names(record.get("nodes", 1))), time_limit_s=record.get("time_limit_s"),
     )
+
+
+def release(job_id: str) -> None:
+    record = _read(job_id)
+    record["held"] = False
+    _write(record)
+
+
+def jobs_in(workdir: Path, since: float) -> list[str]:
+    """Local jobs started in `workdir` since `since` (epoch seconds)."""
+    found = []
+    for path in jobs_dir().glob("local-*.json"):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if record.get("workdir") == str(workdir) and record.get("submitted_at", 0) >= since - 1:
+            found.append(record["job_id"])
+    return sorted(found, key=_job_number)
 
 
 def cancel(job_id: str) -> None:
@@ -153,8 +178,6 @@ def node_names(nodes: int) -> list[str]:
 
 
 def _job_environment(record: dict) -> dict[str, str]:
-    from .cluster import python_environment_path
-
     nodes = record.get("nodes", 1)
     names = node_names(nodes)
     gpus = record["gpus_per_node"]
@@ -249,6 +272,9 @@ def run(job_id: str) -> int:
     """The runner: wait for GPUs, execute the job script, enforce its time limit, record how it ended."""
     record = {**_read(job_id), "runner_pid": os.getpid()}
     _write(record)  # from now on a vanished runner shows as NODE_FAIL, even while the job waits
+    while record.get("held") and not record.get("cancel_requested"):
+        time.sleep(0.2)  # `sbatch --hold`: the submitter is still preparing the run folder
+        record = _read(job_id)
     record = _wait_for_gpus(record)
     if record["state"] == "FAILED":
         return 0
@@ -298,8 +324,29 @@ def _terminate_group(process: subprocess.Popen) -> None:
             continue
 
 
+class LocalBackend:
+    """The Backend that runs jobs with bash on this machine."""
+
+    name = "local"
+    submit = staticmethod(submit)
+    release = staticmethod(release)
+    cancel = staticmethod(cancel)
+    jobs_in = staticmethod(jobs_in)
+
+    @staticmethod
+    def query(job_ids: Sequence[str]) -> dict[str, JobInfo]:
+        return {job_id: job_info(job_id) for job_id in job_ids}  # one file read each: no scheduler to spare
+
+    @staticmethod
+    def poll_policy() -> PollPolicy:
+        return PollPolicy(first=0.2, longest=2.0)
+
+
+BACKEND = LocalBackend()
+
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "run":
         sys.exit(run(sys.argv[2]))
     print("usage: python -m workshop_lib.local_executor run JOB_ID", file=sys.stderr)
     sys.exit(2)
+

@@ -32,43 +32,20 @@ from .experiments import (CHAPTERS, DEFAULT_RECIPE, HF, RECIPES, Experiment, cha
                           with_recipe)
 from .profiles import Profile, load_profile
 from .results import COMPLETED, chapter_results, run_record
-from .runs import RUNS_VARIABLE, Run, load_run, submit_experiments, wait_for_runs
+from .paths import ROOT_VARIABLE, RUNS_VARIABLE, repository_root, runs_root  # noqa: F401  (part of this API)
+from .runs import Run, explain_run, load_run, query_runs, submit_experiments, wait_for_runs
 from .scripts import render_script
+from .slurm_output import JobInfo
 from .tables import Table
 from .validate import Finding, lint_script, validate_experiment
 
-ROOT_VARIABLE = "WORKSHOP_ROOT"
 SUBMIT_VARIABLE = "WORKSHOP_SUBMIT"
-PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 _TABLE_BUILDERS = {1: tables_module.chapter_1_tables, 2: tables_module.chapter_2_tables,
                    3: tables_module.chapter_3_tables, 4: tables_module.chapter_4_tables}
 
 
-# ---- where things are ---------------------------------------------------------------------------
-def repository_root(start: Path | str | None = None) -> Path:
-    """The workshop's folder: $WORKSHOP_ROOT, else the first parent of ``start`` (default: the current
-    folder) holding the workshop's pyproject.toml, else the folder this library was installed from."""
-    if os.environ.get(ROOT_VARIABLE):
-        return Path(os.environ[ROOT_VARIABLE]).expanduser().resolve()
-    here = Path(start or Path.cwd()).resolve()
-    for folder in (here, *here.parents):
-        if _is_workshop_root(folder):
-            return folder
-    if _is_workshop_root(PACKAGE_ROOT):
-        return PACKAGE_ROOT
-    raise WorkshopError(f"cannot find the workshop folder above {here}: start the notebook inside the "
-                        f"repository, or set {ROOT_VARIABLE}=/path/to/the/repository")
-
-
-def _is_workshop_root(folder: Path) -> bool:
-    project = folder / "pyproject.toml"
-    return project.is_file() and 'name = "workshop-lib"' in project.read_text(errors="replace")
-
-
-def resolve_runs_dir(runs_dir: Path | str | None = None) -> Path:
-    """Absolute run folder: the argument, else $WORKSHOP_RUNS_DIR, else <repository>/runs."""
-    chosen = runs_dir or os.environ.get(RUNS_VARIABLE) or repository_root() / "runs"
-    return Path(chosen).expanduser().resolve()
+# ---- where things are (one place: workshop_lib/paths.py) ------------------------------------------
+resolve_runs_dir = runs_root
 
 
 def submitting_enabled() -> bool:
@@ -296,27 +273,46 @@ def run_experiments(selection: Selection, runs_dir: Path | str | None = None,
 
 
 def _show_run_table(runs: Sequence[Run], read_only: bool = False) -> pd.DataFrame:
-    rows = []
-    for run in runs:
-        record = run.record
-        state = (record.final_state if read_only else run.info().state) if record else "NOT SUBMITTED"
-        rows.append({"experiment": run.experiment.id, "job": record.job_id if record else "",
-                     "state": state or "UNKNOWN", "note": run.note})
+    """The runs' states; under it, for each run that ended without completing, why (state, exit code,
+    time against the limit, the log lines that matter, a hint). Read-only: asks no scheduler."""
+    if read_only:
+        infos = [JobInfo(job_id=run.record.job_id if run.record else "", state=(
+            "DAMAGED" if run.damage else (run.record.final_state or "UNKNOWN") if run.record else "NOT SUBMITTED"))
+            for run in runs]
+    else:
+        infos = query_runs(runs)
+    rows = [{"experiment": run.experiment.id, "job": run.record.job_id if run.record else "", "state": info.state,
+             "note": run.note} for run, info in zip(runs, infos)]
     frame = pd.DataFrame(rows)
     _display(_html(frame.to_html(index=False, border=0, classes="workshop-runs")))
-    unfinished = [row for row in rows if row["state"] != COMPLETED]
-    if unfinished and not read_only:
-        for run in runs:
-            if run.record and run.info().state not in (COMPLETED,) and run.stdout_path and run.stdout_path.exists():
-                tail = "\n".join(run.stdout_path.read_text(errors="replace").splitlines()[-15:])
-                _display(_html(script_block(f"last lines of {run.experiment.id}'s log "
-                                            f"({run.info().state})", tail)))
-        message(f"{len(unfinished)} run(s) did not complete: their table cells show the state instead of "
-                "numbers. Still running? Re-run this cell later; completed runs are reused.", "warning")
-    elif unfinished:
-        message(f"{len(unfinished)} run(s) have no completed result on disk; execute the chapter with "
-                f"{SUBMIT_VARIABLE}=1 (the default) to run them.", "warning")
+    if read_only:
+        unfinished = sum(info.state != COMPLETED for info in infos)
+        if unfinished:
+            message(f"{unfinished} run(s) have no completed result on disk; execute the chapter with "
+                    f"{SUBMIT_VARIABLE}=1 (the default) to run them.", "warning")
+        return frame
+    failed = [(run, info) for run, info in zip(runs, infos)
+              if run.record is not None and info.finished and info.state != COMPLETED]
+    for run, info in failed:
+        _display(_html(explanation_block(run.experiment.id, explain_run(run, info).text())))
+    for run in runs:
+        if run.damage:
+            message(run.damage, "error")
+    active = [info for info in infos if not info.finished and info.state not in ("NOT SUBMITTED", "DAMAGED")]
+    if failed:
+        message(f"{len(failed)} run(s) ended without completing: why is shown above. Fix the cause and re-run this "
+                "cell: those runs are submitted again, completed ones are reused.", "error")
+    if active:
+        message(f"{len(active)} run(s) are still queued or running (or the scheduler did not answer): their table "
+                "cells show the state instead of numbers. Re-run this cell later; nothing is submitted twice.",
+                "warning")
     return frame
+
+
+def explanation_block(experiment_id: str, explanation: str) -> str:
+    """An open block with why a run did not complete (no checker badge: it is not a script)."""
+    return (f"<details open><summary><code>{_escape(experiment_id)}</code>: why it did not complete</summary>"
+            f'<pre style="font-size:0.8em;overflow-x:auto">{_escape(explanation)}</pre></details>')
 
 
 # ---- tables and plots ------------------------------------------------------------------------------

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pandas as pd
 
-REPOSITORY = Path(__file__).resolve().parent.parent
+from .paths import SOURCE_ROOT
+
+REPOSITORY = SOURCE_ROOT
 RECIPE_RESULT = REPOSITORY / "benchmarks" / "results" / "recipe" / "h200.json"
 RECIPE_LADDER = REPOSITORY / "benchmarks" / "results" / "recipe" / "h200-ladder.json"
 ENGINE_SCALING = REPOSITORY / "book" / "reference" / "engine_scaling.json"

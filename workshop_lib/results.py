@@ -81,8 +81,10 @@ class RunResult:
     skipped_lines: int = 0
 
 
-def run_directory(experiment_id: str, runs_dir: str | Path = "runs") -> Path:
-    return Path(runs_dir) / experiment_id
+def run_directory(experiment_id: str, runs_dir: str | Path | None = None) -> Path:
+    from .paths import runs_root
+
+    return runs_root(runs_dir) / experiment_id
 
 
 def _first(folder: Path, pattern: str) -> Path | None:
@@ -233,7 +235,7 @@ def _from_trainer_log(values: dict, log: TrainerLog) -> None:
         values["eval_samples_per_s"] = log.evals[0].eval_samples_per_second
 
 
-def run_record(experiment: Experiment, runs_dir: str | Path = "runs") -> dict:
+def run_record(experiment: Experiment, runs_dir: str | Path | None = None) -> dict:
     """One flat row: the experiment's fields (gpt shape as gpt_*), `gpus`, then every RunResult field."""
     row = {key: value for key, value in experiment.to_dict().items() if key != "gpt"}
     shape = experiment.gpt
@@ -245,6 +247,6 @@ def run_record(experiment: Experiment, runs_dir: str | Path = "runs") -> dict:
     return row
 
 
-def chapter_results(chapter: int, runs_dir: str | Path = "runs") -> pd.DataFrame:
+def chapter_results(chapter: int, runs_dir: str | Path | None = None) -> pd.DataFrame:
     """One row per experiment of the chapter, in the order of its matrix, missing runs included."""
     return pd.DataFrame([run_record(experiment, runs_dir) for experiment in chapter_experiments(chapter)])

@@ -3,44 +3,90 @@
 A run directory holds ``job.sbatch`` (the script exactly as submitted), ``job.json`` (a RunRecord),
 the job's stdout ``slurm-<jobid>.out``, the monitors (``gpu_memory_<node>.csv``; ``cpu_memory.txt`` on one
 node or ``cpu_memory_<node>.txt`` per node; ``nccl_allreduce.txt``) and ``train/`` (the entry point's
-``--output-dir``). Re-running a notebook never resubmits finished work: an experiment whose content hash
-already has a COMPLETED run on the same profile is reused, an active one is never doubled, and a run that
-is replaced is moved to ``attempts/<job id>/`` rather than deleted.
+``--output-dir``).
+
+A run's life is a small state machine; each step happens under the run's lock (``.lock``, so two
+notebooks on the same runs folder take turns) and each file is written whole (temp file + rename):
+
+    NOT SUBMITTED ─reserve─▶ RESERVED ─sbatch --hold─▶ HELD ─archive, install, record, release─▶ ACTIVE ─▶ ENDED
+
+- *reserve*: ``.reservation.json`` says a submission is under way, before ``sbatch`` is called. A submitter
+  killed after ``sbatch`` but before ``job.json`` leaves it behind; the next one finds the held job by its
+  working directory and adopts it instead of submitting a second job.
+- the new script is rendered into ``.next/`` and the job submitted *held*; only once ``sbatch`` succeeded
+  do the previous attempt's files move to ``attempts/<job id>-<submit time>/`` (a name a reused job id
+  cannot collide with), the new files take their place, ``job.json`` is written and the job released.
+- *ACTIVE* includes UNKNOWN (a scheduler that does not answer): such a run is asked again later, never
+  archived, never submitted again.
+- *ENDED*: the scheduler's final state (``sacct``), or, where it has forgotten the job and keeps no
+  accounting, what the job wrote when it ended (its footer's exit status; see ``cluster.ended_from_log``).
+  The final state is written into ``job.json``: ids reused later do not matter.
+
+Re-running a notebook therefore never resubmits finished work: an experiment whose content hash already
+has a COMPLETED run on the same profile is reused, an active one is never doubled, and a run that is
+replaced is archived rather than deleted. Jobs append to their log (``--open-mode=append``), so a job
+SLURM requeues keeps each attempt's lines. Reading (status, tables) never writes.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
+import signal
+import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from . import cluster
+from . import cluster, paths, slurm_output
+from .backend import get_backend, resolve_backend
 from .errors import ClusterError, WorkshopError
 from .experiments import Experiment, select_experiments
 from .profiles import Profile, load_profile
+from .sbatch_script import sbatch_request
 from .scripts import CPU_MEMORY_LOG, DS_CONFIGS_DIR, TRAIN_DIR, render_script
-from .slurm_output import FINAL_STATES, JobInfo
+from .slurm_output import JobInfo
 
-RUNS_VARIABLE = "WORKSHOP_RUNS_DIR"
+RUNS_VARIABLE = paths.RUNS_VARIABLE
 SCRIPT_NAME = "job.sbatch"
 RECORD_NAME = "job.json"
 DEEPSPEED_CONFIG_NAME = "ds_config.json"
 ATTEMPTS_DIR = "attempts"
+STAGING_DIR = ".next"
+LOCK_NAME = ".lock"
+RESERVATION_NAME = ".reservation.json"
 NOT_SUBMITTED = "NOT SUBMITTED"
+DAMAGED = "DAMAGED"
+UNKNOWN = cluster.UNREACHABLE
+HELD = "JobHeldUser"  # squeue's reason for a job submitted with --hold
+# Entries of a run directory that belong to the run's bookkeeping, not to an attempt.
+_BOOKKEEPING = {ATTEMPTS_DIR, STAGING_DIR, LOCK_NAME, RESERVATION_NAME}
+LOCK_TIMEOUT_S = 120.0
+FAULT_VARIABLE = "WORKSHOP_FAULT"  # tests only: names a step at which the submitter kills itself
 
 
 def runs_root(root: Path | str | None = None) -> Path:
-    """Where run directories live: ``root``, else $WORKSHOP_RUNS_DIR, else ./runs."""
-    chosen = root or os.environ.get(RUNS_VARIABLE) or Path.cwd() / "runs"
-    return Path(chosen).expanduser().resolve()
+    """Where run directories live (see `paths.runs_root`)."""
+    return paths.runs_root(root)
 
 
 def run_directory(experiment: Experiment, root: Path | str | None = None) -> Path:
     return runs_root(root) / experiment.id
+
+
+class DamagedRecord(WorkshopError):
+    """A job.json that cannot be read; the run's other files are intact."""
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write a whole file or nothing: readers never see half of it."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(text)
+    os.replace(temporary, path)
 
 
 @dataclass(frozen=True)
@@ -57,9 +103,15 @@ class RunRecord:
     stdout: str | None = None  # file name of the job's stdout inside the run directory
     final_state: str | None = None  # written once a final state has been seen, so ids reused later do not matter
     exit_code: int | None = None
+    job_name: str | None = None  # what the scheduler calls the job: an id reused by another job is told apart
+    # How it ended, kept with the final state for the failure explanation (the scheduler forgets).
+    signal: int | None = None
+    elapsed_s: float | None = None
+    time_limit_s: float | None = None
+    reason: str | None = None
 
     def save(self, directory: Path) -> None:
-        (directory / RECORD_NAME).write_text(json.dumps(asdict(self), indent=2) + "\n")
+        write_atomically(directory / RECORD_NAME, json.dumps(asdict(self), indent=2) + "\n")
 
     @classmethod
     def load(cls, directory: Path) -> "RunRecord | None":
@@ -70,9 +122,14 @@ class RunRecord:
             data = json.loads(path.read_text())
             known = {key: data[key] for key in cls.__dataclass_fields__ if key in data}
             return cls(**known)
-        except (ValueError, TypeError) as error:
-            raise WorkshopError(f"{path} is not a job record ({error}); move the folder aside and submit again") \
-                from error
+        except (ValueError, TypeError, AttributeError) as error:
+            logs = sorted(p.name for p in Path(directory).glob("slurm-*.out"))
+            job = f" The job's log is {', '.join(logs)} (its number is the job id)." if logs else ""
+            raise DamagedRecord(
+                f"{path} is damaged ({type(error).__name__}: {error}); the run's other files are intact.{job} "
+                f"To recover: if that job still runs (`squeue --me`), wait for it and then rename job.json to "
+                f"job.json.damaged; otherwise rename it now. The next submission then keeps every file of this "
+                f"run under {ATTEMPTS_DIR}/ and submits it again.") from error
 
 
 @dataclass
@@ -84,14 +141,14 @@ class Run:
     record: RunRecord | None
     submitted_now: bool = False
     note: str = ""
+    damage: str | None = None  # why job.json could not be read
 
     @property
     def job(self) -> cluster.Job | None:
         if self.record is None:
             return None
-        job = cluster.job_from_id(self.record.job_id, self.record.backend)
-        job.stdout_path = self.stdout_path
-        return job
+        return cluster.job_from_id(self.record.job_id, self.record.backend, stdout_path=self.stdout_path,
+                                   name=self.record.job_name)
 
     @property
     def stdout_path(self) -> Path | None:
@@ -108,42 +165,65 @@ class Run:
         return self.directory / CPU_MEMORY_LOG
 
     def info(self) -> JobInfo:
-        """The job's state now: the recorded final state, or the scheduler's answer (recorded when final)."""
-        if self.record is None:
-            return JobInfo(job_id="", state=NOT_SUBMITTED)
-        if self.record.final_state:
-            return JobInfo(job_id=self.record.job_id, state=self.record.final_state,
-                           exit_code=self.record.exit_code, stdout_path=self.stdout_path)
-        try:
-            info = self.job.info()
-        except ClusterError as lost:
-            # The scheduler no longer knows the job (a wiped local state folder, a rebuilt cluster):
-            # the run can never finish, so it counts as failed and a new submission may replace it.
-            info = JobInfo(job_id=self.record.job_id, state="NODE_FAIL", reason=f"job lost: {lost}",
-                           stdout_path=self.stdout_path)
-        self.remember(info)
-        return info
+        """The job's state now (writes nothing): the recorded final state, or the scheduler's answer."""
+        return query_runs([self])[0]
 
     def remember(self, info: JobInfo) -> None:
-        """Write a final state into job.json (a restarted scheduler reuses job ids; the file does not)."""
-        if self.record is not None and info.state in FINAL_STATES and not self.record.final_state:
-            self.record = replace(self.record, final_state=info.state, exit_code=info.exit_code)
-            self.record.save(self.directory)
+        """Write a final state into job.json (a restarted scheduler reuses job ids; the file does not).
+        A read-only runs folder keeps what it has: the state is asked again next time."""
+        if self.record is not None and info.finished and not self.record.final_state:
+            self.record = replace(self.record, final_state=info.state, exit_code=info.exit_code, signal=info.signal,
+                                  elapsed_s=info.elapsed_s, time_limit_s=info.time_limit_s, reason=info.reason)
+            try:
+                self.record.save(self.directory)
+            except OSError:
+                pass
 
     @property
     def state(self) -> str:
         return self.info().state
 
 
+def query_runs(runs: Sequence[Run]) -> list[JobInfo]:
+    """Each run's state, asking the scheduler once for all the runs still active. Writes nothing.
+    A scheduler that cannot be asked gives UNKNOWN (with its message as the reason)."""
+    answers: dict[int, JobInfo] = {}
+    asking: list[tuple[int, cluster.Job]] = []
+    for index, run in enumerate(runs):
+        if run.damage:
+            answers[index] = JobInfo(job_id="", state=DAMAGED, reason=run.damage)
+        elif run.record is None:
+            answers[index] = JobInfo(job_id="", state=NOT_SUBMITTED)
+        elif run.record.final_state:
+            record = run.record
+            answers[index] = JobInfo(job_id=record.job_id, state=record.final_state, exit_code=record.exit_code,
+                                     signal=record.signal, elapsed_s=record.elapsed_s, reason=record.reason,
+                                     time_limit_s=record.time_limit_s, stdout_path=run.stdout_path,
+                                     name=record.job_name)
+        else:
+            asking.append((index, run.job))
+    if asking:
+        try:
+            infos = cluster.query_jobs([job for _, job in asking])
+        except ClusterError as error:
+            infos = [JobInfo(job_id=job.job_id, state=UNKNOWN, reason=str(error), stdout_path=job.stdout_path)
+                     for _, job in asking]
+        answers.update({index: info for (index, _), info in zip(asking, infos)})
+    return [answers[index] for index in range(len(runs))]
+
+
 def load_run(experiment: Experiment, root: Path | str | None = None) -> Run:
+    """The run directory as it is on disk; a damaged job.json is reported on the Run, not raised."""
     directory = run_directory(experiment, root)
-    return Run(experiment, directory, RunRecord.load(directory))
+    try:
+        return Run(experiment, directory, RunRecord.load(directory))
+    except DamagedRecord as damaged:
+        return Run(experiment, directory, None, damage=str(damaged), note="job.json damaged")
 
 
 def prepare_run_directory(experiment: Experiment, profile: Profile, directory: Path) -> Path:
-    """Render the script into the run directory, with its own copy of the DeepSpeed config; returns the script."""
+    """Render the script into `directory`, with its own copy of the DeepSpeed config; returns the script."""
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / TRAIN_DIR).mkdir(exist_ok=True)
     deepspeed_config = None
     if experiment.deepspeed_config and not (experiment.engine == "nemo" and profile.nemo.enabled):
         source = DS_CONFIGS_DIR / experiment.deepspeed_config
@@ -158,32 +238,169 @@ def prepare_run_directory(experiment: Experiment, profile: Profile, directory: P
     return script
 
 
+# ---- submitting: the state machine ------------------------------------------------------------
+@contextmanager
+def run_lock(directory: Path, timeout: float = LOCK_TIMEOUT_S):
+    """Hold the run directory's lock (fcntl): one submitter at a time per run, across processes."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        handle = open(directory / LOCK_NAME, "a+")
+    except OSError as error:
+        raise WorkshopError(f"cannot write to the run folder {directory} ({error.strerror}): submit with a "
+                            f"writable runs folder (--runs-dir, or ${RUNS_VARIABLE}); reading results needs "
+                            "no write access") from error
+    deadline = time.monotonic() + timeout
+    with handle:
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise WorkshopError(f"another notebook or `workshop submit` has held {directory / LOCK_NAME} "
+                                        f"for {timeout:.0f} s; let it finish (or stop it) and try again") from None
+                time.sleep(0.2)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def submit_experiment(experiment: Experiment, profile: Profile | str | None = None, *,
                       root: Path | str | None = None, force: bool = False, backend: str | None = None,
                       sbatch_args: Sequence[str] = ()) -> Run:
     """Submit one experiment unless an equal run has completed or is still active."""
     profile = load_profile(profile) if not isinstance(profile, Profile) else profile
-    run = load_run(experiment, root)
-    if run.record is not None:
-        info = run.info()
-        same = run.record.content_hash == experiment.content_hash and run.record.profile == profile.name
-        if info.state not in FINAL_STATES and info.state != "UNKNOWN":
-            run.note = f"job {run.record.job_id} is {info.state}: not doubled"
+    directory = run_directory(experiment, root)
+    with run_lock(directory):
+        run = load_run(experiment, root)  # read under the lock: another submitter may just have recorded a job
+        if run.damage:
+            run.note = "not submitted: job.json is damaged (see the message)"
             return run
-        if same and info.state == "COMPLETED" and not force:
-            run.note = f"reused: job {run.record.job_id} completed"
-            return run
-        _archive_attempt(run)
-    script = prepare_run_directory(experiment, profile, run.directory)
-    job = cluster.submit(script, workdir=run.directory, sbatch_args=sbatch_args, backend=backend)
-    run.record = RunRecord(experiment_id=experiment.id, content_hash=experiment.content_hash, profile=profile.name,
-                           job_id=job.job_id, backend=job.backend,
-                           stdout=job.stdout_path.name if job.stdout_path else None,
-                           submitted_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
-    run.record.save(run.directory)
+        if (directory / RESERVATION_NAME).exists():
+            adopted = _adopt_reserved(run)
+            if adopted is not None:
+                return adopted
+        if run.record is not None:
+            info = run.info()
+            if info.state == "PENDING" and info.reason == HELD:
+                # Recorded, but its submitter stopped before releasing it (see _install).
+                get_backend(run.record.backend).release(run.record.job_id)
+                run.note = f"released job {run.record.job_id}, left held by an interrupted submission"
+                return run
+            if not info.finished:
+                run.note = (f"job {run.record.job_id} is {info.state}: not doubled" if info.state != UNKNOWN else
+                            f"job {run.record.job_id}: the scheduler does not answer, so it may still run: not "
+                            f"submitted again ({_first_line(info.reason)}); re-run this later")
+                return run
+            run.remember(info)
+            same = run.record.content_hash == experiment.content_hash and run.record.profile == profile.name
+            if same and info.state == "COMPLETED" and not force:
+                run.note = f"reused: job {run.record.job_id} completed"
+                return run
+        return _submit_new(run, profile, backend, sbatch_args)
+
+
+def _submit_new(run: Run, profile: Profile, backend: str | None, sbatch_args: Sequence[str]) -> Run:
+    chosen = resolve_backend(backend)
+    staging = run.directory / STAGING_DIR
+    shutil.rmtree(staging, ignore_errors=True)
+    script = prepare_run_directory(run.experiment, profile, staging)
+    reservation = {"reserved_at": time.time(), "backend": chosen, "pid": os.getpid(),
+                   "experiment_id": run.experiment.id, "content_hash": run.experiment.content_hash,
+                   "profile": profile.name}
+    write_atomically(run.directory / RESERVATION_NAME, json.dumps(reservation) + "\n")
+    try:
+        job = cluster.submit(script, workdir=run.directory, backend=chosen, hold=True,
+                             sbatch_args=["--open-mode=append", *sbatch_args])
+    except BaseException:
+        (run.directory / RESERVATION_NAME).unlink(missing_ok=True)
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    _fault_point("after-submit")
+    _install(run, job.job_id, reservation)
     run.submitted_now = True
     run.note = f"submitted job {job.job_id}"
     return run
+
+
+def _adopt_reserved(run: Run) -> Run | None:
+    """Finish a submission whose submitter died between `sbatch` and `job.json`: adopt its held job.
+    None when no job was submitted (the reservation is then dropped)."""
+    path = run.directory / RESERVATION_NAME
+    try:
+        reservation = json.loads(path.read_text())
+        found = get_backend(reservation["backend"]).jobs_in(run.directory, reservation["reserved_at"])
+    except ClusterError as error:
+        run.note = (f"an earlier submission was interrupted and the scheduler does not answer ({_first_line(error)}):"
+                    " not submitting, so as not to start a second job; re-run this later")
+        return run
+    except (OSError, ValueError, KeyError):
+        found, reservation = [], None
+    if not found or reservation is None or not (run.directory / STAGING_DIR / SCRIPT_NAME).is_file():
+        path.unlink(missing_ok=True)
+        shutil.rmtree(run.directory / STAGING_DIR, ignore_errors=True)
+        return None
+    job_id = found[-1]
+    _install(run, job_id, reservation)
+    run.note = f"adopted job {job_id}, submitted by a submitter that stopped before recording it"
+    return run
+
+
+def _install(run: Run, job_id: str, reservation: dict) -> None:
+    """The held job is submitted: archive the previous attempt, move the new files in, record, release."""
+    directory, staging = run.directory, run.directory / STAGING_DIR
+    if run.record is not None and not run.record.final_state:
+        run.remember(run.info())
+    _archive_attempt(run)
+    for entry in staging.iterdir():
+        os.replace(entry, directory / entry.name)
+    staging.rmdir()
+    (directory / TRAIN_DIR).mkdir(exist_ok=True)
+    script = directory / SCRIPT_NAME
+    request = sbatch_request(script.read_text(errors="replace"))
+    stdout = slurm_output.expected_stdout(script, directory, job_id, ["--open-mode=append"])
+    run.record = RunRecord(
+        experiment_id=reservation["experiment_id"], content_hash=reservation["content_hash"],
+        profile=reservation["profile"], job_id=job_id, backend=reservation["backend"],
+        stdout=stdout.name if stdout.parent == directory else str(stdout),
+        submitted_at=datetime.fromtimestamp(reservation["reserved_at"], timezone.utc).isoformat(timespec="seconds"),
+        job_name=request.get("job-name") or SCRIPT_NAME)
+    run.record.save(directory)
+    (directory / RESERVATION_NAME).unlink(missing_ok=True)
+    _fault_point("before-release")
+    get_backend(run.record.backend).release(job_id)
+
+
+def _archive_attempt(run: Run) -> Path | None:
+    """Move the previous attempt's files to attempts/<job id>-<submit time>/ so that no result is lost."""
+    entries = [entry for entry in run.directory.iterdir() if entry.name not in _BOOKKEEPING]
+    if not entries:
+        return None
+    if run.record is not None:
+        stamp = run.record.submitted_at.replace(":", "").replace("-", "").split("+")[0]
+        name = f"{run.record.job_id}-{stamp}"
+    else:
+        name = "unrecorded-" + datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+    target = run.directory / ATTEMPTS_DIR / name
+    suffix = 1
+    while target.exists():
+        suffix += 1
+        target = run.directory / ATTEMPTS_DIR / f"{name}-{suffix}"
+    target.mkdir(parents=True)
+    for entry in entries:
+        os.replace(entry, target / entry.name)
+    return target
+
+
+def _fault_point(name: str) -> None:
+    """Fault injection for the tests: die here, as `kill -9` would, when $WORKSHOP_FAULT names this step."""
+    if os.environ.get(FAULT_VARIABLE) == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _first_line(text) -> str:
+    return str(text or "").strip().splitlines()[0][:160] if str(text or "").strip() else ""
 
 
 def submit_experiments(experiments: Iterable[Experiment], profile: Profile | str | None = None, *,
@@ -208,7 +425,7 @@ def submit_experiments(experiments: Iterable[Experiment], profile: Profile | str
 
 
 def wait_for_runs(runs: Iterable[Run], timeout: float | None = None, progress: bool = True,
-                  poll_interval: float = 1.0) -> list[JobInfo]:
+                  poll_interval: float | None = None) -> list[JobInfo]:
     """Wait until every submitted run has ended; records final states in job.json."""
     runs = [run for run in runs if run.record is not None]
     waiting = [run for run in runs if not run.record.final_state]
@@ -216,9 +433,55 @@ def wait_for_runs(runs: Iterable[Run], timeout: float | None = None, progress: b
                              poll_interval=poll_interval) if waiting else []
     for run, info in zip(waiting, infos):
         run.remember(info)
-    return [run.info() for run in runs]
+    latest = {id(run): info for run, info in zip(waiting, infos)}
+    return [latest.get(id(run)) or run.info() for run in runs]
 
 
+def explain_run(run: Run, info: JobInfo):
+    """The failure explanation of a run that did not complete (failures.explain with the run's log, the
+    estimator's prediction, and the earlier attempts of a requeued job)."""
+    from .failures import explain
+
+    return explain(info, run.stdout_path, predicted=_predicted_memory(run.experiment),
+                   earlier_attempts=earlier_attempts(run))
+
+
+def earlier_attempts(run: Run) -> tuple[str, ...]:
+    """Attempts SLURM requeued before the last one (e.g. after NODE_FAIL), from sacct; () where unknown."""
+    return earlier_attempts_of([run]).get(id(run), ())
+
+
+def earlier_attempts_of(runs: Sequence[Run]) -> dict[int, tuple[str, ...]]:
+    """`earlier_attempts` of several runs with one sacct call, keyed by id(run)."""
+    recorded = {run.record.job_id: run for run in runs if run.record is not None and run.record.backend == "slurm"}
+    if not recorded:
+        return {}
+    try:
+        records = get_backend("slurm").accounting(list(recorded), duplicates=True) or {}
+    except ClusterError:
+        return {}
+    found: dict[int, tuple[str, ...]] = {}
+    for job_id, run in recorded.items():
+        attempts = [records[key] for key in sorted(records, key=lambda k: int(k.split("#")[1]))
+                    if key.split("#")[0] == job_id]
+        if len(attempts) > 1:
+            found[id(run)] = tuple(info.state + (f" on {info.node_list}" if info.node_list else "")
+                                   for info in attempts[:-1])
+    return found
+
+
+def _predicted_memory(experiment: Experiment) -> str | None:
+    try:
+        from .estimate.memory import estimate_memory
+        from .estimate.report import setup_from_experiment
+
+        estimate = estimate_memory(experiment.model, setup_from_experiment(experiment))
+    except Exception:  # noqa: BLE001 - a model the estimator does not know: no prediction, no failure
+        return None
+    return f"{estimate.total / 2**30:.1f} GiB per GPU (`workshop estimate {experiment.id}`)"
+
+
+# ---- reading: status ----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class RunStatus:
     """One line of `workshop status`."""
@@ -229,21 +492,34 @@ class RunStatus:
     profile: str
     current: bool  # the recorded run is of this very experiment (same content hash)
     directory: Path
+    explanation: str = ""  # why a run did not complete (or why its record cannot be read)
 
 
 def run_status(experiments: Iterable[Experiment] | None = None, chapter: int | None = None,
                root: Path | str | None = None) -> list[RunStatus]:
-    """The state of each experiment's run (NOT SUBMITTED when it has none)."""
+    """The state of each experiment's run (NOT SUBMITTED when it has none); asks the scheduler once for
+    all active runs and writes nothing."""
     if experiments is None:
         experiments = select_experiments(chapter=chapter) if chapter else _all()
+    runs = [load_run(experiment, root) for experiment in experiments]
+    infos = query_runs(runs)
+    requeued = earlier_attempts_of([run for run, info in zip(runs, infos) if info.state != UNKNOWN])
     statuses = []
-    for experiment in experiments:
-        run = load_run(experiment, root)
+    for run, info in zip(runs, infos):
         record = run.record
+        explanation = run.damage or ""
+        if record is not None and info.finished and info.state != "COMPLETED":
+            explanation = explain_run(run, info).text()
+        elif info.state == UNKNOWN:
+            explanation = f"the scheduler does not answer: {_first_line(info.reason)}"
+        elif requeued.get(id(run)):
+            explanation = "\n".join(f"earlier attempt: {attempt} (SLURM requeued the job; its log holds both "
+                                     "attempts)" for attempt in requeued[id(run)])
         statuses.append(RunStatus(
-            experiment_id=experiment.id, state=run.info().state, job_id=record.job_id if record else "",
+            experiment_id=run.experiment.id, state=info.state, job_id=record.job_id if record else "",
             profile=record.profile if record else "",
-            current=bool(record and record.content_hash == experiment.content_hash), directory=run.directory))
+            current=bool(record and record.content_hash == run.experiment.content_hash), directory=run.directory,
+            explanation=explanation))
     return statuses
 
 
@@ -251,12 +527,3 @@ def _all() -> list[Experiment]:
     from .experiments import all_experiments
 
     return all_experiments()
-
-
-def _archive_attempt(run: Run) -> None:
-    """Move the previous attempt's files to attempts/<job id>/ so that no result is lost."""
-    target = run.directory / ATTEMPTS_DIR / (run.record.job_id if run.record else "unknown")
-    target.mkdir(parents=True, exist_ok=True)
-    for entry in list(run.directory.iterdir()):
-        if entry.name != ATTEMPTS_DIR:
-            shutil.move(str(entry), str(target / entry.name))

@@ -11,24 +11,17 @@ from pathlib import Path
 from .durations import format_duration, parse_duration  # noqa: F401  (format_duration: part of this API)
 from .sbatch_script import sbatch_request
 
-# States after which a job never runs again.
+# States after which a job never runs again. LOST is the workshop's own: a job the scheduler forgot
+# (no accounting, or its state was reset) whose log has no footer, so how it ended is unknown.
 FINAL_STATES = frozenset({
     "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED",
-    "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT",
+    "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT", "LOST",
 })
 ACTIVE_STATES = frozenset({
     "PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING", "STAGE_OUT",
     "SIGNALING", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "STOPPED",
 })
-SACCT_FIELDS = "JobID,JobName,State,ExitCode,ElapsedRaw,NodeList,Reason"
-# What a failed state usually means, for the error message.
-STATE_HINTS = {
-    "FAILED": "the script exited non-zero; read the end of its log below",
-    "TIMEOUT": "it ran past --time; raise --time or shorten the run (fewer steps or samples)",
-    "OUT_OF_MEMORY": "it used more memory than --mem; raise --mem or lower the batch size",
-    "CANCELLED": "it was cancelled (scancel, or the time limit of a reservation)",
-    "NODE_FAIL": "a node died under it; resubmit, and tell the admins if it repeats",
-}
+SACCT_FIELDS = "JobID,JobName,State,ExitCode,ElapsedRaw,NodeList,Reason,TimelimitRaw"
 
 
 @dataclass(frozen=True)
@@ -45,6 +38,7 @@ class JobInfo:
     name: str | None = None
     node_list: str | None = None
     tasks: tuple["JobInfo", ...] = ()  # array tasks, if this is a job array
+    time_limit_s: float | None = None  # --time as the scheduler holds it
 
     @property
     def finished(self) -> bool:
@@ -52,6 +46,9 @@ class JobInfo:
 
     def with_stdout(self, path: Path | None) -> "JobInfo":
         return replace(self, stdout_path=path)
+
+    def with_limit(self, seconds: float | None) -> "JobInfo":
+        return replace(self, time_limit_s=seconds)
 
     def describe(self) -> str:
         parts = [f"job {self.job_id}", self.state]
@@ -64,10 +61,6 @@ class JobInfo:
         if self.stdout_path:
             parts.append(f"log {self.stdout_path}")
         return ", ".join(parts)
-
-    def failure_message(self, log_tail: str) -> str:
-        hint = STATE_HINTS.get(self.state, "see the log below")
-        return f"{self.describe()}\n{self.state}: {hint}.\n--- last lines of the log ---\n{log_tail}"
 
 
 def normalise_state(raw: str) -> str:
@@ -132,6 +125,7 @@ def _info_from_scontrol_fields(fields: dict[str, str]) -> JobInfo:
         stdout_path=Path(stdout) if stdout and stdout != "(null)" else None,
         name=fields.get("JobName"),
         node_list=fields.get("NodeList") if fields.get("NodeList") not in (None, "(null)") else None,
+        time_limit_s=parse_elapsed(fields.get("TimeLimit")),
     )
 
 
@@ -145,12 +139,14 @@ def job_infos_from_sacct(output: str) -> dict[str, JobInfo]:
         job_id, name, state, exit_raw, elapsed = parts[:5]
         node_list = parts[5] if len(parts) > 5 else None
         reason = parts[6] if len(parts) > 6 else None
+        limit_minutes = parts[7] if len(parts) > 7 else ""
         exit_code, signal = parse_exit_code(exit_raw)
         infos[job_id] = JobInfo(
             job_id=job_id, state=normalise_state(state), exit_code=exit_code, signal=signal,
             elapsed_s=parse_elapsed(elapsed), name=name or None,
             node_list=node_list if node_list not in (None, "", "None assigned") else None,
             reason=reason or None,
+            time_limit_s=float(limit_minutes) * 60 if limit_minutes.isdigit() else None,
         )
     arrays: dict[str, list[JobInfo]] = {}
     for job_id, info in infos.items():

@@ -34,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     submit.add_argument("--chapter", type=int, help="every experiment of this chapter")
     submit.add_argument("--profile", help="site profile (default $WORKSHOP_PROFILE or ibex)")
     submit.add_argument("--runs-dir", type=Path, help="root of the run directories (default $WORKSHOP_RUNS_DIR "
-                        "or ./runs)")
+                        "or <repository>/runs)")
     submit.add_argument("--force", action="store_true", help="resubmit even when a completed run exists")
     submit.add_argument("--wait", action="store_true", help="wait until every job has ended")
     submit.add_argument("--timeout", type=float, help="with --wait: give up after this many seconds")
@@ -136,11 +136,20 @@ def _submit(args: argparse.Namespace) -> int:
     if not args.wait:
         return 0
     infos = wait_for_runs(runs, timeout=args.timeout, progress=True)
-    failed = [info for info in infos if info.state != "COMPLETED"]
-    for run in runs:
-        if run.record is not None:
-            print(f"{run.experiment.id:45s} {run.info().state}")
-    return 1 if failed else 0
+    recorded = [run for run in runs if run.record is not None]
+    for run, info in zip(recorded, infos):
+        print(f"{run.experiment.id:45s} {info.state}")
+    _print_explanations(recorded, infos)
+    return 0 if all(info.state == "COMPLETED" for info in infos) else 1
+
+
+def _print_explanations(runs, infos) -> None:
+    """Why each ended run did not complete (the same text the notebook shows)."""
+    from ..runs import explain_run
+
+    for run, info in zip(runs, infos):
+        if info.finished and info.state != "COMPLETED":
+            print(f"\n{run.experiment.id}:\n" + explain_run(run, info).text())
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -154,6 +163,9 @@ def _status(args: argparse.Namespace) -> int:
                                                                     else " (older version)"),
              "job": status.job_id, "profile": status.profile} for status in statuses]
     _print_table(rows)
+    for status in statuses:
+        if status.explanation:
+            print(f"\n{status.experiment_id}:\n{status.explanation}")
     return 0
 
 

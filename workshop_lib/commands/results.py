@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
+import sys
 from dataclasses import asdict
 
 from ..memory import DEFAULT_BUSY_FRACTION, format_memory_report, memory_summary
@@ -56,15 +56,24 @@ def _register_collect(subparsers: argparse._SubParsersAction) -> None:
     )
     collect.add_argument("--chapter", type=int, choices=(1, 2, 3, 4), help="one chapter (default: all)")
     collect.add_argument("--format", choices=("md", "csv", "json"), default="md", help="output format")
-    collect.add_argument("--runs", default=os.environ.get("WORKSHOP_RUNS_DIR", "runs"), metavar="DIR",
-                         help="the folder holding run directories (default: $WORKSHOP_RUNS_DIR or ./runs)")
+    collect.add_argument("--runs", default=None, metavar="DIR",
+                         help="the folder holding run directories (default: $WORKSHOP_RUNS_DIR or <repository>/runs)")
     collect.set_defaults(handler=run_collect)
 
 
 def run_collect(args: argparse.Namespace) -> int:
     from ..tables import chapter_tables, render_tables
 
+    from ..experiments import chapter_experiments
+    from ..paths import runs_root
+    from ..runs import load_run
+
     chapters = [args.chapter] if args.chapter else [1, 2, 3, 4]
+    runs_dir = runs_root(args.runs)
     for chapter in chapters:
-        print(render_tables(chapter_tables(chapter, runs_dir=args.runs), args.format))
+        for experiment in chapter_experiments(chapter):
+            damage = load_run(experiment, runs_dir).damage
+            if damage:  # its row is read from the run's other files; say why its record was not used
+                print(f"workshop collect: warning: {damage}", file=sys.stderr)
+        print(render_tables(chapter_tables(chapter, runs_dir=runs_dir), args.format))
     return 0

@@ -1,0 +1,318 @@
+"""Fault injection on the real local SLURM cluster: a participant's bad day, case by case.
+
+Each case drives the project's own submit path (rendered scripts of the tiny profile, `runs.py`, the SLURM
+backend) and asserts what the design promises: no duplicate job (counted by squeue and sacct, by job name
+and run folder), no lost or overwritten output, and the right state and explanation shown.
+
+The training is replaced by a launcher that sleeps and appends `<job id> <restart count> <i>` lines to
+`train/progress.txt` (two jobs writing into one folder would show up there); everything else in the job
+script is the real one. The cases share the session's cluster: the TIMEOUT job is submitted early and
+checked last, so its minute of waiting overlaps the other cases.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from workshop_lib import runs as runs_module
+from workshop_lib.cli import main
+from workshop_lib.experiments import get_experiment
+from workshop_lib.profiles import PROFILES_DIR, load_profile
+from workshop_lib.runs import RESERVATION_NAME, load_run, run_status, submit_experiment, wait_for_runs
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+BASELINE = get_experiment("fsdp/baseline")
+SECOND = get_experiment("zero/baseline")
+THIRD = get_experiment("zero/single-gpu/zero0")
+
+# A "notebook": submit, print what happened, optionally wait. Killed with SIGKILL by the tests.
+NOTEBOOK = """
+import json, sys
+from workshop_lib.experiments import get_experiment
+from workshop_lib.runs import submit_experiments, wait_for_runs
+profile, root, wait = sys.argv[1], sys.argv[2], sys.argv[3] == "wait"
+runs = submit_experiments([get_experiment(i) for i in sys.argv[4:]], profile, root=root, backend="slurm")
+print(json.dumps({r.experiment.id: [r.record.job_id if r.record else None, r.note] for r in runs}), flush=True)
+if wait:
+    wait_for_runs(runs, timeout=120, progress=False)
+"""
+
+
+def fault_profile(folder: Path, seconds: float = 3, status: int = 0, allocate_mib: int = 0,
+                  time_limit: str = "00:10:00") -> Path:
+    """The tiny profile with a launcher that writes progress lines for `seconds`, then allocates memory,
+    fails with a Python traceback, or exits 0."""
+    folder.mkdir(parents=True, exist_ok=True)
+    launcher = folder / "launcher"
+    lines = ["#!/bin/bash",
+             f'for i in $(seq 1 {int(seconds * 2)}); do echo "$SLURM_JOB_ID ${{SLURM_RESTART_COUNT:-0}} $i" '
+             '>> train/progress.txt; sleep 0.5; done']
+    if allocate_mib:
+        lines.append(f'python3 -c "import time; x = b\\"1\\" * ({allocate_mib} * 2**20); time.sleep(30)"')
+    if status:
+        lines.append('python3 -c "raise ValueError(\'the injected failure\')"')
+    lines.append(f"exit {status}")
+    launcher.write_text("\n".join(lines) + "\n")
+    launcher.chmod(launcher.stat().st_mode | stat.S_IXUSR)
+    data = yaml.safe_load((PROFILES_DIR / "tiny.yml").read_text())
+    data["python"]["torchrun"] = str(launcher)
+    data["scheduler"]["time_limits"] = {chapter: time_limit for chapter in (1, 2, 3, 4)}
+    path = folder / "tiny.yml"
+    path.write_text(yaml.safe_dump(data))
+    assert load_profile(path).name == "tiny"
+    return path
+
+
+def notebook(profile: Path, root: Path, experiments, wait: bool = False, **env) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", NOTEBOOK, str(profile), str(root), "wait" if wait else "no",
+                             *(e.id for e in experiments)], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, **env})
+
+
+def scheduler_jobs(directory: Path) -> set[str]:
+    """Ids of every job whose working directory is `directory`, from squeue and (where kept) sacct."""
+    found = set()
+    listed = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%i|%j|%Z"], capture_output=True, text=True)
+    accounted = subprocess.run(["sacct", "-n", "-P", "-X", "-a", "-S", "now-3hours", "-o", "JobID,JobName,WorkDir"],
+                               capture_output=True, text=True)
+    for output in (listed.stdout, accounted.stdout if accounted.returncode == 0 else ""):
+        for line in output.splitlines():
+            job_id, name, workdir = (line.split("|") + ["", "", ""])[:3]
+            if workdir == str(directory):
+                found.add(job_id)
+    return found
+
+
+def wait_until(condition, timeout: float = 60, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def job_state(job_id: str) -> str:
+    result = subprocess.run(["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T"], capture_output=True, text=True)
+    return result.stdout.strip()
+
+
+def running_record(root: Path, experiment):
+    """The run's record once its job runs."""
+    def ready():
+        run = load_run(experiment, root)
+        return run if run.record and job_state(run.record.job_id) == "RUNNING" else None
+    return wait_until(ready, 60, f"{experiment.id} to run")
+
+
+def progress_jobs(run) -> set[str]:
+    lines = (run.directory / "train" / "progress.txt").read_text().split("\n")
+    return {line.split()[0] for line in lines if line.strip()}
+
+
+# ---- node failure (first: it needs both nodes free) ---------------------------------------------
+def test_a_node_set_down_mid_job_requeues_it_and_keeps_both_attempts(local_cluster, tmp_path):
+    profile = fault_profile(tmp_path / "profile", seconds=5)
+    root = tmp_path / "runs"
+    run = submit_experiment(BASELINE, profile, root=root, backend="slurm")
+    running = running_record(root, BASELINE)
+    node = subprocess.run(["squeue", "-h", "-j", run.record.job_id, "-o", "%N"], capture_output=True,
+                          text=True).stdout.strip()
+    wait_until(lambda: (running.directory / "train" / "progress.txt").exists(), 30, "the first attempt's output")
+    subprocess.run(["scontrol", "update", f"nodename={node}", "state=down", "reason=fault-injection"], check=True)
+    try:
+        # SLURM requeues it and starts it again after cred_expire (10 s on the local cluster).
+        [info] = wait_for_runs([run], timeout=90, progress=False)
+    finally:
+        subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], capture_output=True)
+    assert info.state == "COMPLETED"
+    log = run.stdout_path.read_text()
+    assert log.count(f"Job {run.record.job_id} (") == 2, log  # --open-mode=append: both attempts' lines
+    restarts = {line.split()[1] for line in (run.directory / "train" / "progress.txt").read_text().splitlines()}
+    assert restarts == {"0", "1"}
+    assert scheduler_jobs(run.directory) == {run.record.job_id}
+    assert runs_module.earlier_attempts(run) == (f"NODE_FAIL on {node}",)
+    [status] = run_status([BASELINE], root=root)
+    assert status.state == "COMPLETED" and f"NODE_FAIL on {node}" in status.explanation
+
+
+# ---- --time exceeded: submitted now, checked at the end --------------------------------------------
+TIMEOUT_CASE: dict = {}
+
+
+def test_time_limit_job_is_submitted(local_cluster, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("timeout")
+    profile = fault_profile(folder / "profile", seconds=300, time_limit="00:01:00")
+    run = submit_experiment(BASELINE, profile, root=folder / "runs", backend="slurm")
+    assert run.submitted_now
+    TIMEOUT_CASE.update(run=run, root=folder / "runs")
+
+
+# ---- a notebook killed ----------------------------------------------------------------------------
+def test_kill_9_mid_wait_then_rerun_neither_doubles_nor_loses_the_job(local_cluster, tmp_path):
+    profile = fault_profile(tmp_path / "profile", seconds=4)
+    root = tmp_path / "runs"
+    first = notebook(profile, root, [SECOND], wait=True)
+    running = running_record(root, SECOND)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    again = submit_experiment(SECOND, load_profile(profile), root=root, backend="slurm")
+    assert not again.submitted_now and again.record.job_id == running.record.job_id and "not doubled" in again.note
+    [info] = wait_for_runs([again], timeout=90, progress=False)
+    assert info.state == "COMPLETED"
+    assert scheduler_jobs(again.directory) == {again.record.job_id}
+    assert progress_jobs(again) == {again.record.job_id}
+    assert not (again.directory / "attempts").exists()
+    reused = submit_experiment(SECOND, load_profile(profile), root=root, backend="slurm")
+    assert "reused" in reused.note
+
+
+def test_kill_9_between_sbatch_and_job_json_adopts_the_held_job(local_cluster, tmp_path):
+    profile = fault_profile(tmp_path / "profile", seconds=1)
+    root = tmp_path / "runs"
+    crashed = notebook(profile, root, [THIRD], WORKSHOP_FAULT="after-submit")
+    crashed.wait(timeout=60)
+    assert crashed.returncode == -signal.SIGKILL
+    directory = load_run(THIRD, root).directory
+    assert (directory / RESERVATION_NAME).exists() and not (directory / "job.json").exists()
+    [held] = wait_until(lambda: scheduler_jobs(directory), 10, "the held job")
+    assert job_state(held) == "PENDING"  # submitted held: nothing ran before the folder was recorded
+    adopted = submit_experiment(THIRD, load_profile(profile), root=root, backend="slurm")
+    assert not adopted.submitted_now and adopted.record.job_id == held and "adopted" in adopted.note
+    [info] = wait_for_runs([adopted], timeout=90, progress=False)
+    assert info.state == "COMPLETED"
+    assert scheduler_jobs(directory) == {held} and progress_jobs(adopted) == {held}
+    assert not (directory / RESERVATION_NAME).exists() and not (directory / ".next").exists()
+
+
+def test_kill_9_after_recording_but_before_release_releases_instead_of_resubmitting(local_cluster, tmp_path):
+    profile = fault_profile(tmp_path / "profile", seconds=1)
+    root = tmp_path / "runs"
+    crashed = notebook(profile, root, [THIRD], WORKSHOP_FAULT="before-release")
+    crashed.wait(timeout=60)
+    run = load_run(THIRD, root)
+    assert run.record is not None and job_state(run.record.job_id) == "PENDING"
+    again = submit_experiment(THIRD, load_profile(profile), root=root, backend="slurm")
+    assert "released" in again.note and again.record.job_id == run.record.job_id
+    assert wait_for_runs([again], timeout=90, progress=False)[0].state == "COMPLETED"
+    assert scheduler_jobs(run.directory) == {run.record.job_id}
+
+
+# ---- two notebooks at once ------------------------------------------------------------------------
+def test_two_notebooks_started_together_submit_each_experiment_once(local_cluster, tmp_path):
+    profile = fault_profile(tmp_path / "profile", seconds=1)
+    root = tmp_path / "runs"
+    experiments = [BASELINE, SECOND, THIRD]
+    notebooks = [notebook(profile, root, experiments) for _ in range(2)]
+    answers = [json.loads(process.communicate(timeout=120)[0].splitlines()[-1]) for process in notebooks]
+    for experiment in experiments:
+        ids = {answer[experiment.id][0] for answer in answers}
+        assert len(ids) == 1, answers  # both notebooks name the same job
+        notes = sorted(answer[experiment.id][1] for answer in answers)
+        assert notes[0].startswith("job ") and "not doubled" in notes[0] or "reused" in notes[0], notes
+        assert notes[1].startswith("submitted job"), notes
+        assert scheduler_jobs(load_run(experiment, root).directory) == ids
+    runs = [load_run(experiment, root) for experiment in experiments]
+    assert {info.state for info in wait_for_runs(runs, timeout=120, progress=False)} == {"COMPLETED"}
+
+
+# ---- the scheduler unreachable during a re-run -----------------------------------------------------
+def test_controller_down_during_a_rerun_archives_nothing_and_submits_nothing(local_cluster, tmp_path, capsys):
+    profile = fault_profile(tmp_path / "profile", seconds=6)
+    root = tmp_path / "runs"
+    first = notebook(profile, root, [BASELINE], wait=True)
+    running = running_record(root, BASELINE)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    local_cluster._stop("slurmctld")
+    local_cluster._stop("slurmdbd")
+    try:
+        again = submit_experiment(BASELINE, load_profile(profile), root=root, backend="slurm")
+        assert not again.submitted_now and "does not answer" in again.note
+        assert again.record.job_id == running.record.job_id and not (again.directory / "attempts").exists()
+        assert again.stdout_path.exists()  # the running job's output stays where it is
+        assert main(["status", "--runs-dir", str(root), BASELINE.id]) == 0
+        shown = capsys.readouterr().out
+        assert "UNKNOWN" in shown and "does not answer" in shown
+        from workshop_lib.errors import SubmitError
+
+        with pytest.raises(SubmitError, match="nothing was submitted"):
+            submit_experiment(SECOND, load_profile(profile), root=root, backend="slurm")
+        untouched = load_run(SECOND, root).directory
+        assert sorted(p.name for p in untouched.iterdir()) == [".lock"]  # no record, reservation or staging
+    finally:
+        local_cluster.up(nodes=2)
+    after = submit_experiment(BASELINE, load_profile(profile), root=root, backend="slurm")
+    assert not after.submitted_now and after.record.job_id == running.record.job_id
+    assert wait_for_runs([after], timeout=90, progress=False)[0].state == "COMPLETED"
+    assert scheduler_jobs(after.directory) == {after.record.job_id} and progress_jobs(after) == {after.record.job_id}
+
+
+# ---- failures that explain themselves ------------------------------------------------------------
+def test_a_job_over_its_memory_is_killed_and_explained(local_cluster, tmp_path):
+    profile = fault_profile(tmp_path / "profile", seconds=1, allocate_mib=400)
+    small = dataclasses.replace(THIRD, memory="100M")
+    run = submit_experiment(small, load_profile(profile), root=tmp_path / "runs", backend="slurm")
+    [info] = wait_for_runs([run], timeout=90, progress=False)
+    assert info.state in ("OUT_OF_MEMORY", "FAILED")  # FAILED (signal 9) where SLURM has no cgroups
+    explanation = runs_module.explain_run(run, info)
+    assert "--mem" in explanation.hint and "lower the per-device batch" in explanation.hint
+    assert any("memory limit" in text for _, text in explanation.log_lines)
+
+
+def test_a_failed_job_shows_its_traceback_not_the_footer(local_cluster, tmp_path, capsys):
+    profile = fault_profile(tmp_path / "profile", seconds=1, status=3)
+    root = tmp_path / "runs"
+    assert main(["submit", "--profile", str(profile), "--runs-dir", str(root), "--backend", "slurm", "--wait",
+                 SECOND.id]) == 1
+    shown = capsys.readouterr().out
+    assert "FAILED: exit code 3" in shown
+    assert "ValueError: the injected failure" in shown and "Traceback" in shown
+    assert "Exit status" not in shown and "Hint:" in shown
+
+
+# ---- accounting off, and the controller has forgotten the job ------------------------------------
+def test_time_limit_exceeded_is_timeout_with_the_limit_in_the_explanation(local_cluster):
+    run, root = TIMEOUT_CASE["run"], TIMEOUT_CASE["root"]
+    [info] = wait_for_runs([run], timeout=240, progress=False)
+    assert info.state == "TIMEOUT"
+    [status] = run_status([BASELINE], root=root)
+    assert "of its 00:01:00 limit" in status.explanation and "raise the limit" in status.explanation
+    assert "DUE TO TIME LIMIT" in status.explanation  # the log line that says so, not the footer
+
+
+def test_without_accounting_a_forgotten_job_is_settled_from_its_footer(local_cluster, tmp_path):
+    local_cluster.up(nodes=2, accounting=False, min_job_age=2)
+    try:
+        ok, failing = fault_profile(tmp_path / "ok", seconds=0.5), fault_profile(tmp_path / "bad", seconds=0.5,
+                                                                                    status=3)
+        root = tmp_path / "runs"
+        completed = submit_experiment(BASELINE, ok, root=root, backend="slurm")
+        failed = submit_experiment(SECOND, failing, root=root, backend="slurm")
+        for run in (completed, failed):  # nobody waited: job.json has no final state
+            wait_until(lambda: not job_state(run.record.job_id), 120, "the controller to forget the job")
+            assert load_run(run.experiment, root).record.final_state is None
+        again = submit_experiment(BASELINE, ok, root=root, backend="slurm")
+        assert not again.submitted_now and "reused" in again.note  # the footer said exit 0
+        retried = submit_experiment(SECOND, failing, root=root, backend="slurm")
+        assert retried.submitted_now  # the footer said exit 3: FAILED, so submitted again...
+        [archived] = (retried.directory / "attempts").iterdir()  # ...with the failed attempt kept
+        assert json.loads((archived / "job.json").read_text())["final_state"] == "FAILED"
+        assert "Exit status: 3" in (archived / f"slurm-{failed.record.job_id}.out").read_text()
+        assert len(list(completed.directory.glob("slurm-*.out"))) == 1
+        wait_for_runs([retried], timeout=90, progress=False)
+    finally:
+        local_cluster.up(nodes=2, accounting=True)

@@ -1,0 +1,44 @@
+"""Where things are: the repository (the workshop's folder) and the runs folder, decided in one place.
+
+Whichever way a chapter runs (JupyterLab, papermill from the repository root, Jupyter Book executing it
+from ``notebooks/``, ``workshop submit`` from any folder inside the checkout), runs land in, and are read
+from, the same absolute folder.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .errors import WorkshopError
+
+ROOT_VARIABLE = "WORKSHOP_ROOT"
+RUNS_VARIABLE = "WORKSHOP_RUNS_DIR"
+# The folder this library was installed from (an editable install: the checkout).
+SOURCE_ROOT = Path(__file__).resolve().parent.parent
+
+
+def repository_root(start: Path | str | None = None) -> Path:
+    """The workshop's folder: $WORKSHOP_ROOT, else the first parent of ``start`` (default: the current
+    folder) holding the workshop's pyproject.toml, else the folder this library was installed from."""
+    if os.environ.get(ROOT_VARIABLE):
+        return Path(os.environ[ROOT_VARIABLE]).expanduser().resolve()
+    here = Path(start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if _is_workshop_root(folder):
+            return folder
+    if _is_workshop_root(SOURCE_ROOT):
+        return SOURCE_ROOT
+    raise WorkshopError(f"cannot find the workshop folder above {here}: start inside the repository, "
+                        f"or set {ROOT_VARIABLE}=/path/to/the/repository")
+
+
+def _is_workshop_root(folder: Path) -> bool:
+    project = folder / "pyproject.toml"
+    return project.is_file() and 'name = "workshop-lib"' in project.read_text(errors="replace")
+
+
+def runs_root(runs_dir: Path | str | None = None) -> Path:
+    """Absolute runs folder: the argument, else $WORKSHOP_RUNS_DIR, else <repository>/runs."""
+    chosen = runs_dir or os.environ.get(RUNS_VARIABLE) or repository_root() / "runs"
+    return Path(chosen).expanduser().resolve()

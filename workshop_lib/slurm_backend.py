@@ -1,0 +1,216 @@
+"""The SLURM backend: sbatch, squeue, sacct, scontrol and scancel, as few calls as a shared scheduler wants.
+
+One `squeue` call answers for all of a waiter's jobs; `sacct` is asked only about the jobs the controller
+no longer lists; `scontrol show job` once per job, when it has ended, for its exit code. A failing call
+raises ClusterError with the tool's own message: an unreachable scheduler is never read as a job's state.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+
+from . import slurm_output
+from .backend import FORGOTTEN, PollPolicy, Submission
+from .errors import ClusterError, SubmitError
+from .sbatch_script import sbatch_request
+from .slurm_output import JobInfo
+
+# squeue columns: id, name, state, reason, time used, time limit, nodes, working directory, submit time.
+SQUEUE_FORMAT = "%i|%j|%T|%r|%M|%l|%N|%Z|%V"
+# A shared scheduler: squeue costs 2 controller RPCs; 5 s growing to 15 s keeps a waiter under
+# 12 RPCs a minute whatever the number of jobs (benchmarks/polling_rpcs.py measures it).
+CLUSTER_POLLING = PollPolicy(first=5.0, longest=15.0)
+# The project's own cluster on this machine: tiny jobs end in seconds and nobody else is served.
+LOCAL_CLUSTER_POLLING = PollPolicy(first=0.5, longest=3.0)
+ACCOUNTING_DISABLED = "accounting storage is disabled"
+
+
+def scheduler_environment() -> dict[str, str]:
+    """os.environ with the submitter's interpreter first on PATH, plus SLURM_CONF of the project's
+    local cluster when it runs and none is set. sbatch hands this environment to the job."""
+    from .backend import python_environment_path
+
+    env = dict(os.environ)
+    env["PATH"] = python_environment_path(env.get("PATH"))
+    if "SLURM_CONF" not in env:
+        from .local_cluster import LocalCluster
+
+        local = LocalCluster()
+        if local.conf.exists() and local.controller_running():  # cheap: a PID file, no sinfo call
+            env["SLURM_CONF"] = str(local.conf)
+    return env
+
+
+def slurm_available() -> bool:
+    """True if sbatch exists and a cluster configuration can be found."""
+    if not shutil.which("sbatch"):
+        return False
+    env = scheduler_environment()
+    return "SLURM_CONF" in env or Path("/etc/slurm/slurm.conf").exists() or Path("/etc/slurm-llnl/slurm.conf").exists()
+
+
+def _run(command: list[str], what: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(command, capture_output=True, text=True, env=scheduler_environment(), timeout=timeout)
+    except FileNotFoundError:
+        raise ClusterError(f"`{command[0]}` not found: SLURM's client tools are not installed here") from None
+    except subprocess.TimeoutExpired:
+        raise ClusterError(f"{what} did not answer within {timeout:.0f} s: the scheduler is overloaded or down; "
+                           "try again in a minute") from None
+
+
+def _checked(command: list[str], what: str) -> str:
+    result = _run(command, what)
+    if result.returncode != 0:
+        raise ClusterError(f"{what} failed: {(result.stderr or result.stdout).strip()}")
+    return result.stdout
+
+
+class SlurmBackend:
+    name = "slurm"
+
+    def submit(self, script: Path, workdir: Path, sbatch_args: Sequence[str] = (), hold: bool = False) -> Submission:
+        command = ["sbatch", "--parsable", f"--chdir={workdir}", *(["--hold"] if hold else []), *sbatch_args,
+                   str(script)]
+        result = _run(command, "sbatch")
+        if result.returncode != 0:
+            raise SubmitError(f"sbatch refused {script.name}:\n{result.stderr.strip()}\n" + _refusal_hint(result.stderr))
+        job_id = result.stdout.strip().split(";")[0]
+        name = sbatch_request(script.read_text(errors="replace"), sbatch_args).get("job-name") or script.name
+        return Submission(job_id, slurm_output.expected_stdout(script, workdir, job_id, sbatch_args), name)
+
+    def query(self, job_ids: Sequence[str]) -> dict[str, JobInfo]:
+        if not job_ids:
+            return {}
+        listed = self._squeue(job_ids)
+        infos: dict[str, JobInfo] = {}
+        for job_id in job_ids:
+            info = listed.get(job_id)
+            if info is not None and info.finished:
+                info = self._ended(job_id, info)
+            if info is not None:
+                infos[job_id] = info
+        missing = [job_id for job_id in job_ids if job_id not in infos]
+        if missing:
+            records = self.accounting(missing)
+            for job_id in missing:
+                record = (records or {}).get(job_id)
+                infos[job_id] = record or JobInfo(
+                    job_id=job_id, state=FORGOTTEN,
+                    reason="not in squeue" + (" nor in sacct" if records is not None else "; no accounting here"))
+        return infos
+
+    def accounting(self, job_ids: Sequence[str], duplicates: bool = False) -> dict[str, JobInfo] | None:
+        """sacct's records of these jobs; None where the cluster keeps no accounting. With
+        `duplicates`, every attempt of a requeued job (key `ID#N`, the last without suffix)."""
+        command = ["sacct", "-n", "-P", "-X", *(["-D"] if duplicates else []), "-j", ",".join(job_ids),
+                   "-o", slurm_output.SACCT_FIELDS]
+        result = _run(command, "sacct")
+        if result.returncode != 0:
+            if ACCOUNTING_DISABLED in result.stderr.lower():
+                return None
+            raise ClusterError(f"sacct failed: {result.stderr.strip()} (is slurmdbd running? "
+                               "`sacctmgr show cluster` tells; on Ibex, ask the admins if it persists)")
+        if not duplicates:
+            return slurm_output.job_infos_from_sacct(result.stdout)
+        attempts: dict[str, JobInfo] = {}
+        counts: dict[str, int] = {}
+        for line in result.stdout.splitlines():  # one line per attempt, oldest first
+            for job_id, info in slurm_output.job_infos_from_sacct(line).items():
+                attempts[f"{job_id}#{counts.get(job_id, 0)}"] = info
+                counts[job_id] = counts.get(job_id, 0) + 1
+        return attempts
+
+    def release(self, job_id: str) -> None:
+        _checked(["scontrol", "release", job_id], f"scontrol release {job_id}")
+
+    def cancel(self, job_id: str) -> None:
+        _checked(["scancel", job_id], f"scancel {job_id}")
+
+    def jobs_in(self, workdir: Path, since: float) -> list[str]:
+        output = _checked(["squeue", "-h", "-t", "all", "--me", "-o", SQUEUE_FORMAT], "squeue")
+        found = []
+        for line in output.splitlines():
+            fields = line.split("|")
+            if len(fields) < 9 or fields[7] != str(workdir):
+                continue
+            try:
+                submitted = datetime.fromisoformat(fields[8]).timestamp()
+            except ValueError:
+                submitted = since
+            if submitted >= since - 1:
+                found.append(fields[0])
+        return found
+
+    def poll_policy(self) -> PollPolicy:
+        return LOCAL_CLUSTER_POLLING if _is_project_cluster() else CLUSTER_POLLING
+
+    # ---- helpers ------------------------------------------------------------------------------
+    def _squeue(self, job_ids: Sequence[str]) -> dict[str, JobInfo]:
+        result = _run(["squeue", "-h", "-t", "all", "-j", ",".join(job_ids), "-o", SQUEUE_FORMAT], "squeue")
+        if result.returncode != 0:
+            if "Invalid job id" in result.stderr:
+                return {}  # one id asked, unknown to the controller
+            raise ClusterError(f"squeue failed: {result.stderr.strip()} (the controller is unreachable; the jobs "
+                               "are not known to have ended: ask again later)")
+        rows: dict[str, list[JobInfo]] = {}
+        for line in result.stdout.splitlines():
+            fields = line.split("|")
+            if len(fields) < 9:
+                continue
+            task_id, name, state, reason, used, limit, nodes = fields[:7]
+            parent = task_id.split("_")[0]
+            rows.setdefault(parent, []).append(JobInfo(
+                job_id=task_id, state=slurm_output.normalise_state(state), reason=reason or None,
+                elapsed_s=slurm_output.parse_elapsed(used), name=name or None,
+                node_list=nodes or None, time_limit_s=slurm_output.parse_elapsed(limit)))
+        infos = {}
+        for job_id, tasks in rows.items():
+            if len(tasks) == 1 and tasks[0].job_id == job_id:
+                infos[job_id] = tasks[0]
+            else:
+                infos[job_id] = slurm_output.aggregate_array(job_id, tasks)
+        return infos
+
+    def _ended(self, job_id: str, listed: JobInfo) -> JobInfo:
+        """An ended job's full record (exit code, signal) from scontrol, asked once per job."""
+        result = _run(["scontrol", "show", "job", "-o", job_id], "scontrol")
+        if result.returncode == 0 and result.stdout.strip():
+            info = slurm_output.job_info_from_scontrol(job_id, result.stdout)
+            return info if info.time_limit_s is not None else info.with_limit(listed.time_limit_s)
+        return listed
+
+
+def _refusal_hint(stderr: str) -> str:
+    lowered = stderr.lower()
+    if "unable to contact slurm controller" in lowered or "connection refused" in lowered \
+            or "socket timed out" in lowered:
+        return ("The scheduler did not answer: nothing was submitted. Try again in a minute "
+                "(`workshop cluster status` for the local cluster).")
+    return "Check the #SBATCH lines named above (`workshop check SCRIPT` explains common mistakes)."
+
+
+def _is_project_cluster() -> bool:
+    conf = scheduler_environment().get("SLURM_CONF")
+    if not conf:
+        return False
+    try:
+        return "written by `workshop cluster up`" in Path(conf).read_text(errors="replace")[:400]
+    except OSError:
+        return False
+
+
+def test_only(script: Path | str, sbatch_args: Sequence[str] = ()) -> str:
+    """Ask SLURM whether it would accept the script (`sbatch --test-only`); returns its answer."""
+    result = _run(["sbatch", "--test-only", *sbatch_args, str(script)], "sbatch --test-only")
+    if result.returncode != 0:
+        raise SubmitError(f"sbatch --test-only rejected {Path(script).name}:\n{result.stderr.strip()}")
+    return (result.stderr or result.stdout).strip()
+
+
+BACKEND = SlurmBackend()
