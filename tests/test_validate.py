@@ -159,3 +159,17 @@ def test_the_original_workshop_scripts():
     assert found["module-purge-after-load"] == {f"fsdp/custom_model/multi_node/{n}_nodes/multi_node.slurm"
                                                 for n in (2, 4, 8)}
     assert len(found["env-var-mismatch"]) == 17  # every FSDP folder but the BLOOM baseline
+
+
+def test_another_module_adds_an_experiment_rule_through_the_hook(monkeypatch):
+    from workshop_lib import validate
+
+    monkeypatch.setattr(validate, "EXPERIMENT_RULES", list(validate.EXPERIMENT_RULES))
+
+    @validate.experiment_rule
+    def too_many_gpus(experiment, profile):
+        if experiment.gpus > 4:
+            yield validate.Finding("example-rule", validate.ERROR, f"{experiment.gpus} GPUs.", "use fewer.")
+
+    assert "example-rule" in {f.rule for f in validate_experiment(get_experiment("lora/llama/8-gpus"))}
+    assert validate_experiment(get_experiment("lora/llama/1-gpu")) == []

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable
 
@@ -210,11 +211,11 @@ class Script:
     header: SbatchHeader
     submit_dir: Path | None = None
 
-    @property
+    @cached_property
     def lines(self) -> list[str]:
         return self.text.splitlines()
 
-    @property
+    @cached_property
     def code(self) -> str:
         """The script without full-line comments (so explanations do not trip the rules)."""
         return "\n".join("" if line.lstrip().startswith("#") else line for line in self.lines)
@@ -237,9 +238,10 @@ class Script:
             return None
         name = match.group(1)
         if name in _SLURM_VARIABLES:
-            if _SLURM_VARIABLES[name] == "gpus-per-node":
+            directive = _SLURM_VARIABLES[name]
+            if directive == "gpus-per-node":
                 return self.header.gpus_per_node or None
-            return self.number(self.header.get(_SLURM_VARIABLES[name]) or ("1" if name != "SLURM_NTASKS_PER_NODE" else None))
+            return self.number(self.header.get(directive) or ("1" if directive == "nodes" else None))
         assigned = [int(found[1]) for found in _NUMBER_ASSIGNMENT.findall(self.text) if found[0] == name]
         return assigned[-1] if len(set(assigned)) == 1 else None
 
