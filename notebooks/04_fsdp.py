@@ -187,7 +187,9 @@ nb.say(claims.fsdp_one_node(reference));
 # **Reading your tiny runs.** The tiny runs spend most of their time starting processes and exchanging
 # shards between CPU ranks that share two cores, so the step time grows quickly with the rank count. What
 # carries over: every strategy reaches the same loss (sharding changes where the numbers live, not the
-# arithmetic), and the model states per rank fall as 1/*N*.
+# arithmetic), and the model states per rank fall as 1/*N*. Tiny timings also come from a CPU machine
+# that other work shares: a run that happened to share the cores is slower, so tiny efficiencies swing
+# far above and below 100 %.
 #
 # ## Results: BLOOM-560m across nodes
 
