@@ -200,8 +200,7 @@ nb.show_results(selection, ["multi-node"], runs_dir, missing="needs several node
 # ## Results: the custom GPT
 
 # %% tags=["hide-input"]
-nb.show_results(selection, ["gpt"], runs_dir)
-nb.show_results(selection, ["gpt-multi-node"], runs_dir, missing="needs several nodes of a real cluster")
+nb.show_results(selection, ["gpt", "gpt-multi-node"], runs_dir)
 
 # %% [markdown]
 # ## Results: weak scaling by depth
