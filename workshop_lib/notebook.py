@@ -709,7 +709,11 @@ def experiments_overview(selection: Selection) -> pd.DataFrame:
         rows.append({"id": row["id"], "nodes": row["nodes"], "GPUs": row["gpus"], "engine": row["engine"],
                      "knobs": row["knobs"], f"on {selection.profile.name}": "no" if row["id"] in left else "yes"})
     frame = pd.DataFrame(rows)
-    _display(_html(frame.to_html(index=False, border=0, classes="workshop-experiments")))
+    runs_here = sum(row[f"on {selection.profile.name}"] == "yes" for row in rows)
+    # Folded: the list is reference material, the chapter's narrative reads on without it.
+    _display(_html(f"<details><summary>The chapter's {len(rows)} experiments ({runs_here} run on profile "
+                   f"{_escape(selection.profile.name)})</summary>"
+                   + frame.to_html(index=False, border=0, classes="workshop-experiments") + "</details>"))
     return frame
 
 
