@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import html
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -359,7 +359,8 @@ def show_tables(selection: Selection, runs_dir: Path | str | None = None,
     tables = [_for_profile(table, profile) for table in selection_tables(selection, runs_dir)
               if keys is None or table.key in keys]
     for table in tables:
-        _display(_html(table_html(table, kind="participant", caption=f"Your runs — {profile_title(profile)}",
+        titled = replace(table, title=f"{table.title} — your runs ({profile.name})")
+        _display(_html(table_html(titled, kind="participant", caption=f"Your runs — {profile_title(profile)}",
                                   profile=profile.name)))
     return tables
 
@@ -445,7 +446,8 @@ def show_reference_tables(chapter: int, keys: Sequence[str] | None = None,
         _reference_missing(f"No reference measurement for this part: it {missing}. Your runs below are the only "
                            "numbers here.")
     for table in tables:
-        _display(_html(table_html(table, kind="reference", caption=caption, profile=data.get("profile", ""))))
+        titled = replace(table, title=f"{table.title} — on real GPUs")
+        _display(_html(table_html(titled, kind="reference", caption=caption, profile=data.get("profile", ""))))
     return tables
 
 
