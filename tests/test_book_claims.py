@@ -232,3 +232,16 @@ def test_bloom_block_share_on_the_pages_is_computed():
     share = 100 * (total - embedding) / total
     assert f"about {share:.0f} %" in _page("book/seed_corrections.md")
     assert f"about {share:.0f} %" in _page("book/answers.md")
+
+
+def test_the_optimizer_the_chapter_names_is_the_one_the_configs_run():
+    """Chapter 3 says offload steps torch AdamW on the CPU because no config has an `optimizer` block; a
+    config that gains one (DeepSpeedCPUAdam) must change that sentence too."""
+    configs = sorted((ROOT / "slurm" / "ds_configs").glob("*.json"))
+    assert configs
+    for path in configs:
+        config = json.loads(path.read_text())
+        assert "optimizer" not in config, f"{path.name} names an optimizer: update chapter 3's 'Which optimizer ran'"
+        if config["zero_optimization"].get("offload_optimizer"):
+            assert config.get("zero_force_ds_cpu_optimizer") is False, path.name
+    assert "DeepSpeed steps the\n# Trainer's own `torch.optim.AdamW`" in (ROOT / "notebooks/03_deepspeed_zero.py").read_text()
