@@ -204,6 +204,7 @@ def nemo_scaling_table(records: list[dict], baseline_gpus: int) -> pd.DataFrame:
         ("GPU 0 Mode (MiB)", _get("gpu0_mode_mib")),
         (f"Time scaling vs {unit}", lambda r: _ratio(base, r, "total_time_s") if base else None),
         (f"Peak memory scaling vs {unit}", lambda r: _gpu0_peak_ratio(base, r) if base else None),
+        *TENSOR_COLUMNS,  # what LoRA and tensor parallelism leave on each rank, counted by the stand-in engines
     ]
     return _rows(records, columns, fixed=("GPUs", "Batch per GPU"))
 
@@ -671,7 +672,7 @@ SEED_COLUMNS = {
 _TENSORS = [name for name, _ in TENSOR_COLUMNS]
 _STEP_TIMES = ["Median Step Time (s)", "Mean Step Time (s)"]
 _STRONG_OR_WEAK = ["Parallel Efficiency (%)", *_STEP_TIMES, "Weak Scaling Efficiency (%)"]
-ADDED_COLUMNS = {"zero-single-gpu": [ALLOCATED_COLUMN[0], *_TENSORS],
+ADDED_COLUMNS = {"nemo": _TENSORS, "zero-single-gpu": [ALLOCATED_COLUMN[0], *_TENSORS],
                  "fsdp-scaling": [*_STRONG_OR_WEAK, *_TENSORS],
                  "gpt-scaling": ["Speedup", *_STRONG_OR_WEAK, *_TENSORS],
                  "weak-scaling": [*_STEP_TIMES, *_TENSORS]}
