@@ -246,3 +246,12 @@ def test_the_optimizer_the_chapter_names_is_the_one_the_configs_run():
             assert config.get("zero_force_ds_cpu_optimizer") is False, path.name
     assert "DeepSpeed steps the Trainer's own `torch.optim.AdamW` on the CPU copy" in " ".join(
         _markdown_of("notebooks/03_deepspeed_zero.py").split())
+
+
+def test_the_vocabulary_the_chapters_quote_is_bloom_560m_s():
+    from workshop_lib.estimate import model_shape
+
+    words = f"{model_shape('bloom-560m').vocab_size:,}"
+    assert words == "250,880"
+    assert f"{words} words" in _markdown_of("notebooks/03_deepspeed_zero.py")
+    assert f"{words}-word" in claims.model_states_versus_peak(_frame("chapter3"))
