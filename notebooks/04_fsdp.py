@@ -165,7 +165,7 @@ nb.say(claims.fsdp_strategies(reference));
 # %% [markdown]
 # **Reading your tiny runs.** Offload can look free, or even faster, on the tiny profile: a CPU "device"
 # and the host share one memory, so there is no PCIe copy to pay for, and a step of a tiny model is
-# dominated by start-up and gloo messages. On GPUs it costs what the sentence above the tables states.
+# dominated by start-up and gloo messages. On GPUs it costs what the sentence just above states.
 #
 # :::{dropdown} Why HYBRID_SHARD has no reference row yet
 # Its first GPU run finished, but the engine's own record said it had run as FULL_SHARD: Transformers 5
