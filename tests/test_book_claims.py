@@ -232,3 +232,26 @@ def test_bloom_block_share_on_the_pages_is_computed():
     share = 100 * (total - embedding) / total
     assert f"about {share:.0f} %" in _page("book/seed_corrections.md")
     assert f"about {share:.0f} %" in _page("book/answers.md")
+
+
+def test_the_optimizer_the_chapter_names_is_the_one_the_configs_run():
+    """Chapter 3 says offload steps torch AdamW on the CPU because no config has an `optimizer` block; a
+    config that gains one (DeepSpeedCPUAdam) must change that sentence too."""
+    configs = sorted((ROOT / "slurm" / "ds_configs").glob("*.json"))
+    assert configs
+    for path in configs:
+        config = json.loads(path.read_text())
+        assert "optimizer" not in config, f"{path.name} names an optimizer: update chapter 3's 'Which optimizer ran'"
+        if config["zero_optimization"].get("offload_optimizer"):
+            assert config.get("zero_force_ds_cpu_optimizer") is False, path.name
+    assert "DeepSpeed steps the Trainer's own `torch.optim.AdamW` on the CPU copy" in " ".join(
+        _markdown_of("notebooks/03_deepspeed_zero.py").split())
+
+
+def test_the_vocabulary_the_chapters_quote_is_bloom_560m_s():
+    from workshop_lib.estimate import model_shape
+
+    words = f"{model_shape('bloom-560m').vocab_size:,}"
+    assert words == "250,880"
+    assert f"{words} words" in _markdown_of("notebooks/03_deepspeed_zero.py")
+    assert f"{words}-word" in claims.model_states_versus_peak(_frame("chapter3"))

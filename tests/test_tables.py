@@ -39,7 +39,7 @@ def chapter_1_runs(tmp_path):
 
 def test_chapter_1_table_from_runs(chapter_1_runs):
     table = chapter_tables(1, chapter_1_runs)[0].frame
-    assert list(table.columns) == CH1_COLUMNS
+    assert list(table.columns) == CH1_COLUMNS + ["Model States per Rank (MiB)", "Step Peak Tensors per Rank (MiB)"]
     one, two, four, eight = table.to_dict("records")
     gpu0 = memory_summary([chapter_1_runs / "lora/llama/1-gpu"]).gpu(0)
     assert one["Total job time (HH:MM:SS)"] == "00:09:55" and one["Train step time (s)"] == 1.608

@@ -56,7 +56,8 @@ def test_tables_carry_the_seed_columns(tmp_path):
     tables = _empty_tables(tmp_path)
     for chapter, baseline in ((1, 1), (2, 2)):
         frame = next(iter(tables[chapter].values()))
-        assert list(frame.columns) == [c.replace("{n}", str(baseline)) for c in SEED_COLUMNS["nemo"]]
+        seed = [c.replace("{n}", str(baseline)) for c in SEED_COLUMNS["nemo"]]
+        assert list(frame.columns) == seed + ADDED_COLUMNS["nemo"]
     three, four = tables[3], tables[4]
     assert list(three["Baseline: HF Trainer without DeepSpeed"].columns) == SEED_COLUMNS["zero-baseline"]
     assert _seed_then_added(three["ZeRO stages on one GPU (with and without CPU offload)"].columns, "zero-single-gpu")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import html
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -355,7 +355,8 @@ def show_tables(selection: Selection, runs_dir: Path | str | None = None,
     tables = [_for_profile(table, profile) for table in selection_tables(selection, runs_dir)
               if keys is None or table.key in keys]
     for table in tables:
-        _display(_html(table_html(table, kind="participant", caption=f"Your runs — {profile_title(profile)}",
+        titled = replace(table, title=f"{table.title} — your runs ({profile.name})")
+        _display(_html(table_html(titled, kind="participant", caption=f"Your runs — {profile_title(profile)}",
                                   profile=profile.name)))
     return tables
 
@@ -441,7 +442,8 @@ def show_reference_tables(chapter: int, keys: Sequence[str] | None = None,
         _reference_missing(f"No reference measurement for this part: it {missing}. Your runs below are the only "
                            "numbers here.")
     for table in tables:
-        _display(_html(table_html(table, kind="reference", caption=caption, profile=data.get("profile", ""))))
+        titled = replace(table, title=f"{table.title} — on real GPUs")
+        _display(_html(table_html(titled, kind="reference", caption=caption, profile=data.get("profile", ""))))
     return tables
 
 
@@ -705,7 +707,11 @@ def experiments_overview(selection: Selection) -> pd.DataFrame:
         rows.append({"id": row["id"], "nodes": row["nodes"], "GPUs": row["gpus"], "engine": row["engine"],
                      "knobs": row["knobs"], f"on {selection.profile.name}": "no" if row["id"] in left else "yes"})
     frame = pd.DataFrame(rows)
-    _display(_html(frame.to_html(index=False, border=0, classes="workshop-experiments")))
+    runs_here = sum(row[f"on {selection.profile.name}"] == "yes" for row in rows)
+    # Folded: the list is reference material, the chapter's narrative reads on without it.
+    _display(_html(f"<details><summary>The chapter's {len(rows)} experiments ({runs_here} run on profile "
+                   f"{_escape(selection.profile.name)})</summary>"
+                   + frame.to_html(index=False, border=0, classes="workshop-experiments") + "</details>"))
     return frame
 
 

@@ -51,6 +51,7 @@ class Table:
 
 
 Column = tuple[str, Callable[[dict], object]]
+GB = 2**20 / 1e9  # MiB → GB (10⁹ bytes), for the seeds' "(GB)" columns
 
 
 def _get(key: str, scale: float = 1.0, digits: int | None = None) -> Callable[[dict], object]:
@@ -203,6 +204,7 @@ def nemo_scaling_table(records: list[dict], baseline_gpus: int) -> pd.DataFrame:
         ("GPU 0 Mode (MiB)", _get("gpu0_mode_mib")),
         (f"Time scaling vs {unit}", lambda r: _ratio(base, r, "total_time_s") if base else None),
         (f"Peak memory scaling vs {unit}", lambda r: _gpu0_peak_ratio(base, r) if base else None),
+        *TENSOR_COLUMNS,  # what LoRA and tensor parallelism leave on each rank, counted by the stand-in engines
     ]
     return _rows(records, columns, fixed=("GPUs", "Batch per GPU"))
 
@@ -270,8 +272,8 @@ def baseline_summary(record: dict, fsdp: bool = False) -> pd.DataFrame:
             ("", "Training Speed (samples/sec)", "train_samples_per_second", _get("train_samples_per_s", digits=3)),
             ("", "Evaluation Speed (samples/sec)", "eval_samples_per_second", _get("eval_samples_per_s", digits=3)),
             ("", *_steps_row(record)),
-            ("", "Memory Allocated (MB)", "metrics.jsonl: the engine's peak per rank (max over ranks)",
-             _get("allocated_peak_mib", digits=1)),
+            ("", "Memory Allocated (MB)", "torch.cuda.max_memory_allocated, max over ranks (metrics.jsonl)",
+             lambda r: None if _cuda_allocated(r) is None else round(_cuda_allocated(r) * 2**20 / 1e6, 1)),
             ("", "Exact Match (%)", "generated answers vs SQuAD's (eval_em)", _get("eval_em", scale=100, digits=1)),
             ("", "F1 (%)", "token overlap with SQuAD's answers (eval_f1)", _get("eval_f1", scale=100, digits=1)),
             ("", "GPU Utilization (%)", "nvidia-smi utilization.gpu (not recorded by this workshop's monitor)",
@@ -334,6 +336,12 @@ def _cuda_allocated(record: dict):
     """The engine's torch.cuda.max_memory_allocated (max over ranks); None off a GPU (there it is the RSS)."""
     on_gpu = record.get("allocated_kind") == "cuda_max_allocated"
     return _get("allocated_peak_mib", digits=1)(record) if on_gpu else None
+
+
+def _cuda_allocated_gb(record: dict):
+    """The same in GB (10⁹ bytes), for the seeds' "(GB)" columns."""
+    value = _cuda_allocated(record)
+    return None if value is None else round(value * GB, 3)
 
 
 ALLOCATED_COLUMN: Column = ("Peak Allocated per GPU (MiB)", _cuda_allocated)
@@ -430,9 +438,6 @@ def _parallel_efficiency(base: dict) -> Callable[[dict], object]:
     return read
 
 
-GB = 2**20 / 1e9  # MiB → GB (10⁹ bytes), for the seeds' "(GB)" columns
-
-
 def _scaling_columns(records: list[dict], base: dict, strong_extra: list[Column]) -> list[Column]:
     """What ran decides the derived columns. Full epochs over a fixed data set (the seed's runs on Ibex):
     strong scaling, the seed's speedup and a parallel efficiency. A fixed number of steps with the same
@@ -471,7 +476,7 @@ def fsdp_scaling_table(records: list[dict], setup: Callable[[dict], str] = _setu
         ("Runtime (s)", _get("train_runtime_s", digits=2)),
         ("Runtime Scale Factor", lambda r: _ratio(base, r, "train_runtime_s")),
         ("Loss", _get("train_loss", digits=4)),
-        ("GPU Memory Allocated (GB)", _get("allocated_peak_mib", scale=GB, digits=3)),
+        ("GPU Memory Allocated (GB)", _cuda_allocated_gb),
         *_scaling_columns(records, base, [("Parallel Efficiency (%)", _parallel_efficiency(base))]),
         *TENSOR_COLUMNS,
     ], fixed=("Setup", "Total GPUs"))
@@ -487,7 +492,7 @@ def gpt_scaling_table(records: list[dict]) -> pd.DataFrame:
         ("Samples/s (Default)", _get("train_samples_per_s", digits=3)),
         ("Samples/s (Callback)", _get("step_samples_per_s", digits=3)),
         ("GPU Memory (GB, Default)", _get("gpu0_peak_mib", scale=GB, digits=3)),
-        ("GPU Memory (GB, Callback)", _get("allocated_peak_mib", scale=GB, digits=3)),
+        ("GPU Memory (GB, Callback)", _cuda_allocated_gb),
         ("GPU Utilization (%)", lambda r: None),
         ("Loss", _get("train_loss", digits=4)),
         ("Runtime (s)", _get("train_runtime_s", digits=2)),
@@ -510,7 +515,7 @@ def weak_scaling_table(records: list[dict]) -> pd.DataFrame:
         ("Per-GPU Batch", _int("per_device_batch")),
         ("Total Params", _int("total_params")),
         ("Samples/s (Callback)", _get("step_samples_per_s", digits=3)),
-        ("GPU Memory (GB, Callback)", _get("allocated_peak_mib", scale=GB, digits=3)),
+        ("GPU Memory (GB, Callback)", _cuda_allocated_gb),
         ("GPU Utilization (%)", lambda r: None),
         ("Loss", _get("train_loss", digits=4)),
         ("Runtime (s)", _get("train_runtime_s", digits=2)),
@@ -537,7 +542,7 @@ def fsdp_strategy_table(records: list[dict]) -> pd.DataFrame:
         ("Samples/s", _get("train_samples_per_s", digits=3)),
         ("Train Step (s)", _get("train_step_time_s", digits=3)),
         ("Runtime (s)", _get("train_runtime_s", digits=2)),
-        ("GPU Memory Allocated (GB)", _get("allocated_peak_mib", scale=GB, digits=3)),
+        ("GPU Memory Allocated (GB)", _cuda_allocated_gb),
         *TENSOR_COLUMNS,
         ("Peak CPU Memory (GB)", _get("cpu_peak_mib", scale=GB, digits=2)),
         ("Loss", _get("train_loss", digits=4)),
@@ -667,7 +672,7 @@ SEED_COLUMNS = {
 _TENSORS = [name for name, _ in TENSOR_COLUMNS]
 _STEP_TIMES = ["Median Step Time (s)", "Mean Step Time (s)"]
 _STRONG_OR_WEAK = ["Parallel Efficiency (%)", *_STEP_TIMES, "Weak Scaling Efficiency (%)"]
-ADDED_COLUMNS = {"zero-single-gpu": [ALLOCATED_COLUMN[0], *_TENSORS],
+ADDED_COLUMNS = {"nemo": _TENSORS, "zero-single-gpu": [ALLOCATED_COLUMN[0], *_TENSORS],
                  "fsdp-scaling": [*_STRONG_OR_WEAK, *_TENSORS],
                  "gpt-scaling": ["Speedup", *_STRONG_OR_WEAK, *_TENSORS],
                  "weak-scaling": [*_STEP_TIMES, *_TENSORS]}
