@@ -12,29 +12,183 @@ import pandas as pd
 from .paths import SOURCE_ROOT
 
 REPOSITORY = SOURCE_ROOT
-RECIPE_RESULT = REPOSITORY / "benchmarks" / "results" / "recipe" / "h200.json"
-RECIPE_LADDER = REPOSITORY / "benchmarks" / "results" / "recipe" / "h200-ladder.json"
+RECIPE_RESULTS = REPOSITORY / "benchmarks" / "results" / "recipe"
+# The end-to-end runs of issue 19: chapter 3's baseline workload (run of record for it), then the run that
+# measured both workloads side by side; a workload is taken from the first file that has it.
+RECIPE_END_TO_END = (RECIPE_RESULTS / "h100-baseline.json", RECIPE_RESULTS / "h100.json")
+RECIPE_RESULT = RECIPE_END_TO_END[0]
+RECIPE_LADDER = RECIPE_RESULTS / "h100-ladder-baseline.json"  # one change at a time, same workload
 ENGINE_SCALING = REPOSITORY / "book" / "reference" / "engine_scaling.json"
 ENGINE_NAMES = {"ddp": "DDP", "zero2": "ZeRO-2", "full-shard": "FSDP FULL_SHARD"}
+# Why each change of the recipe pays, by the features it adds (the figures come from the result files).
+RECIPE_REASONS = {
+    frozenset({"bf16", "batch", "padding", "grouping", "fused-adamw", "gc-freeze"}):
+        "one batch of 16 instead of 4 accumulated batches of 4 (larger matrix products, a quarter of the kernel "
+        "launches); each batch padded to its longest sample and samples of similar length batched together, so "
+        "most computed tokens are real; bf16 needs no loss scaler",
+    frozenset({"chunked-ce"}):
+        "Liger's fused linear cross-entropy: the batch × length × 250,880 logits never exist at once "
+        "(memory, not speed)",
+    frozenset({"sdpa"}):
+        "BLOOM's attention (two batched matmuls, the ALiBi and mask additions, an fp32 softmax) as one fused "
+        "kernel each way",
+    frozenset({"gelu"}):
+        "BLOOM's tanh-GELU, a dozen elementwise kernels each way, as PyTorch's one kernel: the step is bound by "
+        "the CPU launching kernels, so fewer launches are faster",
+}
+
+
+def _tuned_features() -> tuple[str, ...]:
+    from workshop_lib.train.recipes import parse_recipe
+
+    return parse_recipe("tuned")
+
+
+def recipe_label(variant: dict) -> str:
+    """A variant named by what it is today: ``seed``, ``tuned``, or ``tuned + x`` / ``tuned − x`` (a run
+    may predate the current definition of ``tuned``; its features say what ran)."""
+    if variant["recipe"].split("#")[0].startswith("seed"):  # seed, or seed+… naming its features itself
+        return variant["recipe"]
+    features, tuned = set(variant.get("features", [])), set(_tuned_features())
+    repeat = "#" + variant["recipe"].split("#")[1] if "#" in variant["recipe"] else ""
+    if features == tuned:
+        return "tuned" + repeat
+    added, removed = sorted(features - tuned), sorted(tuned - features)
+    return "tuned" + "".join(f" + {f}" for f in added) + "".join(f" − {f}" for f in removed) + repeat
+
+
+def _workloads(document: dict) -> list[dict]:
+    """The workloads of a result file (files before issue 19 had one, without a name)."""
+    if "workloads" in document:
+        return document["workloads"]
+    return [{"name": "long", "what": "1,600 samples x 1 epoch", "variants": document["variants"]}]
 
 
 def recipe_table(path: Path = RECIPE_RESULT) -> pd.DataFrame:
-    """One row per recipe of one benchmark run: speed, efficiency, memory and loss against the seed's."""
+    """One row per recipe (and workload) of one benchmark run: speed steady and end to end, efficiency,
+    memory and loss against the seed's of the same workload."""
     document = json.loads(Path(path).read_text())
     rows = []
-    for variant in document["variants"]:
-        if "samples_per_s" not in variant:
-            rows.append({"recipe": variant["recipe"], "samples/s": None})
-            continue
-        rows.append({
-            "recipe": variant["recipe"], "precision": variant["precision"],
-            "batch × accumulation": f"{variant['per_device_batch']} × {variant['grad_accum']}",
-            "samples/s": variant["samples_per_s"], "× seed": variant.get("speedup_vs_seed"),
-            "real tokens %": 100 * variant["real_token_fraction"],
-            "MFU %": 100 * variant["mfu"] if variant.get("mfu") is not None else None,
-            "peak GiB": variant["peak_memory_mib"] / 1024, "eval loss": variant["eval_loss"],
-            "Δ eval loss %": variant.get("eval_loss_change_pct")})
+    for workload in _workloads(document):
+        for variant in workload["variants"]:
+            if "samples_per_s" not in variant:
+                rows.append({"workload": workload["name"], "recipe": variant["recipe"], "samples/s": None})
+                continue
+            rows.append({
+                "workload": workload["name"], "recipe": recipe_label(variant), "precision": variant["precision"],
+                "batch × accumulation": f"{variant['per_device_batch']} × {variant['grad_accum']}",
+                "samples/s": variant["samples_per_s"], "× seed": variant.get("speedup_vs_seed"),
+                "end to end samples/s": variant["end_to_end_samples_per_s"],
+                "end to end × seed": variant.get("end_to_end_speedup_vs_seed"),
+                "real tokens %": 100 * variant["real_token_fraction"],
+                "MFU %": 100 * variant["mfu"] if variant.get("mfu") is not None else None,
+                "peak GiB": variant["peak_memory_mib"] / 1024, "eval loss": variant["eval_loss"],
+                "Δ eval loss %": variant.get("eval_loss_change_pct")})
     return pd.DataFrame(rows)
+
+
+def _seed_and_tuned(paths) -> list[tuple[dict, dict, dict, Path]]:
+    """(workload, seed, tuned, file) for each workload, from the first file that measured both."""
+    found, seen = [], set()
+    for path in paths:
+        document = json.loads(Path(path).read_text())
+        for workload in _workloads(document):
+            variants = [v for v in workload["variants"] if "samples_per_s" in v]
+            seed = next((v for v in variants if v["recipe"] == "seed"), None)
+            tuned = next((v for v in variants if recipe_label(v) == "tuned"), None)
+            if seed and tuned and workload["name"] not in seen:
+                seen.add(workload["name"])
+                found.append((workload, seed, tuned, Path(path)))
+    return found
+
+
+def _cache_state(variant: dict) -> str:
+    """Whether a job found Triton's kernel cache filled by an earlier job (any job after a node's first)."""
+    files = variant.get("kernel_cache_files_at_start")
+    return "unknown" if files is None else "warm" if files else "cold"
+
+
+def recipe_end_to_end_table(paths=RECIPE_END_TO_END) -> pd.DataFrame:
+    """Seed and tuned side by side on each workload: steady and end-to-end samples/s and their ratios,
+    MFU on real tokens, peak memory, eval loss; each row from one run (seed and tuned in the same run)."""
+    rows = []
+    for workload, seed, tuned, path in _seed_and_tuned(paths):
+        rows.append({
+            "workload": workload["what"],
+            "seed steady samples/s": seed["samples_per_s"], "tuned steady samples/s": tuned["samples_per_s"],
+            "steady × seed": tuned["samples_per_s"] / seed["samples_per_s"],
+            "seed end to end samples/s": seed["end_to_end_samples_per_s"],
+            "tuned end to end samples/s": tuned["end_to_end_samples_per_s"],
+            "end to end × seed": tuned["end_to_end_samples_per_s"] / seed["end_to_end_samples_per_s"],
+            "seed / tuned train s": f"{seed['train_runtime_s']:.1f} / {tuned['train_runtime_s']:.1f}",
+            "seed / tuned MFU %": f"{100 * seed['mfu']:.1f} / {100 * tuned['mfu']:.1f}",
+            "seed / tuned peak GiB": f"{seed['peak_memory_mib'] / 1024:.1f} / {tuned['peak_memory_mib'] / 1024:.1f}",
+            "Δ eval loss %": 100 * (tuned["eval_loss"] - seed["eval_loss"]) / seed["eval_loss"],
+            "tuned's kernel caches": _cache_state(tuned), "result file": path.name})
+    return pd.DataFrame(rows)
+
+
+def recipe_gains_table(path: Path = RECIPE_LADDER) -> pd.DataFrame:
+    """The changes one at a time (one run, one workload): what each adds, its steady speed against the
+    rung before, peak memory, and why it pays."""
+    document = json.loads(Path(path).read_text())
+    variants = [v for v in _workloads(document)[0]["variants"] if "samples_per_s" in v]
+    rows, before = [], None
+    for variant in variants:
+        features = set(variant.get("features", []))
+        added = features - set(before.get("features", [])) if before else set()
+        rows.append({
+            "recipe": recipe_label(variant), "adds": " + ".join(sorted(added)) if added else "—",
+            "steady samples/s": variant["samples_per_s"],
+            "× previous": variant["samples_per_s"] / before["samples_per_s"] if before else None,
+            "real tokens %": 100 * variant["real_token_fraction"],
+            "peak GiB": variant["peak_memory_mib"] / 1024,
+            "why": RECIPE_REASONS.get(frozenset(added), "the seed's recipe" if not before else "")})
+        before = variant
+    return pd.DataFrame(rows)
+
+
+def recipe_second_job(path: Path = RECIPE_END_TO_END[1]) -> dict | None:
+    """The same tuned job run twice on one node: what the kernel caches the first left save the second."""
+    document = json.loads(Path(path).read_text())
+    return document.get("second_job")
+
+
+def recipe_headline(paths=RECIPE_END_TO_END) -> str:
+    """One sentence per workload, every figure read from the result files."""
+    sentences = []
+    for workload, seed, tuned, path in _seed_and_tuned(paths):
+        sentences.append(
+            f"On the {workload['name']} workload ({workload['what']}), the tuned recipe trained in {tuned['train_runtime_s']:.1f} s against the seed's "
+            f"{seed['train_runtime_s']:.1f} s, {tuned['end_to_end_samples_per_s'] / seed['end_to_end_samples_per_s']:.1f}× "
+            f"end to end and {tuned['samples_per_s'] / seed['samples_per_s']:.1f}× in its steady steps, at "
+            f"{100 * tuned['mfu']:.0f} % MFU, {tuned['peak_memory_mib'] / 1024:.1f} GiB peak, eval loss "
+            f"{100 * (tuned['eval_loss'] - seed['eval_loss']) / seed['eval_loss']:+.1f} % ({path.name}; "
+            f"kernel caches {_cache_state(tuned)} at its start).")
+    return " ".join(sentences)
+
+
+def recipe_benchmark_tables() -> list[tuple[str, pd.DataFrame, str]]:
+    """What chapter 3's section on the tuned recipe shows, as (title, table, note): seed and tuned side by
+    side, steady and end to end, on each workload; then the changes one at a time with why each pays."""
+    files = [path for path in RECIPE_END_TO_END if path.is_file()]
+    tables = []
+    if files:
+        second = recipe_second_job() if RECIPE_END_TO_END[1].is_file() else None
+        note = recipe_headline(files) + " Measured on " + recipe_provenance(files[0]) + "."
+        if second and second.get("second_train_runtime_s"):
+            recipe = recipe_label(second["second"]).split("#")[0]
+            note += (f" The same job ({recipe}) run a second time on the node, with the Triton kernels the first "
+                     f"compiled already cached: train time {second['first_train_runtime_s']:.1f} → "
+                     f"{second['second_train_runtime_s']:.1f} s.")
+        tables.append(("The tuned recipe against the seed's, steady and end to end", recipe_end_to_end_table(files),
+                       note))
+    if RECIPE_LADDER.is_file():
+        tables.append(("What each change adds, and why (one run, chapter 3's baseline workload)",
+                       recipe_gains_table(), "Steady samples/s (SDPA could still pick cuDNN's attention in this run, "
+                       "which cost seconds in the first steps only); measured on "
+                       + recipe_provenance(RECIPE_LADDER) + "."))
+    return tables
 
 
 def recipe_provenance(path: Path = RECIPE_RESULT) -> str:

@@ -43,9 +43,8 @@ FEATURES = ("bf16", "batch", "padding", "grouping", "chunked-ce", "fused-adamw",
             "gc-freeze", "large-batch")
 # Not in tuned (benchmarks/NOTES.md): large-batch, because at a 4× batch the same samples give ¼ of the
 # optimizer steps, which cost 17-42 % in eval loss; compile, because its 60-150 s of compilation made
-# the tuned recipe slower end to end than the seed's on the workshop's jobs (100-300 steps); grouping,
-# because on chapter 3's baseline (3 epochs) it moved the eval loss by +3.1 % for ~10 % more speed.
-NOT_TUNED = ("grouping", "compile", "large-batch")
+# the tuned recipe slower end to end than the seed's on the workshop's jobs (100-300 steps).
+NOT_TUNED = ("compile", "large-batch")
 RECIPES = {"seed": (), "tuned": tuple(name for name in FEATURES if name not in NOT_TUNED)}
 LARGE_BATCH_FACTOR = 4
 PAD_MULTIPLE = 16  # dynamic padding rounds the batch length up to this (tensor-core friendly)
