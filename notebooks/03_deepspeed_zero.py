@@ -249,16 +249,18 @@ nb.say(claims.engine_scaling(nb.reference_results("engine_scaling")[1]));
 # to `workshop_lib.train.hf`) and the Trainer runs get their own `…-tuned` ids and run folders.
 #
 # :::{dropdown} What the tuned recipe changes, and why
-# In order: bf16 instead of fp16; the four accumulated micro-batches as one batch of 16 (same global batch
-# and optimizer steps); each batch padded to its longest sample instead of to 512 tokens; batches of
-# similar lengths; the cross-entropy over the 250,880-word vocabulary computed in chunks so the full
-# logits never exist; fused AdamW; `torch.compile` of each transformer block; and the objects alive at
-# the start of training frozen out of Python's garbage collector. The benchmark
-# (`benchmarks/recipe_benchmark.py`) runs the real entry point on one GPU, same samples, same steps: most
-# of the gain comes from not computing on padding and from larger matrix products. A profile of the tuned
-# step showed the GPU busy only half of the time, waiting for Python to launch its kernels, which also
-# makes the seed's own speed depend on the host's CPU: compare recipes only within one run. What each
-# change was predicted to do and did is in `benchmarks/NOTES.md`.
+# bf16 instead of fp16 (no loss scaler); the four accumulated micro-batches as one batch of 16 (same global
+# batch and optimizer steps, larger matrix products, a quarter of the kernel launches); each batch padded
+# to its longest sample instead of to 512 tokens, with samples of similar length batched together, so most
+# computed tokens are real; Liger's fused linear cross-entropy, so the batch × length × 250,880 logits
+# never exist at once (memory, not speed); BLOOM's attention as one `scaled_dot_product_attention` call
+# with the ALiBi bias as its mask; BLOOM's tanh-GELU as PyTorch's single kernel; fused AdamW; and the
+# objects alive at the start of training frozen out of Python's garbage collector. There is **no
+# `torch.compile`**: an earlier version compiled each block and was 5× faster per step, but its compile
+# took longer than the whole job, so end to end it was slower than the seed. The step is bound by the host
+# CPU launching kernels, which also makes the seed's own speed depend on the host: compare recipes only
+# within one run. What each change was predicted to do and did is in `benchmarks/NOTES.md`; the tables
+# below give the measured figures and the reason for each gain.
 # :::
 
 # %% tags=["hide-input"]

@@ -468,19 +468,17 @@ def show_results(selection: Selection, keys: Sequence[str], runs_dir: Path | str
 
 
 def show_recipe_benchmark() -> list[Table]:
-    """The seed recipe against the tuned one on one GPU (benchmarks/recipe_benchmark.py), and the ladder
-    that adds one change at a time, from the stored result files."""
+    """The seed recipe against the tuned one on one GPU (benchmarks/recipe_benchmark.py), steady and end to
+    end, then the changes one at a time with why each pays; every figure from the stored result files."""
     from . import reference_views
 
+    tables = reference_views.recipe_benchmark_tables()
+    if not tables:
+        _reference_missing("No recipe benchmark result yet (benchmarks/results/recipe/).")
     shown = []
-    for path, title in ((reference_views.RECIPE_RESULT, "Seed vs tuned recipe, one run"),
-                        (reference_views.RECIPE_LADDER, "The ladder: one change at a time (an earlier run)")):
-        if not path.is_file():
-            _reference_missing(f"No recipe benchmark result yet ({path.name}).")
-            continue
-        table = Table(title, reference_views.recipe_table(path))
-        caption = (f"Reference, measured on real GPUs: {reference_views.recipe_provenance(path)}. "
-                   f"Source: {path.relative_to(repository_root()).as_posix()}.")
+    for title, frame, note in tables:
+        table = Table(title, frame)
+        caption = f"Reference, measured on real GPUs (random-init BLOOM-560m shape, synthetic SQuAD): {note}"
         _display(_html(table_html(table, kind="reference", caption=caption, profile="recipe-benchmark")))
         shown.append(table)
     return shown
