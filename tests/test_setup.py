@@ -53,7 +53,9 @@ def test_steps_run_once_with_a_progress_line_each_and_are_skipped_after(site):
     cache = profile.cache_root.replace("$USER", os.environ.get("USER") or "root")
     assert all(os.path.isfile(f"{cache}/setup/{step}.done") for step in LOCAL_STEPS)
     assert os.path.isfile(profile.nemo.image.replace("$USER", os.environ.get("USER") or "root"))
-    assert [call["argv"] for call in site.calls("module")] == [["load", "singularity"]] * 2
+    # environment: the CUDA toolkit; nemo-image and nemo-data: the toolkit and singularity
+    assert [call["argv"] for call in site.calls("module")] == [["load", "cuda/12.4.1"]] + \
+        [["load", "cuda/12.4.1"], ["load", "singularity"]] * 2
     assert "torch 2.13.0" in first.stdout  # the environment step checked the locked torch
     calls = len(site.calls())
     second = setup(site)
