@@ -133,3 +133,16 @@ def test_the_slurm_commands_are_accepted_by_the_local_cluster(local_cluster):
     test_only = ["srun", "--test-only", *words[1:-2], "true"]
     result = subprocess.run(test_only, env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and "to start at" in result.stderr, result.stderr
+
+
+def test_the_bootstrap_wrapper_is_clean_shell():
+    subprocess.run(["bash", "-n", str(ROOT / "workshop-setup")], check=True)
+    if shutil.which("shellcheck"):
+        result = subprocess.run(["shellcheck", str(ROOT / "workshop-setup")], capture_output=True, text=True)
+        assert result.returncode == 0, result.stdout
+
+
+def test_the_bootstrap_wrapper_refuses_an_unknown_profile_naming_the_known_ones():
+    result = subprocess.run(["./workshop-setup", "nowhere"], cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2 and "no profile slurm/profiles/nowhere.yml" in result.stderr
+    assert "ibex.yml" in result.stderr
