@@ -115,3 +115,18 @@ def test_the_network_block_of_the_stand_in_refuses_and_records(site):
                             capture_output=True, text=True, timeout=60)
     assert "refused: network blocked in this rehearsal: huggingface.co" in result.stdout
     assert "loopback ok" in result.stdout and [a["target"] for a in site.network_attempts()] == ["huggingface.co"]
+
+
+def test_submitting_before_the_setup_is_refused_naming_the_step(site):
+    from workshop_lib.site_setup import SetupError, check_before_submit
+
+    profile = load_profile(site.profile_path)
+    experiment = get_experiment("lora/llama/2-gpus")
+    with pytest.raises(SetupError, match=r"lora/llama/2-gpus cannot run yet\. Missing: The NeMo container image .*"
+                                         r"--only nemo-image.*--only nemo-data.*--only nemo-import-llama-3.1-8b"):
+        check_before_submit(experiment, profile, environ={"USER": "participant"})
+    assert setup(site).returncode == 0
+    with pytest.raises(SetupError, match="--only nemo-import-llama-3.1-8b"):  # the import jobs have not run
+        check_before_submit(experiment, profile)
+    check_before_submit(get_experiment("zero/baseline"), profile)  # the conda side is complete
+    check_before_submit(experiment, load_profile("tiny"))  # a profile without setup needs nothing

@@ -131,6 +131,34 @@ def job_requirements(experiment: Experiment, profile: Profile) -> list[Requireme
     return needs
 
 
+def check_before_submit(experiment: Experiment, profile: Profile, environ: dict | None = None) -> None:
+    """Refuse to submit a job whose setup step has not run, on the machine that submits it.
+
+    The job checks the same files again when it starts (on a compute node, where storage could differ),
+    but a participant should hear about a skipped step before waiting in the queue.
+    """
+    environ = dict(os.environ if environ is None else environ)
+    environ.setdefault("USER", os.environ.get("USER") or _login_name())
+    missing = [need for need in job_requirements(experiment, profile)
+               if not Path(_expand(need.path, environ)).exists()]
+    if missing:
+        raise SetupError(f"{experiment.id} cannot run yet. " + " ".join(need.message for need in missing))
+
+
+def _expand(shell_path: str, environ: dict) -> str:
+    # Profile paths only hold $NAME / ${NAME} (profile_schema.SHELL_PATH): expand those, as bash would.
+    import re
+
+    return re.sub(r"\$(?:\{(\w+)\}|(\w+))", lambda match: environ.get(match.group(1) or match.group(2), ""),
+                  shell_path)
+
+
+def _login_name() -> str:
+    import getpass
+
+    return getpass.getuser()
+
+
 # ---- the plan -------------------------------------------------------------------------------------
 @dataclass
 class Plan:
