@@ -130,3 +130,17 @@ def test_submitting_before_the_setup_is_refused_naming_the_step(site):
         check_before_submit(experiment, profile)
     check_before_submit(get_experiment("zero/baseline"), profile)  # the conda side is complete
     check_before_submit(experiment, load_profile("tiny"))  # a profile without setup needs nothing
+
+
+def test_every_file_a_job_checks_for_is_made_by_a_setup_step():
+    from workshop_lib.experiments import all_experiments
+    from workshop_lib.scripts import import_requirements
+    from workshop_lib.site_setup import job_requirements
+
+    profile = load_profile("ibex")
+    plan = build_plan(profile)
+    made_by = {path: step.name for step in plan.steps for path in step.produces}
+    needs = [need for experiment in all_experiments() for need in job_requirements(experiment, profile)]
+    needs += import_requirements(profile)
+    assert needs and all(made_by.get(need.path) == need.step for need in needs), \
+        [need for need in needs if made_by.get(need.path) != need.step]
