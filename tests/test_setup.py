@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +16,8 @@ from workshop_lib.experiments import get_experiment
 from workshop_lib.profiles import load_profile
 from workshop_lib.scripts import render_script
 from workshop_lib.site_setup import build_plan
+
+ROOT = Path(__file__).resolve().parents[1]
 
 LOCAL_STEPS = ["folders", "miniforge", "environment", "hub-download", "nemo-image", "nemo-data"]
 
@@ -96,7 +99,8 @@ def test_a_job_whose_setup_step_was_skipped_stops_at_once_naming_it(site, tmp_pa
            "SLURM_JOB_NODELIST": "node1", "SLURM_CPUS_PER_TASK": "4"}
     result = subprocess.run(["bash", str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 45
-    assert f"the setup step '{step}' has not run. On a login node: workshop setup ibex --only {step}" in result.stderr
+    assert (f"the setup step '{step}' has not run. On a login node: workshop setup {site.profile_path} --only {step}"
+            in result.stderr)
     assert site.calls("singularity") == [] and site.calls("conda") == []  # stopped before using either
 
 
@@ -134,8 +138,7 @@ def test_submitting_before_the_setup_is_refused_naming_the_step(site):
 
 def test_every_file_a_job_checks_for_is_made_by_a_setup_step():
     from workshop_lib.experiments import all_experiments
-    from workshop_lib.scripts import import_requirements
-    from workshop_lib.site_setup import job_requirements
+    from workshop_lib.site_setup import import_requirements, job_requirements
 
     profile = load_profile("ibex")
     plan = build_plan(profile)
@@ -144,3 +147,13 @@ def test_every_file_a_job_checks_for_is_made_by_a_setup_step():
     needs += import_requirements(profile)
     assert needs and all(made_by.get(need.path) == need.step for need in needs), \
         [need for need in needs if made_by.get(need.path) != need.step]
+
+
+def test_planning_and_rendering_for_ibex_imports_no_torch():
+    code = ("import sys\nfrom workshop_lib.profiles import load_profile\nfrom workshop_lib.site_setup import build_plan\n"
+            "from workshop_lib.scripts import render_script\nfrom workshop_lib.experiments import all_experiments\n"
+            "build_plan(load_profile('ibex'))\n[render_script(e, 'ibex') for e in all_experiments()]\n"
+            "print(sorted(name for name in ('torch', 'transformers', 'datasets') if name in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert result.stdout.strip() == "[]", result.stderr

@@ -72,11 +72,12 @@ class Requirement:
     path: str  # shell text (double-quoted in the script)
     step: str
     what: str
+    site: str = "ibex"  # what `workshop setup` is given for this profile
 
     @property
     def message(self) -> str:
         return (f"Missing: {self.what} ({self.path}); the setup step {self.step!r} has not run. "
-                f"On a login node: {SETUP_COMMAND} --only {self.step}")
+                f"On a login node: workshop setup {self.site} --only {self.step}")
 
 
 # ---- what the profile asks for ------------------------------------------------------------------
@@ -95,6 +96,7 @@ def _state_dir(profile: Profile) -> str:
 def hub_models(profile: Profile) -> list[str]:
     """Hugging Face repositories the Hugging Face jobs load (chapters 3-4 and off-NeMo chapters 1-2)."""
     from .experiments import all_experiments
+    # The registry is the one place for hub names; importing it loads no torch (checked by a test).
     from .train.models import REGISTRY
 
     if profile.training.random_init:
@@ -114,20 +116,32 @@ def job_requirements(experiment: Experiment, profile: Profile) -> list[Requireme
     if not profile.cache_root:
         return []
     uses_nemo = experiment.engine == NEMO and profile.nemo.enabled
+    site = _profile_argument(profile)
     needs = []
     if uses_nemo:
-        needs.append(Requirement(profile.nemo.image, "nemo-image", "The NeMo container image"))
-        needs.append(Requirement(marker(profile, "nemo-data"), "nemo-data", "NeMo's prepared SQuAD"))
+        needs.append(Requirement(profile.nemo.image, "nemo-image", "The NeMo container image", site))
+        needs.append(Requirement(marker(profile, "nemo-data"), "nemo-data", "NeMo's prepared SQuAD", site))
         needs.append(Requirement(marker(profile, f"nemo-import-{experiment.model}"), f"nemo-import-{experiment.model}",
-                                 f"The NeMo checkpoint of {experiment.model}"))
+                                 f"The NeMo checkpoint of {experiment.model}", site))
         return needs
     python = profile.python
     if python.conda_root:
-        needs.append(Requirement(f"{python.conda_root}/etc/profile.d/conda.sh", "miniforge", "Miniforge"))
+        needs.append(Requirement(f"{python.conda_root}/etc/profile.d/conda.sh", "miniforge", "Miniforge", site))
         needs.append(Requirement(marker(profile, "environment"), "environment",
-                                 f"The conda environment {python.conda_environment}"))
+                                 f"The conda environment {python.conda_environment}", site))
     if profile.offline and (hub_models(profile) or profile.training.data == "squad"):
-        needs.append(Requirement(marker(profile, "hub-download"), "hub-download", "The models and SQuAD"))
+        needs.append(Requirement(marker(profile, "hub-download"), "hub-download", "The models and SQuAD", site))
+    return needs
+
+
+def import_requirements(profile: Profile) -> list[Requirement]:
+    """The image and the downloaded checkpoint a `nemo llm import` job reads."""
+    if not profile.cache_root:
+        return []
+    site = _profile_argument(profile)
+    needs = [Requirement(profile.nemo.image, "nemo-image", "The NeMo container image", site)]
+    if profile.offline:
+        needs.append(Requirement(marker(profile, "hub-download"), "hub-download", "The downloaded checkpoints", site))
     return needs
 
 
