@@ -250,9 +250,11 @@ def _hub_download_step(profile: Profile, nemo_models: list[str]) -> Step:
 def _nemo_steps(profile: Profile) -> list[Step]:
     nemo = profile.nemo
     modules = tuple(f"module load {shlex.quote(module)}" for module in nemo.modules)
+    # The environment's own command: the setup may run without the environment activated.
+    workshop = '"$CONDA_ROOT/envs/$CONDA_ENV/bin/workshop"' if profile.python.conda_root else "workshop"
     binds = " ".join(f'--bind "{bind}"' for bind in nemo.binds)
     steps = [
-        Step("nemo-image", f"the NeMo container {nemo.image_source} as a Singularity image (~20 GB, tens of minutes)",
+        Step("nemo-image", f"the NeMo container {nemo.image_source} as a Singularity image",
              (*modules,
               'export SINGULARITY_CACHEDIR="$CACHE_ROOT/singularity" SINGULARITY_TMPDIR="$TMPDIR"',
               'mkdir -p "$(dirname "$NEMO_IMAGE")" "$SINGULARITY_CACHEDIR"',
@@ -276,7 +278,7 @@ def _nemo_steps(profile: Profile) -> list[Step]:
             step, f"convert {nemo.hub_ids[model]} to NeMo's format (`nemo llm import`, a batch job; waits for it)",
             ('mkdir -p "$SETUP_STATE/' + step + '"',
              'cd "$SETUP_STATE/' + step + '"',
-             f"workshop render --import-model {shlex.quote(model)} --profile {shlex.quote(_profile_argument(profile))} "
+             f"{workshop} render --import-model {shlex.quote(model)} --profile {shlex.quote(_profile_argument(profile))} "
              "-o job.sbatch",
              # --wait: sbatch returns when the job ends, with the job's exit status.
              "sbatch --wait job.sbatch"),
