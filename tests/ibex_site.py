@@ -26,7 +26,7 @@ from workshop_lib.profiles import PROFILES_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 # Module names the stand-in site provides: the ibex profile's own (book/ibex_setup.md lists them as site facts).
-SITE_MODULES = ("singularity",)
+SITE_MODULES = ("cuda/12.4.1", "singularity")
 
 _RECORD = """
 import json, os, sys

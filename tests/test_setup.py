@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +16,8 @@ from workshop_lib.experiments import get_experiment
 from workshop_lib.profiles import load_profile
 from workshop_lib.scripts import render_script
 from workshop_lib.site_setup import build_plan
+
+ROOT = Path(__file__).resolve().parents[1]
 
 LOCAL_STEPS = ["folders", "miniforge", "environment", "hub-download", "nemo-image", "nemo-data"]
 
@@ -53,7 +56,9 @@ def test_steps_run_once_with_a_progress_line_each_and_are_skipped_after(site):
     cache = profile.cache_root.replace("$USER", os.environ.get("USER") or "root")
     assert all(os.path.isfile(f"{cache}/setup/{step}.done") for step in LOCAL_STEPS)
     assert os.path.isfile(profile.nemo.image.replace("$USER", os.environ.get("USER") or "root"))
-    assert [call["argv"] for call in site.calls("module")] == [["load", "singularity"]] * 2
+    # environment: the CUDA toolkit; nemo-image and nemo-data: the toolkit and singularity
+    assert [call["argv"] for call in site.calls("module")] == [["load", "cuda/12.4.1"]] + \
+        [["load", "cuda/12.4.1"], ["load", "singularity"]] * 2
     assert "torch 2.13.0" in first.stdout  # the environment step checked the locked torch
     calls = len(site.calls())
     second = setup(site)
@@ -94,7 +99,8 @@ def test_a_job_whose_setup_step_was_skipped_stops_at_once_naming_it(site, tmp_pa
            "SLURM_JOB_NODELIST": "node1", "SLURM_CPUS_PER_TASK": "4"}
     result = subprocess.run(["bash", str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 45
-    assert f"the setup step '{step}' has not run. On a login node: workshop setup ibex --only {step}" in result.stderr
+    assert (f"the setup step '{step}' has not run. On a login node: workshop setup {site.profile_path} --only {step}"
+            in result.stderr)
     assert site.calls("singularity") == [] and site.calls("conda") == []  # stopped before using either
 
 
@@ -113,3 +119,41 @@ def test_the_network_block_of_the_stand_in_refuses_and_records(site):
                             capture_output=True, text=True, timeout=60)
     assert "refused: network blocked in this rehearsal: huggingface.co" in result.stdout
     assert "loopback ok" in result.stdout and [a["target"] for a in site.network_attempts()] == ["huggingface.co"]
+
+
+def test_submitting_before_the_setup_is_refused_naming_the_step(site):
+    from workshop_lib.site_setup import SetupError, check_before_submit
+
+    profile = load_profile(site.profile_path)
+    experiment = get_experiment("lora/llama/2-gpus")
+    with pytest.raises(SetupError, match=r"lora/llama/2-gpus cannot run yet\. Missing: The NeMo container image .*"
+                                         r"--only nemo-image.*--only nemo-data.*--only nemo-import-llama-3.1-8b"):
+        check_before_submit(experiment, profile, environ={"USER": "participant"})
+    assert setup(site).returncode == 0
+    with pytest.raises(SetupError, match="--only nemo-import-llama-3.1-8b"):  # the import jobs have not run
+        check_before_submit(experiment, profile)
+    check_before_submit(get_experiment("zero/baseline"), profile)  # the conda side is complete
+    check_before_submit(experiment, load_profile("tiny"))  # a profile without setup needs nothing
+
+
+def test_every_file_a_job_checks_for_is_made_by_a_setup_step():
+    from workshop_lib.experiments import all_experiments
+    from workshop_lib.site_setup import import_requirements, job_requirements
+
+    profile = load_profile("ibex")
+    plan = build_plan(profile)
+    made_by = {path: step.name for step in plan.steps for path in step.produces}
+    needs = [need for experiment in all_experiments() for need in job_requirements(experiment, profile)]
+    needs += import_requirements(profile)
+    assert needs and all(made_by.get(need.path) == need.step for need in needs), \
+        [need for need in needs if made_by.get(need.path) != need.step]
+
+
+def test_planning_and_rendering_for_ibex_imports_no_torch():
+    code = ("import sys\nfrom workshop_lib.profiles import load_profile\nfrom workshop_lib.site_setup import build_plan\n"
+            "from workshop_lib.scripts import render_script\nfrom workshop_lib.experiments import all_experiments\n"
+            "build_plan(load_profile('ibex'))\n[render_script(e, 'ibex') for e in all_experiments()]\n"
+            "print(sorted(name for name in ('torch', 'transformers', 'datasets') if name in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert result.stdout.strip() == "[]", result.stderr

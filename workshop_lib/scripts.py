@@ -20,7 +20,8 @@ from .errors import WorkshopError
 from .experiments import GPT, HF, NEMO, Experiment
 from .profile_schema import SHELL_PATH
 from .profiles import SLURM_DIR, Profile, load_profile
-from .site_setup import CACHE_VARIABLES, MISSING_SETUP_EXIT, OFFLINE_VARIABLES, job_requirements
+from .site_setup import (CACHE_VARIABLES, MISSING_SETUP_EXIT, OFFLINE_VARIABLES, import_requirements,
+                         job_requirements)
 from .validate import raise_for_experiment
 
 TEMPLATES_DIR = SLURM_DIR / "templates"
@@ -129,18 +130,6 @@ def render_import_script(model: str, profile: Profile | str | None = None) -> st
         "dq": _double_quoted,
     }
     return _tidy(_environment().get_template("nemo_import.sbatch.j2").render(context))
-
-
-def import_requirements(profile: Profile):
-    """The image and the downloaded checkpoint an import job reads (made by `workshop setup`)."""
-    from .site_setup import Requirement, marker
-
-    if not profile.cache_root:
-        return []
-    needs = [Requirement(profile.nemo.image, "nemo-image", "The NeMo container image")]
-    if profile.offline:
-        needs.append(Requirement(marker(profile, "hub-download"), "hub-download", "The downloaded checkpoints"))
-    return needs
 
 
 def site_context(experiment: Experiment, profile: Profile) -> dict:

@@ -72,11 +72,12 @@ class Requirement:
     path: str  # shell text (double-quoted in the script)
     step: str
     what: str
+    site: str = "ibex"  # what `workshop setup` is given for this profile
 
     @property
     def message(self) -> str:
         return (f"Missing: {self.what} ({self.path}); the setup step {self.step!r} has not run. "
-                f"On a login node: {SETUP_COMMAND} --only {self.step}")
+                f"On a login node: workshop setup {self.site} --only {self.step}")
 
 
 # ---- what the profile asks for ------------------------------------------------------------------
@@ -95,6 +96,7 @@ def _state_dir(profile: Profile) -> str:
 def hub_models(profile: Profile) -> list[str]:
     """Hugging Face repositories the Hugging Face jobs load (chapters 3-4 and off-NeMo chapters 1-2)."""
     from .experiments import all_experiments
+    # The registry is the one place for hub names; importing it loads no torch (checked by a test).
     from .train.models import REGISTRY
 
     if profile.training.random_init:
@@ -114,21 +116,61 @@ def job_requirements(experiment: Experiment, profile: Profile) -> list[Requireme
     if not profile.cache_root:
         return []
     uses_nemo = experiment.engine == NEMO and profile.nemo.enabled
+    site = _profile_argument(profile)
     needs = []
     if uses_nemo:
-        needs.append(Requirement(profile.nemo.image, "nemo-image", "The NeMo container image"))
-        needs.append(Requirement(marker(profile, "nemo-data"), "nemo-data", "NeMo's prepared SQuAD"))
+        needs.append(Requirement(profile.nemo.image, "nemo-image", "The NeMo container image", site))
+        needs.append(Requirement(marker(profile, "nemo-data"), "nemo-data", "NeMo's prepared SQuAD", site))
         needs.append(Requirement(marker(profile, f"nemo-import-{experiment.model}"), f"nemo-import-{experiment.model}",
-                                 f"The NeMo checkpoint of {experiment.model}"))
+                                 f"The NeMo checkpoint of {experiment.model}", site))
         return needs
     python = profile.python
     if python.conda_root:
-        needs.append(Requirement(f"{python.conda_root}/etc/profile.d/conda.sh", "miniforge", "Miniforge"))
+        needs.append(Requirement(f"{python.conda_root}/etc/profile.d/conda.sh", "miniforge", "Miniforge", site))
         needs.append(Requirement(marker(profile, "environment"), "environment",
-                                 f"The conda environment {python.conda_environment}"))
+                                 f"The conda environment {python.conda_environment}", site))
     if profile.offline and (hub_models(profile) or profile.training.data == "squad"):
-        needs.append(Requirement(marker(profile, "hub-download"), "hub-download", "The models and SQuAD"))
+        needs.append(Requirement(marker(profile, "hub-download"), "hub-download", "The models and SQuAD", site))
     return needs
+
+
+def import_requirements(profile: Profile) -> list[Requirement]:
+    """The image and the downloaded checkpoint a `nemo llm import` job reads."""
+    if not profile.cache_root:
+        return []
+    site = _profile_argument(profile)
+    needs = [Requirement(profile.nemo.image, "nemo-image", "The NeMo container image", site)]
+    if profile.offline:
+        needs.append(Requirement(marker(profile, "hub-download"), "hub-download", "The downloaded checkpoints", site))
+    return needs
+
+
+def check_before_submit(experiment: Experiment, profile: Profile, environ: dict | None = None) -> None:
+    """Refuse to submit a job whose setup step has not run, on the machine that submits it.
+
+    The job checks the same files again when it starts (on a compute node, where storage could differ),
+    but a participant should hear about a skipped step before waiting in the queue.
+    """
+    environ = dict(os.environ if environ is None else environ)
+    environ.setdefault("USER", os.environ.get("USER") or _login_name())
+    missing = [need for need in job_requirements(experiment, profile)
+               if not Path(_expand(need.path, environ)).exists()]
+    if missing:
+        raise SetupError(f"{experiment.id} cannot run yet. " + " ".join(need.message for need in missing))
+
+
+def _expand(shell_path: str, environ: dict) -> str:
+    # Profile paths only hold $NAME / ${NAME} (profile_schema.SHELL_PATH): expand those, as bash would.
+    import re
+
+    return re.sub(r"\$(?:\{(\w+)\}|(\w+))", lambda match: environ.get(match.group(1) or match.group(2), ""),
+                  shell_path)
+
+
+def _login_name() -> str:
+    import getpass
+
+    return getpass.getuser()
 
 
 # ---- the plan -------------------------------------------------------------------------------------
@@ -208,9 +250,11 @@ def _hub_download_step(profile: Profile, nemo_models: list[str]) -> Step:
 def _nemo_steps(profile: Profile) -> list[Step]:
     nemo = profile.nemo
     modules = tuple(f"module load {shlex.quote(module)}" for module in nemo.modules)
+    # The environment's own command: the setup may run without the environment activated.
+    workshop = '"$CONDA_ROOT/envs/$CONDA_ENV/bin/workshop"' if profile.python.conda_root else "workshop"
     binds = " ".join(f'--bind "{bind}"' for bind in nemo.binds)
     steps = [
-        Step("nemo-image", f"the NeMo container {nemo.image_source} as a Singularity image (~20 GB, tens of minutes)",
+        Step("nemo-image", f"the NeMo container {nemo.image_source} as a Singularity image",
              (*modules,
               'export SINGULARITY_CACHEDIR="$CACHE_ROOT/singularity" SINGULARITY_TMPDIR="$TMPDIR"',
               'mkdir -p "$(dirname "$NEMO_IMAGE")" "$SINGULARITY_CACHEDIR"',
@@ -234,7 +278,7 @@ def _nemo_steps(profile: Profile) -> list[Step]:
             step, f"convert {nemo.hub_ids[model]} to NeMo's format (`nemo llm import`, a batch job; waits for it)",
             ('mkdir -p "$SETUP_STATE/' + step + '"',
              'cd "$SETUP_STATE/' + step + '"',
-             f"workshop render --import-model {shlex.quote(model)} --profile {shlex.quote(_profile_argument(profile))} "
+             f"{workshop} render --import-model {shlex.quote(model)} --profile {shlex.quote(_profile_argument(profile))} "
              "-o job.sbatch",
              # --wait: sbatch returns when the job ends, with the job's exit status.
              "sbatch --wait job.sbatch"),

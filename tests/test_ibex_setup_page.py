@@ -1,0 +1,148 @@
+"""book/ibex_setup.md is a tested checklist: every shell command on it passes `bash -n` and shellcheck,
+runs (as a dry run, or against the local SLURM cluster) where it can here, and what the page says the
+commands print or do is what the code prints and does."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from workshop_lib.experiments import Experiment
+from workshop_lib.profiles import load_profile
+from workshop_lib.site_setup import Requirement, build_plan
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = ROOT / "book" / "ibex_setup.md"
+CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
+SUBSTITUTIONS = CONFIG["parse"]["myst_substitutions"]
+
+
+def _fenced(text: str, language: str) -> list[str]:
+    return re.findall(rf"^```{language}\n(.*?)^```", text, flags=re.MULTILINE | re.DOTALL)
+
+
+def _page_with_substitutions() -> str:
+    text = PAGE.read_text()
+    for name, value in SUBSTITUTIONS.items():
+        text = text.replace("{{ " + name + " }}", str(value))
+    return text
+
+
+BLOCKS = _fenced(_page_with_substitutions(), "bash")
+
+
+def test_the_page_has_its_commands():
+    assert len(BLOCKS) >= 7 and "{{" not in "".join(BLOCKS)
+
+
+@pytest.mark.parametrize("block", BLOCKS, ids=[block.splitlines()[0][:40] for block in BLOCKS])
+def test_every_command_passes_bash_n_and_shellcheck(block):
+    subprocess.run(["bash", "-n"], input=block, text=True, check=True)
+    if not shutil.which("shellcheck"):
+        pytest.skip("shellcheck is not installed (CI installs it)")
+    # Typed at a prompt, not run as a script: `cd DIR || exit` (SC2164) would close the participant's
+    # terminal, and the site's conda.sh (SC1090) is not there to follow.
+    result = subprocess.run(["shellcheck", "--shell=bash", "--exclude=SC2164,SC1090", "-"], input=block,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout
+    assert not re.search(r"<[a-z][^>]*>", block), "a placeholder inside a command a participant pastes"
+
+
+def test_the_clone_command_is_set_once_in_the_book_configuration():
+    url = SUBSTITUTIONS["clone_url"]
+    assert re.fullmatch(r"https://[\w.-]+/[\w.-]+/[\w.-]+\.git", url)
+    assert f"git clone {url} workshop" in SUBSTITUTIONS["clone_command"]
+    assert "{{ clone_command }}" in PAGE.read_text()
+    for page in [*(ROOT / "book").glob("*.md"), ROOT / "README.md"]:
+        text = page.read_text()
+        clones = re.findall(r"git clone (\S+)", text)
+        assert all(clone == url for clone in clones), f"{page.name} shows another clone source: {clones}"
+
+
+def test_the_dry_run_on_the_page_runs_and_lists_the_steps_of_the_table():
+    result = subprocess.run(["./workshop-setup", "ibex", "--dry-run"], cwd=ROOT, capture_output=True, text=True,
+                            timeout=120, env={**os.environ, "USER": os.environ.get("USER") or "participant"})
+    assert result.returncode == 0, result.stderr
+    printed = re.findall(r"^\[\d+/\d+\] ([\w.-]+): ", result.stdout, flags=re.MULTILINE)
+    table = re.findall(r"^\| `([\w.-]+)` \|", PAGE.read_text(), flags=re.MULTILINE)
+    planned = [step.name for step in build_plan(load_profile("ibex")).steps]
+    assert printed == table == planned
+
+
+def test_the_sample_output_follows_what_setup_prints():
+    sample = _fenced(PAGE.read_text(), "text")[0].splitlines()
+    steps = build_plan(load_profile("ibex")).steps
+    titles = {step.name: step.title for step in steps}
+    for line in sample[:-1]:
+        number, total, name, rest = re.fullmatch(r"\[(\d+)/(\d+)\] ([\w.-]+): (.*)", line).groups()
+        assert int(total) == len(steps) and steps[int(number) - 1].name == name
+        assert rest in (f"{titles[name]} ...", "already done, skipped") or re.fullmatch(r"done in \d+\.\d s", rest)
+    ran, done = map(int, re.fullmatch(r"setup of 'ibex' complete: (\d+) step\(s\) ran, (\d+) already done",
+                                      sample[-1]).groups())
+    assert ran + done == len(steps)
+
+
+def test_what_the_page_says_about_jobs_is_what_the_scripts_do():
+    text = " ".join(PAGE.read_text().split())
+    ibex = load_profile("ibex")
+    message = Requirement("...", "nemo-image", "The NeMo container image").message
+    assert message in text and "exit status 45" in text
+    assert f"below {ibex.bandwidth_check.min_bus_bandwidth_gbps:g} GB/s" in text
+    assert f"`NCCL_IB_HCA={ibex.bandwidth_check.environment['NCCL_IB_HCA']}`" in text
+    assert f"{Experiment.__dataclass_fields__['cpus_per_task'].default} cores per training process" in text
+    facts = text.split("## Facts about Ibex to confirm", 1)[1]
+    for module in ibex.nemo.modules + ibex.python.modules:
+        assert f"`{module}`" in facts
+    assert "nemo_25.07.sif" in ibex.nemo.image and "NeMo 25.07" in text
+
+
+def test_the_torch_the_page_promises_is_the_one_environment_yml_installs():
+    environment = yaml.safe_load((ROOT / "environment.yml").read_text())
+    pip = next(item["pip"] for item in environment["dependencies"] if isinstance(item, dict))
+    pin = next(line for line in pip if line.startswith("torch=="))
+    version, label = pin.removeprefix("torch==").split("+")
+    cuda = f"{label[2:4]}.{label[4:]}"
+    text = PAGE.read_text()
+    assert f"`{version}+{label} {cuda} True`" in text and f"torch {version}+{label} (CUDA {cuda})" in text
+    assert f"https://download.pytorch.org/whl/{label}" in text
+
+
+def test_the_check_on_the_gpu_node_runs_here_with_the_cpu_build():
+    line = next(line for block in BLOCKS for line in block.splitlines() if line.startswith("python -c"))
+    result = subprocess.run(["bash", "-c", line.replace("python", sys.executable, 1)], capture_output=True,
+                            text=True, timeout=120)
+    version, cuda, available = result.stdout.split()
+    assert version.startswith("2.13.0") and available in ("True", "False")
+
+
+@pytest.mark.cluster
+def test_the_slurm_commands_are_accepted_by_the_local_cluster(local_cluster):
+    env = {**os.environ, "SLURM_CONF": str(local_cluster.conf)}
+    reservations = subprocess.run(["scontrol", "show", "reservation"], env=env, capture_output=True, text=True)
+    assert reservations.returncode == 0 and "reservation" in (reservations.stdout + reservations.stderr).lower()
+    srun = next(line for block in BLOCKS for line in block.splitlines() if line.startswith("srun "))
+    words = srun.split()
+    assert words[-2:] == ["--pty", "bash"]
+    test_only = ["srun", "--test-only", *words[1:-2], "true"]
+    result = subprocess.run(test_only, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and "to start at" in result.stderr, result.stderr
+
+
+def test_the_bootstrap_wrapper_is_clean_shell():
+    subprocess.run(["bash", "-n", str(ROOT / "workshop-setup")], check=True)
+    if shutil.which("shellcheck"):
+        result = subprocess.run(["shellcheck", str(ROOT / "workshop-setup")], capture_output=True, text=True)
+        assert result.returncode == 0, result.stdout
+
+
+def test_the_bootstrap_wrapper_refuses_an_unknown_profile_naming_the_known_ones():
+    result = subprocess.run(["./workshop-setup", "nowhere"], cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2 and "no profile slurm/profiles/nowhere.yml" in result.stderr
+    assert "ibex.yml" in result.stderr
