@@ -37,7 +37,7 @@ import pandas as pd
 
 from .cells import NOT_RECORDED, completed, measured_cell
 from .errors import WorkshopError
-from .parse.footer import format_duration
+from .durations import format_duration
 from .predictions import PREDICTION_NOTE, prediction_frame
 from .results import COMPLETED, chapter_results
 
