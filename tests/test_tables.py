@@ -1,6 +1,7 @@
 """Run directories → records → the seeds' tables: values come from the runs' own files, derived
 columns are computed, and runs that are missing or failed show their state."""
 
+import csv
 import json
 import shutil
 from pathlib import Path
@@ -10,7 +11,7 @@ import pytest
 from workshop_lib.cli import main
 from workshop_lib.memory import memory_summary
 from workshop_lib.results import chapter_results, read_run
-from workshop_lib.tables import chapter_tables, long_form, render_tables
+from workshop_lib.tables import chapter_tables, drop_unrecorded, long_form, render_tables
 
 SAMPLES = Path(__file__).parent / "samples"
 CH1_COLUMNS = ["GPUs", "Batch per GPU", "Total job time (HH:MM:SS)", "Train step time (s)", "Last reduced_train_loss",
@@ -39,7 +40,8 @@ def chapter_1_runs(tmp_path):
 
 def test_chapter_1_table_from_runs(chapter_1_runs):
     table = chapter_tables(1, chapter_1_runs)[0].frame
-    assert list(table.columns) == CH1_COLUMNS + ["Model States per Rank (MiB)", "Step Peak Tensors per Rank (MiB)"]
+    assert list(table.columns) == CH1_COLUMNS + ["GPU 0 Utilization (%)", "Model States per Rank (MiB)",
+                                                 "Step Peak Tensors per Rank (MiB)"]
     one, two, four, eight = table.to_dict("records")
     gpu0 = memory_summary([chapter_1_runs / "lora/llama/1-gpu"]).gpu(0)
     assert one["Total job time (HH:MM:SS)"] == "00:09:55" and one["Train step time (s)"] == 1.608
@@ -47,6 +49,8 @@ def test_chapter_1_table_from_runs(chapter_1_runs):
     assert one["GPU 0 Peak (MiB)"] == gpu0.stats.peak == 6251
     assert one["GPU 0 Avg (MiB)"] == round(gpu0.stats.average, 2) and one["GPU 0 Mode (MiB)"] == 0
     assert one["Time scaling vs 1 GPU"] == 1.0 and one["Peak memory scaling vs 1 GPU"] == 1.0
+    assert one["GPU 0 Utilization (%)"] == "n/a"  # that monitor's query had no utilization.gpu
+    assert two["GPU 0 Utilization (%)"] == 0.0  # recorded, and 0 % in every sample of that log
     assert two["Batch per GPU"] == 4 and four["Batch per GPU"] == 2
     assert two["Time scaling vs 1 GPU"] == round(595 / 300, 2)
     assert two["Peak memory scaling vs 1 GPU"] == 1.0  # both logs peak at 6251 MiB on GPU 0
@@ -89,6 +93,44 @@ def test_chapter_3_tables_from_runs(tmp_path):
     assert stage.loc["Submit Job", "Stage 1"] == "workshop submit zero/two-gpus/zero1-offload"
     assert list(tables["Multi-node weak scaling (250 samples per GPU)"].columns) == [
         "Metric", "2 nodes", "4 nodes", "8 nodes"]
+
+
+def _busy_utilization(path: Path) -> float:
+    """GPU 0's mean utilization.gpu over the samples at or above half the memory peak, read here with the
+    csv module from the log itself."""
+    with open(path, newline="") as handle:
+        rows = [(float(r["memory.used [MiB]"].split()[0]), float(r["utilization.gpu [%]"].split()[0]))
+                for r in csv.DictReader(handle, skipinitialspace=True) if r["index"] == "0"]
+    peak = max(used for used, _ in rows)
+    busy = [percent for used, percent in rows if used >= peak / 2]
+    return sum(busy) / len(busy)
+
+
+def test_gpu_utilization_reaches_the_tables_where_gpu_memory_is(tmp_path):
+    runs = tmp_path / "runs"
+    log = SAMPLES / "nvidia_smi" / "h100_utilization_units.csv"
+    for experiment_id in ("zero/single-gpu/zero2-offload", "zero/multi-gpu/2-gpus", "fsdp/gpt/1-gpu"):
+        _hf_run(runs / experiment_id, 20.0)
+        shutil.copy(log, runs / experiment_id / "gpu_memory_node1.csv")
+    _hf_run(runs / "zero/single-gpu/zero0", 25.0)  # a CPU run: no GPU log
+    expected = round(_busy_utilization(log), 1)
+    assert expected == 63.0  # 13 samples at 100 % and 8 of a starved GPU (2-3 %) while memory was held
+    record = read_run(runs / "zero/single-gpu/zero2-offload")
+    assert record.gpu0_util_peak_pct == 100 and record.gpu0_util_busy_avg_pct == pytest.approx(_busy_utilization(log))
+    three = {table.title: table for table in chapter_tables(3, runs)}
+    single = three["ZeRO stages on one GPU (with and without CPU offload)"]
+    by_config = single.frame.set_index("DeepSpeed Config")["GPU Utilization (%)"]
+    assert by_config["ZeRO stage 2 + CPU offload, 1 GPU"] == expected and by_config["ZeRO stage 0, 1 GPU"] == "n/a"
+    assert "utilization.gpu" in single.note
+    multi = three["Multi-GPU weak scaling (500 samples per GPU)"].frame.set_index("Metric")
+    assert multi.loc["GPU Utilization (%)", "2 GPUs"] == expected
+    gpt = {t.title: t.frame for t in chapter_tables(4, runs)}["Custom GPT, FSDP on one node"]
+    assert list(gpt["GPU Utilization (%)"])[0] == expected
+    # A CPU run alone records none: the column is dropped, as every all-n/a column is.
+    cpu_only = tmp_path / "cpu"
+    _hf_run(cpu_only / "zero/single-gpu/zero0", 25.0)
+    table = next(t for t in chapter_tables(3, cpu_only) if t.key == "single-gpu")
+    assert "GPU Utilization (%)" not in drop_unrecorded(table).frame.columns and "utilization" not in table.note
 
 
 def test_weak_scaling_efficiency_and_long_form(tmp_path):

@@ -59,6 +59,10 @@ class RunResult:
     gpu0_mode_mib: float | None = None
     gpu0_busy_avg_mib: float | None = None
     gpu_peak_max_mib: float | None = None  # the largest peak of any GPU of any node
+    # GPU 0's nvidia-smi utilization.gpu (%): over every sample, over the busy samples (training), and its peak
+    gpu0_util_avg_pct: float | None = None
+    gpu0_util_busy_avg_pct: float | None = None
+    gpu0_util_peak_pct: float | None = None
     allocated_peak_mib: float | None = None  # the engine's own per-rank peak (max over ranks)
     allocated_kind: str | None = None  # cuda_max_allocated or cpu_max_rss
     rank0_peak_mib: float | None = None  # the engine's peak of rank 0 (GPU 0 of the first node)
@@ -158,6 +162,10 @@ def read_run(folder: str | Path, experiment_id: str | None = None) -> RunResult:
                 values.update(gpu0_peak_mib=first.stats.peak, gpu0_avg_mib=first.stats.average,
                               gpu0_mode_mib=first.stats.mode, gpu0_busy_avg_mib=first.stats.busy_average,
                               gpu_peak_max_mib=max(gpu.stats.peak for gpu in report.gpus))
+                if first.utilization:
+                    values.update(gpu0_util_avg_pct=first.utilization.average,
+                                  gpu0_util_busy_avg_pct=first.utilization.busy_average,
+                                  gpu0_util_peak_pct=first.utilization.peak)
             if report.cpus:
                 cpu = report.cpus[0].stats
                 values.update(cpu_peak_mib=cpu.peak, cpu_avg_mib=cpu.average, cpu_mode_mib=cpu.mode)
