@@ -8,9 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from workshop_lib import notebook as nb
 from workshop_lib.cli import main
+from workshop_lib.experiments import get_experiment
 from workshop_lib.memory import memory_summary
 from workshop_lib.results import chapter_results, read_run
+from workshop_lib.runs import load_run
 from workshop_lib.tables import chapter_tables, drop_unrecorded, long_form, render_tables
 
 SAMPLES = Path(__file__).parent / "samples"
@@ -159,3 +162,51 @@ def test_collect_command_formats(chapter_1_runs, capsys):
     assert json.loads(capsys.readouterr().out)[0]["rows"][0]["Total job time (HH:MM:SS)"] == "MISSING"
     text = render_tables(chapter_tables(1, chapter_1_runs), "csv")
     assert text.startswith("# Llama 3.1 8B + LoRA, data parallel\nGPUs,Batch per GPU")
+
+
+def _damage(path: Path, line: int, text: str) -> None:
+    """Put `text` in as line `line` (1-based) of the file."""
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(lines[:line - 1] + [text] + lines[line - 1:]) + "\n")
+
+
+def test_unreadable_lines_are_named_with_their_reason_once_per_run(chapter_1_runs, capsys):
+    run = chapter_1_runs / "lora/llama/2-gpus"
+    gpu_log = run / "gpu_memory_node1.csv"
+    _damage(gpu_log, 4, "2026/11/21 15:14:07.108, 1, 0 %, 0 MiB, 1437")  # another writer cut this one short
+    _damage(gpu_log, 9, "2026/11/21 15:14:08.611, 0, 0 %, [N/A], 143771 MiB")
+    _damage(gpu_log, 12, "2026/11/21 15:14:09.105, 0, 0 %, 0 MiB, 143771 MiB2026/11/21 15:14:09.105, 1, 0 %, 0 MiB, "
+                         "143771 MiB")  # two writers on one line
+    _damage(gpu_log, 15, "2026/11/21 15:14:10.105, 0, garbage, 0 MiB, 143771 MiB")
+    stdout = run / "slurm-102.out"
+    _damage(stdout, 3, " Total time : 00:6x:10")
+    result = read_run(run)
+    by_file = {lines.file: lines for lines in result.unreadable}
+    assert set(by_file) == {"gpu_memory_node1.csv", "slurm-102.out"} and result.skipped_lines == 4
+    assert [problem.line for problem in by_file["gpu_memory_node1.csv"].problems] == [9, 12, 15]
+    assert "utilization.gpu is 'garbage'" in by_file["gpu_memory_node1.csv"].problems[2].reason
+    assert by_file["slurm-102.out"].note() == ("1 line of slurm-102.out could not be read: line 3: a footer line "
+                                               "whose time is not YYYY-MM-DD HH:MM:SS or a duration HH:MM:SS.")
+    # Line 4 was cut but still read as a sample (its total is wrong, its memory is not): nothing lost there.
+    assert by_file["gpu_memory_node1.csv"].note().startswith(
+        "3 lines of gpu_memory_node1.csv could not be read: line 9: memory.used is '[N/A]', not a number of MiB; "
+        "line 12: 9 fields where the header names 5; line 15: utilization.gpu is 'garbage', not a percentage.")
+
+    assert main(["collect", "--chapter", "1", "--runs", str(chapter_1_runs)]) == 0
+    captured = capsys.readouterr()
+    [note] = [line for line in captured.err.splitlines() if "could not be read" in line]
+    assert note == (f"workshop collect: note: lora/llama/2-gpus: {by_file['slurm-102.out'].note()} "
+                    f"{by_file['gpu_memory_node1.csv'].note()}")
+    assert "| 2 | 4 | 00:05:00 |" in captured.out  # the run's other lines still fill its row
+
+
+def test_many_unreadable_lines_make_one_short_note(chapter_1_runs, capsys):
+    gpu_log = chapter_1_runs / "lora/llama/1-gpu" / "gpu_memory_node1.csv"
+    for line in range(3, 23, 2):  # ten lines where the GPU answered [N/A]
+        _damage(gpu_log, line, "2026/11/21 15:14:08.611, 0, NVIDIA H200, [N/A], 143771")
+    runs = [load_run(get_experiment(i), chapter_1_runs) for i in ("lora/llama/1-gpu", "lora/llama/2-gpus")]
+    nb._show_run_table(runs, read_only=True)
+    shown = [line for line in capsys.readouterr().out.splitlines() if "could not be read" in line]
+    assert len(shown) == 1  # the undamaged run says nothing
+    assert "lora/llama/1-gpu: 10 lines of gpu_memory_node1.csv could not be read: line 3: " in shown[0]
+    assert shown[0].count("line ") == 3 and shown[0].endswith("; and 7 more.</div>")  # three named, the rest counted

@@ -22,7 +22,7 @@ from pathlib import Path
 from .errors import WorkshopError
 from .parse.nvidia_smi import GpuMemoryLog, GpuMemorySample, read_nvidia_smi
 from .parse.psrecord import CpuMemoryLog, read_psrecord
-from .parse.text import read_text
+from .parse.text import LogProblem, read_text
 
 DEFAULT_BUSY_FRACTION = 0.5
 GPU_LOG_PATTERNS = ("gpu_memory*.csv", "gpu_memory*/*.csv")
@@ -30,7 +30,12 @@ CPU_LOG_PATTERNS = ("cpu_memory*.txt", "cpu_memory*.csv", "cpu_memory*/*.txt")
 
 
 class MemoryLogError(WorkshopError):
-    """A path given for a memory summary is missing or holds no memory log."""
+    """A path given for a memory summary is missing or holds no memory log (or nothing readable:
+    `problems` then holds each log's unreadable lines, by file)."""
+
+    def __init__(self, message: str, problems: dict[str, list[LogProblem]] | None = None):
+        super().__init__(message)
+        self.problems = problems or {}
 
 
 @dataclass(frozen=True)
@@ -84,6 +89,7 @@ class MemoryReport:
     cpus: list[CpuMemorySummary] = field(default_factory=list)
     skipped_lines: int = 0
     busy_fraction: float = DEFAULT_BUSY_FRACTION
+    problems: dict[str, list[LogProblem]] = field(default_factory=dict)  # unreadable lines, by log file
 
     def gpu(self, gpu_index: int = 0, node: str | None = None) -> GpuMemorySummary | None:
         """One GPU's summary: GPU `gpu_index` of `node`, or of the first node when no node is named."""
@@ -189,16 +195,17 @@ def memory_summary(paths: list[str | Path], busy_fraction: float = DEFAULT_BUSY_
         gpu_logs += [(str(file), read_nvidia_smi(file)) for file in gpu_files]
         cpu_logs += [(str(file), read_psrecord(file)) for file in cpu_files]
     skipped = sum(log.skipped_lines for _, log in gpu_logs) + sum(log.skipped_lines for _, log in cpu_logs)
+    problems = {source: log.problems for source, log in gpu_logs + cpu_logs if log.problems}
     if not any(log.samples for _, log in gpu_logs) and not any(log.samples for _, log in cpu_logs):
         names = ", ".join(source for source, _ in gpu_logs + cpu_logs)
         first = next(((source, log.problems[0]) for source, log in gpu_logs + cpu_logs if log.problems), None)
         where = f" First unreadable line: {first[1].format(first[0])}." if first else ""
         raise MemoryLogError(f"no readable sample in {names}: the logs are empty or damaged "
-                             f"({skipped} lines could not be read).{where}")
+                             f"({skipped} lines could not be read).{where}", problems)
     cpus = [CpuMemorySummary(label=Path(source).stem, stats=memory_stats(log.real_mib, busy_fraction), source=source)
             for source, log in cpu_logs if log.samples]
     return MemoryReport(gpus=summarize_gpu_logs(gpu_logs, busy_fraction), cpus=cpus,
-                        skipped_lines=skipped, busy_fraction=busy_fraction)
+                        skipped_lines=skipped, busy_fraction=busy_fraction, problems=problems)
 
 
 def _mib(value: float) -> str:

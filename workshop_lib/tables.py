@@ -713,9 +713,19 @@ _BUILDERS = {1: chapter_1_tables, 2: chapter_2_tables, 3: chapter_3_tables, 4: c
 
 def chapter_tables(chapter: int, runs_dir: str | Path = "runs") -> list[Table]:
     """Every seed table of a chapter, filled from `runs_dir`."""
+    _check_chapter(chapter)
+    return tables_from_results(chapter, chapter_results(chapter, runs_dir))
+
+
+def tables_from_results(chapter: int, results: pd.DataFrame) -> list[Table]:
+    """Every seed table of a chapter, filled from results already read (`results.chapter_results`)."""
+    _check_chapter(chapter)
+    return _BUILDERS[chapter](results)
+
+
+def _check_chapter(chapter: int) -> None:
     if chapter not in _BUILDERS:
         raise WorkshopError(f"there is no chapter {chapter}: choose 1, 2, 3 or 4")
-    return _BUILDERS[chapter](chapter_results(chapter, runs_dir))
 
 
 def long_form(results: pd.DataFrame, metrics: tuple[str, ...] = (
