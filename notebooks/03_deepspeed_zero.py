@@ -275,8 +275,9 @@ nb.show_recipe_benchmark();
 # `slurm/templates/blocks/gpu_monitor_start.j2`). The tables above show it as *GPU Utilization (%)*
 # beside the GPU memory: GPU 0's mean over the samples taken while training (memory at or above half its
 # peak, so the idle minutes of start-up and shutdown do not pull it down); the baseline summary adds its
-# peak, and `workshop memory runs/<experiment id>` prints it per GPU. Runs without a GPU monitor (the tiny
-# profile on CPUs) have no such column. To watch it live on Ibex, run
+# peak, and `workshop memory runs/<experiment id>` prints it per GPU. A table has the column only where its
+# runs recorded it: not on the tiny profile's CPUs (no `nvidia-smi`), nor in reference measurements taken
+# before the monitor recorded it. To watch it live on Ibex, run
 # `nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv -l 5` on the node of a running job
 # (`srun --jobid <id> --overlap --pty bash`).
 #
