@@ -272,10 +272,16 @@ nb.show_recipe_benchmark();
 # The original material's monitor asked `nvidia-smi` for `utilization.gpu` next to the memory: the share
 # of time in which at least one kernel ran on the GPU. It is a coarse signal (a GPU that runs one small
 # kernel at a time reads 100 %), but a low figure during training is a clear sign of a GPU waiting for its
-# host: data loading, Python launching kernels, or offload. This workshop's monitor records memory only
-# (`slurm/templates/blocks/gpu_monitor_start.j2`), so the utilisation rows of the tables stay empty; to
-# watch it live on Ibex, run `nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv -l 5` on
-# the node of a running job (`srun --jobid <id> --overlap --pty bash`).
+# host: data loading, Python launching kernels, or offload. This workshop's monitor records it too, in
+# the same `gpu_memory_<node>.csv` (the query is `GPU_QUERY` in `workshop_lib/scripts.py`, started by
+# `slurm/templates/blocks/gpu_monitor_start.j2`). The tables above show it as *GPU Utilization (%)*
+# beside the GPU memory: GPU 0's mean over the samples taken while training (memory at or above half its
+# peak, so the idle minutes of start-up and shutdown do not pull it down); the baseline summary adds its
+# peak, and `workshop memory runs/<experiment id>` prints it per GPU. A table has the column only where its
+# runs recorded it: not on the tiny profile's CPUs (no `nvidia-smi`), nor in reference measurements taken
+# before the monitor recorded it. To watch it live on Ibex, run
+# `nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv -l 5` on the node of a running job
+# (`srun --jobid <id> --overlap --pty bash`).
 #
 # ## Exercise: change the model size or the data subset
 #

@@ -228,8 +228,11 @@ nb.show_results(selection, ["prediction"], runs_dir, plots=False)
 # ## GPU utilisation
 #
 # The original callback logged `utilization.gpu` next to the memory; the seed's tables have a column
-# for it. This workshop's monitor records memory only, so the column is dropped from the tables; see
-# chapter 3's section *GPU utilisation* for what the figure means and how to watch it on a running job.
+# for it. This workshop's GPU monitor records it beside the memory, and the tables above fill the seed's
+# *GPU Utilization (%)* column (and add it to the BLOOM and strategy tables) with GPU 0's mean over the
+# samples taken while training, where the runs recorded it (not on the tiny profile's CPUs). See
+# chapter 3's section *GPU utilisation* for what the figure means, how it is averaged and how to watch it
+# on a running job.
 #
 # ## Questions
 #

@@ -122,3 +122,16 @@ def test_memory_stats_edge_cases():
     assert stats.peak == 0 and stats.busy_average is None and stats.modes == (0.0,)
     with pytest.raises(ValueError):
         memory_stats([])
+
+
+def test_gpu_utilization_per_gpu_while_training(capsys):
+    path = SAMPLES / "nvidia_smi" / "h100_utilization_units.csv"
+    rows = [line.split(", ") for line in path.read_text().splitlines()[1:]]
+    memory = [float(row[4].split()[0]) for row in rows]
+    percent = [float(row[3].split()[0]) for row in rows]
+    busy = [p for used, p in zip(memory, percent) if used >= max(memory) / 2]  # while the model was on the GPU
+    assert main(["memory", str(path)]) == 0
+    out = capsys.readouterr().out
+    line = (f"    Utilization: Peak = {max(percent):.0f} %, Avg = {statistics.mean(percent):.1f} %, "
+            f"Busy avg = {statistics.mean(busy):.1f} %")
+    assert line in out.splitlines() and "Busy avg = 63.0 %" in line

@@ -116,7 +116,7 @@ def test_monitors_follow_the_profile_and_the_experiment():
     offload = get_experiment("zero/single-gpu/zero3-offload")
     ibex, tiny = render_script(offload, "ibex"), render_script(offload, "tiny")
     assert ('nvidia-smi ${CUDA_VISIBLE_DEVICES:+-i "$CUDA_VISIBLE_DEVICES"} '
-            "--query-gpu=timestamp,index,name,memory.used,memory.total --format=csv,nounits") in ibex
+            "--query-gpu=timestamp,index,name,utilization.gpu,memory.used,memory.total --format=csv,nounits") in ibex
     assert "nvidia-smi" not in tiny.replace("no nvidia-smi", "") and "no GPU memory monitor" in tiny
     assert "--log cpu_memory.txt" in ibex and "--log cpu_memory.txt" in tiny
     assert "psrecord" not in render_script(get_experiment("fsdp/multi-gpu/2-gpus"), "ibex")

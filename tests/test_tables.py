@@ -1,16 +1,20 @@
 """Run directories → records → the seeds' tables: values come from the runs' own files, derived
 columns are computed, and runs that are missing or failed show their state."""
 
+import csv
 import json
 import shutil
 from pathlib import Path
 
 import pytest
 
+from workshop_lib import notebook as nb
 from workshop_lib.cli import main
+from workshop_lib.experiments import get_experiment
 from workshop_lib.memory import memory_summary
 from workshop_lib.results import chapter_results, read_run
-from workshop_lib.tables import chapter_tables, long_form, render_tables
+from workshop_lib.runs import load_run
+from workshop_lib.tables import chapter_tables, drop_unrecorded, long_form, render_tables
 
 SAMPLES = Path(__file__).parent / "samples"
 CH1_COLUMNS = ["GPUs", "Batch per GPU", "Total job time (HH:MM:SS)", "Train step time (s)", "Last reduced_train_loss",
@@ -39,7 +43,8 @@ def chapter_1_runs(tmp_path):
 
 def test_chapter_1_table_from_runs(chapter_1_runs):
     table = chapter_tables(1, chapter_1_runs)[0].frame
-    assert list(table.columns) == CH1_COLUMNS + ["Model States per Rank (MiB)", "Step Peak Tensors per Rank (MiB)"]
+    assert list(table.columns) == CH1_COLUMNS + ["GPU 0 Utilization (%)", "Model States per Rank (MiB)",
+                                                 "Step Peak Tensors per Rank (MiB)"]
     one, two, four, eight = table.to_dict("records")
     gpu0 = memory_summary([chapter_1_runs / "lora/llama/1-gpu"]).gpu(0)
     assert one["Total job time (HH:MM:SS)"] == "00:09:55" and one["Train step time (s)"] == 1.608
@@ -47,6 +52,8 @@ def test_chapter_1_table_from_runs(chapter_1_runs):
     assert one["GPU 0 Peak (MiB)"] == gpu0.stats.peak == 6251
     assert one["GPU 0 Avg (MiB)"] == round(gpu0.stats.average, 2) and one["GPU 0 Mode (MiB)"] == 0
     assert one["Time scaling vs 1 GPU"] == 1.0 and one["Peak memory scaling vs 1 GPU"] == 1.0
+    assert one["GPU 0 Utilization (%)"] == "n/a"  # that monitor's query had no utilization.gpu
+    assert two["GPU 0 Utilization (%)"] == 0.0  # recorded, and 0 % in every sample of that log
     assert two["Batch per GPU"] == 4 and four["Batch per GPU"] == 2
     assert two["Time scaling vs 1 GPU"] == round(595 / 300, 2)
     assert two["Peak memory scaling vs 1 GPU"] == 1.0  # both logs peak at 6251 MiB on GPU 0
@@ -91,6 +98,44 @@ def test_chapter_3_tables_from_runs(tmp_path):
         "Metric", "2 nodes", "4 nodes", "8 nodes"]
 
 
+def _busy_utilization(path: Path) -> float:
+    """GPU 0's mean utilization.gpu over the samples at or above half the memory peak, read here with the
+    csv module from the log itself."""
+    with open(path, newline="") as handle:
+        rows = [(float(r["memory.used [MiB]"].split()[0]), float(r["utilization.gpu [%]"].split()[0]))
+                for r in csv.DictReader(handle, skipinitialspace=True) if r["index"] == "0"]
+    peak = max(used for used, _ in rows)
+    busy = [percent for used, percent in rows if used >= peak / 2]
+    return sum(busy) / len(busy)
+
+
+def test_gpu_utilization_reaches_the_tables_where_gpu_memory_is(tmp_path):
+    runs = tmp_path / "runs"
+    log = SAMPLES / "nvidia_smi" / "h100_utilization_units.csv"
+    for experiment_id in ("zero/single-gpu/zero2-offload", "zero/multi-gpu/2-gpus", "fsdp/gpt/1-gpu"):
+        _hf_run(runs / experiment_id, 20.0)
+        shutil.copy(log, runs / experiment_id / "gpu_memory_node1.csv")
+    _hf_run(runs / "zero/single-gpu/zero0", 25.0)  # a CPU run: no GPU log
+    expected = round(_busy_utilization(log), 1)
+    assert expected == 63.0  # 13 samples at 100 % and 8 of a starved GPU (2-3 %) while memory was held
+    record = read_run(runs / "zero/single-gpu/zero2-offload")
+    assert record.gpu0_util_peak_pct == 100 and record.gpu0_util_busy_avg_pct == pytest.approx(_busy_utilization(log))
+    three = {table.title: table for table in chapter_tables(3, runs)}
+    single = three["ZeRO stages on one GPU (with and without CPU offload)"]
+    by_config = single.frame.set_index("DeepSpeed Config")["GPU Utilization (%)"]
+    assert by_config["ZeRO stage 2 + CPU offload, 1 GPU"] == expected and by_config["ZeRO stage 0, 1 GPU"] == "n/a"
+    assert "utilization.gpu" in single.note
+    multi = three["Multi-GPU weak scaling (500 samples per GPU)"].frame.set_index("Metric")
+    assert multi.loc["GPU Utilization (%)", "2 GPUs"] == expected
+    gpt = {t.title: t.frame for t in chapter_tables(4, runs)}["Custom GPT, FSDP on one node"]
+    assert list(gpt["GPU Utilization (%)"])[0] == expected
+    # A CPU run alone records none: the column is dropped, as every all-n/a column is.
+    cpu_only = tmp_path / "cpu"
+    _hf_run(cpu_only / "zero/single-gpu/zero0", 25.0)
+    table = next(t for t in chapter_tables(3, cpu_only) if t.key == "single-gpu")
+    assert "GPU Utilization (%)" not in drop_unrecorded(table).frame.columns and "utilization" not in table.note
+
+
 def test_weak_scaling_efficiency_and_long_form(tmp_path):
     runs = tmp_path / "runs"
     # Efficiency comes from the per-step time, not the runtime (start-up dominates a short run's runtime).
@@ -117,3 +162,51 @@ def test_collect_command_formats(chapter_1_runs, capsys):
     assert json.loads(capsys.readouterr().out)[0]["rows"][0]["Total job time (HH:MM:SS)"] == "MISSING"
     text = render_tables(chapter_tables(1, chapter_1_runs), "csv")
     assert text.startswith("# Llama 3.1 8B + LoRA, data parallel\nGPUs,Batch per GPU")
+
+
+def _damage(path: Path, line: int, text: str) -> None:
+    """Put `text` in as line `line` (1-based) of the file."""
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(lines[:line - 1] + [text] + lines[line - 1:]) + "\n")
+
+
+def test_unreadable_lines_are_named_with_their_reason_once_per_run(chapter_1_runs, capsys):
+    run = chapter_1_runs / "lora/llama/2-gpus"
+    gpu_log = run / "gpu_memory_node1.csv"
+    _damage(gpu_log, 4, "2026/11/21 15:14:07.108, 1, 0 %, 0 MiB, 1437")  # another writer cut this one short
+    _damage(gpu_log, 9, "2026/11/21 15:14:08.611, 0, 0 %, [N/A], 143771 MiB")
+    _damage(gpu_log, 12, "2026/11/21 15:14:09.105, 0, 0 %, 0 MiB, 143771 MiB2026/11/21 15:14:09.105, 1, 0 %, 0 MiB, "
+                         "143771 MiB")  # two writers on one line
+    _damage(gpu_log, 15, "2026/11/21 15:14:10.105, 0, garbage, 0 MiB, 143771 MiB")
+    stdout = run / "slurm-102.out"
+    _damage(stdout, 3, " Total time : 00:6x:10")
+    result = read_run(run)
+    by_file = {lines.file: lines for lines in result.unreadable}
+    assert set(by_file) == {"gpu_memory_node1.csv", "slurm-102.out"} and result.skipped_lines == 4
+    assert [problem.line for problem in by_file["gpu_memory_node1.csv"].problems] == [9, 12, 15]
+    assert "utilization.gpu is 'garbage'" in by_file["gpu_memory_node1.csv"].problems[2].reason
+    assert by_file["slurm-102.out"].note() == ("1 line of slurm-102.out could not be read: line 3: a footer line "
+                                               "whose time is not YYYY-MM-DD HH:MM:SS or a duration HH:MM:SS.")
+    # Line 4 was cut but still read as a sample (its total is wrong, its memory is not): nothing lost there.
+    assert by_file["gpu_memory_node1.csv"].note().startswith(
+        "3 lines of gpu_memory_node1.csv could not be read: line 9: memory.used is '[N/A]', not a number of MiB; "
+        "line 12: 9 fields where the header names 5; line 15: utilization.gpu is 'garbage', not a percentage.")
+
+    assert main(["collect", "--chapter", "1", "--runs", str(chapter_1_runs)]) == 0
+    captured = capsys.readouterr()
+    [note] = [line for line in captured.err.splitlines() if "could not be read" in line]
+    assert note == (f"workshop collect: note: lora/llama/2-gpus: {by_file['slurm-102.out'].note()} "
+                    f"{by_file['gpu_memory_node1.csv'].note()}")
+    assert "| 2 | 4 | 00:05:00 |" in captured.out  # the run's other lines still fill its row
+
+
+def test_many_unreadable_lines_make_one_short_note(chapter_1_runs, capsys):
+    gpu_log = chapter_1_runs / "lora/llama/1-gpu" / "gpu_memory_node1.csv"
+    for line in range(3, 23, 2):  # ten lines where the GPU answered [N/A]
+        _damage(gpu_log, line, "2026/11/21 15:14:08.611, 0, NVIDIA H200, [N/A], 143771")
+    runs = [load_run(get_experiment(i), chapter_1_runs) for i in ("lora/llama/1-gpu", "lora/llama/2-gpus")]
+    nb._show_run_table(runs, read_only=True)
+    shown = [line for line in capsys.readouterr().out.splitlines() if "could not be read" in line]
+    assert len(shown) == 1  # the undamaged run says nothing
+    assert "lora/llama/1-gpu: 10 lines of gpu_memory_node1.csv could not be read: line 3: " in shown[0]
+    assert shown[0].count("line ") == 3 and shown[0].endswith("; and 7 more.</div>")  # three named, the rest counted

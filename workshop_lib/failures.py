@@ -11,7 +11,8 @@ import signal as signals
 from dataclasses import dataclass
 from pathlib import Path
 
-from .slurm_output import JobInfo, format_duration
+from .durations import format_duration
+from .slurm_output import JobInfo
 
 # A launcher's prefix on a line: NeMo-Run's `name/0 [default0]: `, srun -l's `0: `, torchrun's `[rank0]: `.
 _PREFIX = re.compile(r"^(?:\S+/\d+ \[\w+\]: |\d+: |\[rank\d+\]:\s?|\[\d+,\d+\]<std\w+>:)")

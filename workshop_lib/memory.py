@@ -1,4 +1,5 @@
-"""Memory summary of a run: peak, average and mode per GPU of every node, and of the CPU process tree.
+"""Memory summary of a run: peak, average and mode per GPU of every node, and of the CPU process tree,
+with each GPU's utilisation (nvidia-smi utilization.gpu) where the monitor recorded it.
 
 What the seeds' analyze_memory.py printed, with two corrections:
 - multi-node: each node's log is its own source, so GPU 0 of node1 and GPU 0 of node2 stay apart;
@@ -8,6 +9,8 @@ What the seeds' analyze_memory.py printed, with two corrections:
   own peak — the memory a GPU holds while it is training. Half the peak separates the two phases
   well: an idle GPU holds 0 MiB or only its CUDA context (~0.5 GiB), while a training process keeps
   its weights and optimizer state resident from the first step to the last.
+The same busy samples give the utilisation *while training*: chosen by memory, not by utilisation, so
+the figure is not raised by leaving out the slow moments of training itself.
 """
 
 from __future__ import annotations
@@ -17,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import WorkshopError
-from .parse.nvidia_smi import GpuMemoryLog, read_nvidia_smi
+from .parse.nvidia_smi import GpuMemoryLog, GpuMemorySample, read_nvidia_smi
 from .parse.psrecord import CpuMemoryLog, read_psrecord
-from .parse.text import read_text
+from .parse.text import LogProblem, read_text
 
 DEFAULT_BUSY_FRACTION = 0.5
 GPU_LOG_PATTERNS = ("gpu_memory*.csv", "gpu_memory*/*.csv")
@@ -27,7 +30,12 @@ CPU_LOG_PATTERNS = ("cpu_memory*.txt", "cpu_memory*.csv", "cpu_memory*/*.txt")
 
 
 class MemoryLogError(WorkshopError):
-    """A path given for a memory summary is missing or holds no memory log."""
+    """A path given for a memory summary is missing or holds no memory log (or nothing readable:
+    `problems` then holds each log's unreadable lines, by file)."""
+
+    def __init__(self, message: str, problems: dict[str, list[LogProblem]] | None = None):
+        super().__init__(message)
+        self.problems = problems or {}
 
 
 @dataclass(frozen=True)
@@ -49,12 +57,23 @@ class MemoryStats:
 
 
 @dataclass(frozen=True)
+class UtilizationStats:
+    """utilization.gpu of one GPU, in %: the share of time a kernel ran on it."""
+
+    peak: float
+    average: float  # over every sample, idle ones included
+    busy_average: float | None  # over the samples whose memory was busy (MemoryStats): while training
+    samples: int
+
+
+@dataclass(frozen=True)
 class GpuMemorySummary:
     label: str  # the log's file stem, as the seeds print it: [gpu_memory_node1 - GPU 0]
     node: str
     gpu_index: int
     stats: MemoryStats
     source: str
+    utilization: UtilizationStats | None = None  # None where the monitor did not record utilization.gpu
 
 
 @dataclass(frozen=True)
@@ -70,6 +89,7 @@ class MemoryReport:
     cpus: list[CpuMemorySummary] = field(default_factory=list)
     skipped_lines: int = 0
     busy_fraction: float = DEFAULT_BUSY_FRACTION
+    problems: dict[str, list[LogProblem]] = field(default_factory=dict)  # unreadable lines, by log file
 
     def gpu(self, gpu_index: int = 0, node: str | None = None) -> GpuMemorySummary | None:
         """One GPU's summary: GPU `gpu_index` of `node`, or of the first node when no node is named."""
@@ -99,6 +119,18 @@ def memory_stats(values: list[float], busy_fraction: float = DEFAULT_BUSY_FRACTI
     )
 
 
+def utilization_stats(samples: list[GpuMemorySample], memory: MemoryStats) -> UtilizationStats | None:
+    """Peak, average and busy average of one GPU's utilization.gpu; None when no sample has it.
+    A sample is busy when its memory is at or above memory.busy_fraction × the memory peak."""
+    readings = [(sample.used_mib, sample.utilization_pct) for sample in samples if sample.utilization_pct is not None]
+    if not readings:
+        return None
+    values = [percent for _, percent in readings]
+    busy = [percent for used, percent in readings if memory.peak > 0 and used >= memory.busy_fraction * memory.peak]
+    return UtilizationStats(peak=max(values), average=sum(values) / len(values),
+                            busy_average=sum(busy) / len(busy) if busy else None, samples=len(values))
+
+
 def summarize_gpu_logs(logs: list[tuple[str, GpuMemoryLog]], busy_fraction: float = DEFAULT_BUSY_FRACTION
                        ) -> list[GpuMemorySummary]:
     """One summary per (log file, GPU index): a file is one node."""
@@ -106,8 +138,10 @@ def summarize_gpu_logs(logs: list[tuple[str, GpuMemoryLog]], busy_fraction: floa
     for source, log in logs:
         label = Path(source).stem
         for index in log.gpu_indices:
-            summaries.append(GpuMemorySummary(label=label, node=log.node, gpu_index=index,
-                                              stats=memory_stats(log.used_mib(index), busy_fraction), source=source))
+            samples = log.gpu_samples(index)
+            stats = memory_stats([sample.used_mib for sample in samples], busy_fraction)
+            summaries.append(GpuMemorySummary(label=label, node=log.node, gpu_index=index, stats=stats, source=source,
+                                              utilization=utilization_stats(samples, stats)))
     return summaries
 
 
@@ -161,16 +195,17 @@ def memory_summary(paths: list[str | Path], busy_fraction: float = DEFAULT_BUSY_
         gpu_logs += [(str(file), read_nvidia_smi(file)) for file in gpu_files]
         cpu_logs += [(str(file), read_psrecord(file)) for file in cpu_files]
     skipped = sum(log.skipped_lines for _, log in gpu_logs) + sum(log.skipped_lines for _, log in cpu_logs)
+    problems = {source: log.problems for source, log in gpu_logs + cpu_logs if log.problems}
     if not any(log.samples for _, log in gpu_logs) and not any(log.samples for _, log in cpu_logs):
         names = ", ".join(source for source, _ in gpu_logs + cpu_logs)
         first = next(((source, log.problems[0]) for source, log in gpu_logs + cpu_logs if log.problems), None)
         where = f" First unreadable line: {first[1].format(first[0])}." if first else ""
         raise MemoryLogError(f"no readable sample in {names}: the logs are empty or damaged "
-                             f"({skipped} lines could not be read).{where}")
+                             f"({skipped} lines could not be read).{where}", problems)
     cpus = [CpuMemorySummary(label=Path(source).stem, stats=memory_stats(log.real_mib, busy_fraction), source=source)
             for source, log in cpu_logs if log.samples]
     return MemoryReport(gpus=summarize_gpu_logs(gpu_logs, busy_fraction), cpus=cpus,
-                        skipped_lines=skipped, busy_fraction=busy_fraction)
+                        skipped_lines=skipped, busy_fraction=busy_fraction, problems=problems)
 
 
 def _mib(value: float) -> str:
@@ -181,6 +216,11 @@ def _busy(stats: MemoryStats) -> str:
     if stats.busy_average is None:
         return "n/a (never above 0 MiB)"
     return f"{stats.busy_average:.2f} MiB ({stats.busy_samples} of {stats.samples} samples)"
+
+
+def _utilization(stats: UtilizationStats) -> str:
+    busy = "n/a" if stats.busy_average is None else f"{stats.busy_average:.1f} %"
+    return f"Peak = {stats.peak:.0f} %, Avg = {stats.average:.1f} %, Busy avg = {busy}"
 
 
 def format_memory_report(report: MemoryReport, show_gpu: bool = True, show_cpu: bool = True) -> str:
@@ -194,6 +234,8 @@ def format_memory_report(report: MemoryReport, show_gpu: bool = True, show_cpu: 
                 f"[{gpu.label} - GPU {gpu.gpu_index}] Peak = {_mib(stats.peak)} MiB, Avg = {stats.average:.2f} MiB, "
                 f"Mode = {_mib(stats.mode)} MiB, Busy avg = {_busy(stats)}"
             )
+            if gpu.utilization:
+                lines.append(f"    Utilization: {_utilization(gpu.utilization)}")
     if show_cpu and report.cpus:
         for cpu in report.cpus:
             stats = cpu.stats
@@ -212,6 +254,9 @@ def format_memory_report(report: MemoryReport, show_gpu: bool = True, show_cpu: 
         "Avg / Average and Mode count every sample, idle ones before and after training included.",
         f"Busy avg counts only samples at or above {percent} of that device's own peak (training running).",
     ]
+    if any(gpu.utilization for gpu in report.gpus) and show_gpu:
+        lines.append("Utilization is nvidia-smi's utilization.gpu: the share of time a kernel ran; its busy avg "
+                     "counts the same busy samples (chosen by memory).")
     if report.skipped_lines:
         lines.append(f"{report.skipped_lines} unreadable log lines were skipped.")
     return "\n".join(lines)

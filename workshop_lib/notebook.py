@@ -31,7 +31,7 @@ from .errors import WorkshopError
 from .experiments import (CHAPTERS, DEFAULT_RECIPE, HF, RECIPES, Experiment, chapter_experiments, get_experiment,
                           with_recipe)
 from .profiles import Profile, load_profile
-from .results import COMPLETED, chapter_results, run_record
+from .results import COMPLETED, chapter_results, read_run, run_note, run_record
 from .paths import ROOT_VARIABLE, RUNS_VARIABLE, repository_root, runs_root  # noqa: F401  (part of this API)
 from .runs import Run, explain_run, load_run, query_runs, submit_experiments, wait_for_runs
 from .scripts import render_script
@@ -40,8 +40,6 @@ from .tables import Table
 from .validate import Finding, lint_script, validate_experiment
 
 SUBMIT_VARIABLE = "WORKSHOP_SUBMIT"
-_TABLE_BUILDERS = {1: tables_module.chapter_1_tables, 2: tables_module.chapter_2_tables,
-                   3: tables_module.chapter_3_tables, 4: tables_module.chapter_4_tables}
 
 
 # ---- where things are (one place: workshop_lib/paths.py) ------------------------------------------
@@ -273,8 +271,9 @@ def run_experiments(selection: Selection, runs_dir: Path | str | None = None,
 
 
 def _show_run_table(runs: Sequence[Run], read_only: bool = False) -> pd.DataFrame:
-    """The runs' states; under it, for each run that ended without completing, why (state, exit code,
-    time against the limit, the log lines that matter, a hint). Read-only: asks no scheduler."""
+    """The runs' states; under it, for each run whose files had unreadable lines, which and why, and for
+    each run that ended without completing, why (state, exit code, time against the limit, the log lines
+    that matter, a hint). Read-only: asks no scheduler."""
     if read_only:
         infos = [JobInfo(job_id=run.record.job_id if run.record else "", state=(
             "DAMAGED" if run.damage else (run.record.final_state or "UNKNOWN") if run.record else "NOT SUBMITTED"))
@@ -285,6 +284,10 @@ def _show_run_table(runs: Sequence[Run], read_only: bool = False) -> pd.DataFram
              "note": run.note} for run, info in zip(runs, infos)]
     frame = pd.DataFrame(rows)
     _display(_html(frame.to_html(index=False, border=0, classes="workshop-runs")))
+    for run in runs:  # a damaged line costs a value or a sample; say which, once per run
+        unreadable = read_run(run.directory, run.experiment.id).unreadable
+        if unreadable:
+            message(run_note(run.experiment.id, [lines.note() for lines in unreadable]), "warning")
     if read_only:
         unfinished = sum(info.state != COMPLETED for info in infos)
         if unfinished:
@@ -334,7 +337,7 @@ def chapter_results_for(selection: Selection, runs_dir: Path | str | None = None
 def selection_tables(selection: Selection, runs_dir: Path | str | None = None) -> list[Table]:
     """The seeds' tables of the chapter, one row (or column) per runnable experiment of the selection."""
     results = chapter_results_for(selection, runs_dir)
-    built = _TABLE_BUILDERS[selection.chapter](results)
+    built = tables_module.tables_from_results(selection.chapter, results)
     return [table for table in built if not table.frame.empty and len(table.frame.columns) > 1]
 
 
@@ -435,7 +438,8 @@ def show_reference_tables(chapter: int, keys: Sequence[str] | None = None,
         return []
     data, results = loaded
     caption = reference_caption(data, results, f"book/reference/chapter{chapter}.json")
-    tables = [tables_module.drop_unrecorded(table) for table in _TABLE_BUILDERS[chapter](results)
+    tables = [tables_module.drop_unrecorded(table)
+              for table in tables_module.tables_from_results(chapter, results)
               if keys is None or table.key in keys]
     tables = [table for table in tables if not table.frame.empty and len(table.frame.columns) > 1]
     if not tables:

@@ -9,6 +9,7 @@ its `state` and leaves the value empty, never zero.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -21,12 +22,28 @@ from .parse.hf import TrainerLog, parse_trainer_output, parse_trainer_state
 from .parse.metrics import parse_metrics
 from .parse.nccl import parse_nccl_allreduce
 from .parse.nemo import parse_nemo_log
-from .parse.text import read_text
+from .parse.text import LogProblem, read_text
 
 # States a record can have besides SLURM's own (COMPLETED, FAILED, TIMEOUT, CANCELLED, ...).
 MISSING = "MISSING"  # no run directory: never submitted
 INCOMPLETE = "INCOMPLETE"  # a run directory without a final metrics record and no recorded state
 COMPLETED = "COMPLETED"
+SHOWN_PROBLEMS = 3  # unreadable lines named per file; the rest are counted
+
+
+@dataclass(frozen=True)
+class UnreadableLines:
+    """The lines of one file of a run that the parsers could not read, each with its reason."""
+
+    file: str  # relative to the run directory
+    problems: tuple[LogProblem, ...]
+
+    def note(self) -> str:
+        """`2 lines of slurm-7.out could not be read: line 14: why; line 20: why` (the first few only)."""
+        count = len(self.problems)
+        named = "; ".join(f"line {problem.line}: {problem.reason}" for problem in self.problems[:SHOWN_PROBLEMS])
+        more = f"; and {count - SHOWN_PROBLEMS} more" if count > SHOWN_PROBLEMS else ""
+        return f"{count} line{'s' if count > 1 else ''} of {self.file} could not be read: {named}{more}."
 
 
 @dataclass(frozen=True)
@@ -59,6 +76,10 @@ class RunResult:
     gpu0_mode_mib: float | None = None
     gpu0_busy_avg_mib: float | None = None
     gpu_peak_max_mib: float | None = None  # the largest peak of any GPU of any node
+    # GPU 0's nvidia-smi utilization.gpu (%): over every sample, over the busy samples (training), and its peak
+    gpu0_util_avg_pct: float | None = None
+    gpu0_util_busy_avg_pct: float | None = None
+    gpu0_util_peak_pct: float | None = None
     allocated_peak_mib: float | None = None  # the engine's own per-rank peak (max over ranks)
     allocated_kind: str | None = None  # cuda_max_allocated or cpu_max_rss
     rank0_peak_mib: float | None = None  # the engine's peak of rank 0 (GPU 0 of the first node)
@@ -79,6 +100,7 @@ class RunResult:
     cpu_mode_mib: float | None = None
     nccl_bus_bandwidth_gbps: float | None = None
     skipped_lines: int = 0
+    unreadable: tuple[UnreadableLines, ...] = ()  # which lines, of which file, and why
 
 
 def run_directory(experiment_id: str, runs_dir: str | Path | None = None) -> Path:
@@ -112,7 +134,12 @@ def read_run(folder: str | Path, experiment_id: str | None = None) -> RunResult:
     job = _job_info(folder)
     values: dict = {"experiment_id": experiment_id, "run_dir": str(folder),
                     "job_id": str(job["job_id"]) if job.get("job_id") is not None else None}
-    skipped = 0
+    unreadable: list[UnreadableLines] = []
+
+    def note(path: Path | str, problems: list[LogProblem]) -> None:
+        if problems:
+            name = Path(path).relative_to(folder) if Path(path).is_relative_to(folder) else Path(path).name
+            unreadable.append(UnreadableLines(str(name), tuple(sorted(problems, key=lambda problem: problem.line))))
 
     named = folder / job["stdout"] if isinstance(job.get("stdout"), str) else None
     stdout_path = named if named and named.is_file() else _first(folder, "slurm-*.out")
@@ -121,12 +148,14 @@ def read_run(folder: str | Path, experiment_id: str | None = None) -> RunResult:
     values["total_time_s"] = footer.total_time_s
     nemo = parse_nemo_log(stdout)
     printed = parse_trainer_output(stdout)
-    skipped += footer.skipped_lines + nemo.skipped_lines + printed.skipped_lines
+    if stdout_path:
+        note(stdout_path, footer.problems + nemo.problems + printed.problems)
 
     metrics_path = folder / "train" / "metrics.jsonl"
     metrics = parse_metrics(read_text(metrics_path)) if metrics_path.exists() else None
+    if metrics is not None:
+        note(metrics_path, metrics.problems)
     if metrics:
-        skipped += metrics.skipped_lines
         _from_metrics(values, metrics)
     if nemo.last_step:  # NeMo's own step lines are what seeds 000/001 read
         values["train_step_time_s"] = nemo.last_step.train_step_timing_s
@@ -140,8 +169,8 @@ def read_run(folder: str | Path, experiment_id: str | None = None) -> RunResult:
             state = parse_trainer_state(read_text(state_path))
             values["steps_per_epoch"] = state.steps_per_epoch
             trainer_log = state.log if state.log.evals or state.log.summary else printed
-        except ValueError:
-            skipped += 1
+        except ValueError as error:  # not JSON: a file cut by a job killed while saving it
+            note(state_path, [LogProblem(getattr(error, "lineno", 1), "", f"not a trainer state: {error}")])
     _from_trainer_log(values, trainer_log)
 
     gpu_logs = sorted(folder.glob("gpu_memory*.csv"))
@@ -149,15 +178,23 @@ def read_run(folder: str | Path, experiment_id: str | None = None) -> RunResult:
     if gpu_logs or cpu_logs:
         try:
             report = memory_summary(gpu_logs + cpu_logs)
-        except MemoryLogError:
+        except MemoryLogError as error:
             report = None  # monitors started but wrote nothing readable: the values stay empty
+            problems_by_file = error.problems
+        else:
+            problems_by_file = report.problems
+        for path, problems in problems_by_file.items():
+            note(path, problems)
         if report:
-            skipped += report.skipped_lines
             if report.gpus:
                 first = report.gpus[0]  # GPU 0 of the first node: what the seeds' tables use
                 values.update(gpu0_peak_mib=first.stats.peak, gpu0_avg_mib=first.stats.average,
                               gpu0_mode_mib=first.stats.mode, gpu0_busy_avg_mib=first.stats.busy_average,
                               gpu_peak_max_mib=max(gpu.stats.peak for gpu in report.gpus))
+                if first.utilization:
+                    values.update(gpu0_util_avg_pct=first.utilization.average,
+                                  gpu0_util_busy_avg_pct=first.utilization.busy_average,
+                                  gpu0_util_peak_pct=first.utilization.peak)
             if report.cpus:
                 cpu = report.cpus[0].stats
                 values.update(cpu_peak_mib=cpu.peak, cpu_avg_mib=cpu.average, cpu_mode_mib=cpu.mode)
@@ -165,13 +202,14 @@ def read_run(folder: str | Path, experiment_id: str | None = None) -> RunResult:
     if nccl_path.exists():
         nccl = parse_nccl_allreduce(read_text(nccl_path))
         values["nccl_bus_bandwidth_gbps"] = nccl.avg_bus_bandwidth_gbps
-        skipped += nccl.skipped_lines
+        note(nccl_path, nccl.problems)
 
     finished = bool(metrics and metrics.summary) or (nemo.last_step is not None and footer.finished)
     # job.json's final_state is what the scheduler said (runs.py writes it); the files decide otherwise.
     recorded = job.get("final_state") or job.get("state")
     values["state"] = str(recorded or (COMPLETED if finished else INCOMPLETE)).split()[0]
-    values["skipped_lines"] = skipped
+    values["skipped_lines"] = sum(len(lines.problems) for lines in unreadable)
+    values["unreadable"] = tuple(unreadable)
     return RunResult(**{key: value for key, value in values.items() if value is not None or key == "job_id"})
 
 
@@ -243,8 +281,22 @@ def run_record(experiment: Experiment, runs_dir: str | Path | None = None) -> di
         row[f"gpt_{key}"] = value
     row["gpus"] = experiment.gpus
     result = read_run(run_directory(experiment.id, runs_dir), experiment.id)
-    row.update({key: value for key, value in asdict(result).items() if key != "experiment_id"})
+    row.update({key: value for key, value in asdict(result).items() if key not in ("experiment_id", "unreadable")})
+    row["unreadable_notes"] = [lines.note() for lines in result.unreadable]  # text: rows go to JSON as they are
     return row
+
+
+def run_note(experiment_id: str, notes: Sequence[str]) -> str:
+    """One run's line: `<experiment id>: N lines of <file> could not be read: …`, a note per file."""
+    return f"{experiment_id}: {' '.join(notes)}"
+
+
+def unreadable_notes(results: pd.DataFrame) -> list[str]:
+    """A `run_note` for each run of the results whose files had unreadable lines."""
+    if "unreadable_notes" not in results:
+        return []  # results read elsewhere (book/reference) before lines were reported
+    return [run_note(row["id"], notes) for row in results.to_dict("records")
+            if isinstance(notes := row["unreadable_notes"], list) and notes]
 
 
 def chapter_results(chapter: int, runs_dir: str | Path | None = None) -> pd.DataFrame:

@@ -31,7 +31,7 @@ STDOUT_PATTERN = "slurm-%j.out"
 TRAIN_DIR = "train"
 CPU_MEMORY_LOG = "cpu_memory.txt"
 NCCL_LOG = "nccl_allreduce.txt"
-GPU_QUERY = "timestamp,index,name,memory.used,memory.total"
+GPU_QUERY = "timestamp,index,name,utilization.gpu,memory.used,memory.total"
 @dataclass(frozen=True)
 class Directive:
     """One #SBATCH line and the short comment above it."""

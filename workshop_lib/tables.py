@@ -15,8 +15,10 @@ Derived columns are computed from the measured ones, never typed:
 
 Column sets are the seeds' own (``SEED_COLUMNS`` lists them; ``ADDED_COLUMNS`` the derived extras).
 Where the seeds had a column for the command that submits the job, it shows the `workshop submit`
-command of the experiment. Two deliberate differences: seed 002's stage-comparison tables have a blank
-first header (here "Metric"), and the GPU-utilisation columns of seed 003 stay "n/a" (not recorded).
+command of the experiment. One deliberate difference: seed 002's stage-comparison tables have a blank
+first header (here "Metric"). Seed 003's "GPU Utilization (%)" columns, and the same column added wherever a
+table shows GPU memory, hold GPU 0's nvidia-smi utilization.gpu averaged over the samples taken while
+training (memory at or above half its peak; see workshop_lib.memory).
 
 On the tiny profile there is no GPU and no nvidia-smi log: the GPU 0 columns of the NeMo-style tables
 (chapters 1-2, filled by the LoRA/TP stand-in engines from metrics.jsonl) then show rank 0's peak from
@@ -37,7 +39,7 @@ import pandas as pd
 
 from .cells import NOT_RECORDED, completed, measured_cell
 from .errors import WorkshopError
-from .parse.footer import format_duration
+from .durations import format_duration
 from .predictions import PREDICTION_NOTE, prediction_frame
 from .results import COMPLETED, chapter_results
 
@@ -147,6 +149,17 @@ def ran_fixed_steps(records: list[dict]) -> bool:
     return bool(done) and all(capped_steps(r) is not None or samples_per_gpu(r) is not None for r in done)
 
 
+# nvidia-smi's utilization.gpu of GPU 0 while training; n/a where the monitor did not record it (no GPU).
+_utilization = _get("gpu0_util_busy_avg_pct", digits=1)
+UTILIZATION_NOTE = (" GPU Utilization: nvidia-smi's utilization.gpu on GPU 0 (the share of time a kernel ran), "
+                    "averaged over the samples taken while training (memory at or above half its peak).")
+
+
+def _utilization_note(records: list[dict]) -> str:
+    """The note's sentence on utilisation, where a completed run recorded it."""
+    return UTILIZATION_NOTE if any(completed(r) and _present(r, "gpu0_util_busy_avg_pct") for r in records) else ""
+
+
 # --- chapters 1 and 2: NeMo scaling tables -------------------------------------------------------
 
 
@@ -204,6 +217,7 @@ def nemo_scaling_table(records: list[dict], baseline_gpus: int) -> pd.DataFrame:
         ("GPU 0 Mode (MiB)", _get("gpu0_mode_mib")),
         (f"Time scaling vs {unit}", lambda r: _ratio(base, r, "total_time_s") if base else None),
         (f"Peak memory scaling vs {unit}", lambda r: _gpu0_peak_ratio(base, r) if base else None),
+        ("GPU 0 Utilization (%)", _utilization),
         *TENSOR_COLUMNS,  # what LoRA and tensor parallelism leave on each rank, counted by the stand-in engines
     ]
     return _rows(records, columns, fixed=("GPUs", "Batch per GPU"))
@@ -216,7 +230,7 @@ _CPU_PEAK_NOTE = (" Runs without an nvidia-smi log (the tiny profile on CPUs) sh
 def _nemo_note(records: list[dict], text: str) -> str:
     uses_engine_peak = any(completed(r) and not _present(r, "gpu0_peak_mib") and _present(r, "rank0_peak_mib")
                            for r in records)
-    return text + (_CPU_PEAK_NOTE if uses_engine_peak else "")
+    return text + (_CPU_PEAK_NOTE if uses_engine_peak else "") + _utilization_note(records)
 
 
 def chapter_1_tables(results: pd.DataFrame) -> list[Table]:
@@ -276,8 +290,7 @@ def baseline_summary(record: dict, fsdp: bool = False) -> pd.DataFrame:
              lambda r: None if _cuda_allocated(r) is None else round(_cuda_allocated(r) * 2**20 / 1e6, 1)),
             ("", "Exact Match (%)", "generated answers vs SQuAD's (eval_em)", _get("eval_em", scale=100, digits=1)),
             ("", "F1 (%)", "token overlap with SQuAD's answers (eval_f1)", _get("eval_f1", scale=100, digits=1)),
-            ("", "GPU Utilization (%)", "nvidia-smi utilization.gpu (not recorded by this workshop's monitor)",
-             lambda r: None),
+            ("", "GPU Utilization (%)", "nvidia-smi utilization.gpu, GPU 0, mean while training", _utilization),
         ]
         return pd.DataFrame([{"Metric": metric, "Log Location & Extraction": source,
                               "Your Value": measured_cell(record, read(record))} for _, metric, source, read in rows],
@@ -298,6 +311,9 @@ def baseline_summary(record: dict, fsdp: bool = False) -> pd.DataFrame:
         ("GPU Memory", "Peak Usage (MiB)", "nvidia-smi, GPU 0", _get("gpu0_peak_mib")),
         ("GPU Memory", "Average Usage (MiB)", "nvidia-smi, GPU 0", _get("gpu0_avg_mib", digits=2)),
         ("GPU Memory", "Mode Usage (MiB)", "nvidia-smi, GPU 0", _get("gpu0_mode_mib")),
+        ("GPU Utilization", "Mean While Training (%)", "nvidia-smi utilization.gpu, GPU 0, samples with memory "
+         "at or above half its peak", _utilization),
+        ("GPU Utilization", "Peak (%)", "nvidia-smi utilization.gpu, GPU 0", _get("gpu0_util_peak_pct")),
         ("CPU Memory", "Peak Usage (MB)", "psrecord", _get("cpu_peak_mib", digits=2)),
         ("CPU Memory", "Average Usage (MB)", "psrecord", _get("cpu_avg_mib", digits=2)),
         ("CPU Memory", "Mode Usage (MB)", "psrecord", _get("cpu_mode_mib")),
@@ -358,13 +374,15 @@ def chapter_3_tables(results: pd.DataFrame) -> list[Table]:
         ("Submit Training Job", _submit),
         ("Peak GPU Memory Used (MiB)", _get("gpu0_peak_mib")),
         ("Average GPU Memory Used (MiB)", _get("gpu0_avg_mib", digits=2)),
+        ("GPU Utilization (%)", _utilization),
         ALLOCATED_COLUMN, *TENSOR_COLUMNS,
         ("Peak CPU Memory Used (MiB)", _get("cpu_peak_mib", digits=2)),
         ("Average CPU Memory Used (MiB)", _get("cpu_avg_mib", digits=2)),
         ("Train Samples/Second", _get("train_samples_per_s", digits=3)),
     ], fixed=("DeepSpeed Config", "Submit Training Job")),
         "Peak GPU memory: nvidia-smi on GPU 0 (CUDA context and allocator cache included); peak allocated: "
-        "the tensors PyTorch's allocator handed out (torch.cuda.max_memory_allocated).", key="single-gpu"))
+        "the tensors PyTorch's allocator handed out (torch.cuda.max_memory_allocated)." + _utilization_note(single),
+        key="single-gpu"))
     gpu_metrics: list[Column] = [
         ("Submit Job", _submit),
         ("Train Samples/sec", _get("train_samples_per_s", digits=3)),
@@ -372,6 +390,7 @@ def chapter_3_tables(results: pd.DataFrame) -> list[Table]:
         ("Peak GPU Memory (MiB)", _get("gpu0_peak_mib")),
         ("Average GPU Memory (MiB)", _get("gpu0_avg_mib", digits=2)),
         ("Mode for GPU Memory (MiB)", _get("gpu0_mode_mib")),
+        ("GPU Utilization (%)", _utilization),
         ALLOCATED_COLUMN, *TENSOR_COLUMNS,
     ]
     cpu_metrics: list[Column] = [
@@ -387,13 +406,15 @@ def chapter_3_tables(results: pd.DataFrame) -> list[Table]:
                                    gpu_metrics + _weak_scaling_rows(one_gpu, "1 GPU", multi), fixed=("Submit Job",)),
                         "Weak scaling: every GPU trains on as many samples as the one-GPU ZeRO-0 run, so "
                         "efficiency = step time(1 GPU) / step time(N GPUs) x 100 (100 % = no overhead) and "
-                        "throughput scaling = samples/s(N GPUs) / samples/s(1 GPU) (ideal: N).", key="multi-gpu"))
+                        "throughput scaling = samples/s(N GPUs) / samples/s(1 GPU) (ideal: N)." + _utilization_note(multi),
+                        key="multi-gpu"))
     two = _group(results, "two-gpus")
     for offload in (False, True):
         runs = [r for r in two if bool(r["offload"]) == offload]
         tables.append(Table(f"2-GPU ZeRO stage comparison, {'with' if offload else 'without'} CPU offload",
                             _transpose(runs, [f"Stage {int(r['zero_stage'])}" for r in runs],
-                                       gpu_metrics + cpu_metrics, fixed=("Submit Job",)), key="two-gpus"))
+                                       gpu_metrics + cpu_metrics, fixed=("Submit Job",)),
+                            _utilization_note(runs).strip(), key="two-gpus"))
     nodes = _group(results, "multi-node")
     node_metrics: list[Column] = [
         ("Submit Job", _submit),
@@ -402,14 +423,15 @@ def chapter_3_tables(results: pd.DataFrame) -> list[Table]:
         ("Peak GPU Memory (GiB)", _get("gpu0_peak_mib", scale=1 / 1024, digits=2)),
         ("Average GPU Memory (GiB)", _get("gpu0_avg_mib", scale=1 / 1024, digits=2)),
         ("Mode for GPU Memory (MiB)", _get("gpu0_mode_mib")),
+        ("GPU Utilization (%)", _utilization),
         *TENSOR_COLUMNS,
     ]
     tables.append(Table("Multi-node weak scaling (250 samples per GPU)",
                         _transpose(nodes, [f"{r['nodes']} nodes" for r in nodes],
                                    node_metrics + _weak_scaling_rows(nodes[0] if nodes else None, "2 nodes", nodes),
                                    fixed=("Submit Job",)),
-                        "Efficiency = step time(2 nodes) / step time(N nodes) x 100: 250 samples per GPU everywhere.",
-                        key="multi-node"))
+                        "Efficiency = step time(2 nodes) / step time(N nodes) x 100: 250 samples per GPU everywhere."
+                        + _utilization_note(nodes), key="multi-node"))
     tables.append(memory_prediction_table(results, reference_id="zero/baseline"))
     return tables
 
@@ -450,6 +472,10 @@ def _scaling_columns(records: list[dict], base: dict, strong_extra: list[Column]
 
 def scaling_note(records: list[dict]) -> str:
     """The note under a chapter 4 scaling table, saying which kind of scaling its rows measured."""
+    return _scaling_kind(records) + _utilization_note(records)
+
+
+def _scaling_kind(records: list[dict]) -> str:
     if ran_fixed_steps(records):
         done = [r for r in records if completed(r)]
         steps = sorted({capped_steps(r) for r in done if capped_steps(r) is not None})
@@ -477,6 +503,7 @@ def fsdp_scaling_table(records: list[dict], setup: Callable[[dict], str] = _setu
         ("Runtime Scale Factor", lambda r: _ratio(base, r, "train_runtime_s")),
         ("Loss", _get("train_loss", digits=4)),
         ("GPU Memory Allocated (GB)", _cuda_allocated_gb),
+        ("GPU Utilization (%)", _utilization),
         *_scaling_columns(records, base, [("Parallel Efficiency (%)", _parallel_efficiency(base))]),
         *TENSOR_COLUMNS,
     ], fixed=("Setup", "Total GPUs"))
@@ -493,7 +520,7 @@ def gpt_scaling_table(records: list[dict]) -> pd.DataFrame:
         ("Samples/s (Callback)", _get("step_samples_per_s", digits=3)),
         ("GPU Memory (GB, Default)", _get("gpu0_peak_mib", scale=GB, digits=3)),
         ("GPU Memory (GB, Callback)", _cuda_allocated_gb),
-        ("GPU Utilization (%)", lambda r: None),
+        ("GPU Utilization (%)", _utilization),
         ("Loss", _get("train_loss", digits=4)),
         ("Runtime (s)", _get("train_runtime_s", digits=2)),
         *_scaling_columns(records, base, [("Speedup", lambda r: _ratio(base, r, "train_runtime_s")),
@@ -516,7 +543,7 @@ def weak_scaling_table(records: list[dict]) -> pd.DataFrame:
         ("Total Params", _int("total_params")),
         ("Samples/s (Callback)", _get("step_samples_per_s", digits=3)),
         ("GPU Memory (GB, Callback)", _cuda_allocated_gb),
-        ("GPU Utilization (%)", lambda r: None),
+        ("GPU Utilization (%)", _utilization),
         ("Loss", _get("train_loss", digits=4)),
         ("Runtime (s)", _get("train_runtime_s", digits=2)),
         ("Efficiency (%)", _weak_efficiency(base, key)),
@@ -543,6 +570,7 @@ def fsdp_strategy_table(records: list[dict]) -> pd.DataFrame:
         ("Train Step (s)", _get("train_step_time_s", digits=3)),
         ("Runtime (s)", _get("train_runtime_s", digits=2)),
         ("GPU Memory Allocated (GB)", _cuda_allocated_gb),
+        ("GPU Utilization (%)", _utilization),
         *TENSOR_COLUMNS,
         ("Peak CPU Memory (GB)", _get("cpu_peak_mib", scale=GB, digits=2)),
         ("Loss", _get("train_loss", digits=4)),
@@ -559,8 +587,8 @@ def chapter_4_tables(results: pd.DataFrame) -> list[Table]:
     if strategies:
         tables.append(Table("FSDP sharding strategies, 2 nodes x 2 GPUs", fsdp_strategy_table(strategies),
                             "Same model, data and steps for every row. Shard Group: the ranks each parameter "
-                            "is split over, as the engine recorded it (HYBRID_SHARD: the GPUs of one node).",
-                            key="strategies"))
+                            "is split over, as the engine recorded it (HYBRID_SHARD: the GPUs of one node)."
+                            + _utilization_note(strategies), key="strategies"))
     single = _group(results, "single-gpu")
     one_node = single + _group(results, "multi-gpu")
     nodes = _group(results, "multi-node")
@@ -580,7 +608,8 @@ def chapter_4_tables(results: pd.DataFrame) -> list[Table]:
     depth = _group(results, "weak-scaling")
     tables.append(Table("Custom GPT weak scaling by depth", weak_scaling_table(depth),
                         f"Efficiency (%) = step time(2 GPUs) / step time(N GPUs) x 100, from the "
-                        f"{_step_time_label(_step_time_key(depth)).lower().removesuffix(' (s)')}.", key="weak-scaling"))
+                        f"{_step_time_label(_step_time_key(depth)).lower().removesuffix(' (s)')}."
+                        + _utilization_note(depth), key="weak-scaling"))
     tables.append(memory_prediction_table(results, reference_id="fsdp/baseline"))
     return tables
 
@@ -672,8 +701,9 @@ SEED_COLUMNS = {
 _TENSORS = [name for name, _ in TENSOR_COLUMNS]
 _STEP_TIMES = ["Median Step Time (s)", "Mean Step Time (s)"]
 _STRONG_OR_WEAK = ["Parallel Efficiency (%)", *_STEP_TIMES, "Weak Scaling Efficiency (%)"]
-ADDED_COLUMNS = {"nemo": _TENSORS, "zero-single-gpu": [ALLOCATED_COLUMN[0], *_TENSORS],
-                 "fsdp-scaling": [*_STRONG_OR_WEAK, *_TENSORS],
+ADDED_COLUMNS = {"nemo": ["GPU 0 Utilization (%)", *_TENSORS],
+                 "zero-single-gpu": ["GPU Utilization (%)", ALLOCATED_COLUMN[0], *_TENSORS],
+                 "fsdp-scaling": ["GPU Utilization (%)", *_STRONG_OR_WEAK, *_TENSORS],
                  "gpt-scaling": ["Speedup", *_STRONG_OR_WEAK, *_TENSORS],
                  "weak-scaling": [*_STEP_TIMES, *_TENSORS]}
 
@@ -683,9 +713,19 @@ _BUILDERS = {1: chapter_1_tables, 2: chapter_2_tables, 3: chapter_3_tables, 4: c
 
 def chapter_tables(chapter: int, runs_dir: str | Path = "runs") -> list[Table]:
     """Every seed table of a chapter, filled from `runs_dir`."""
+    _check_chapter(chapter)
+    return tables_from_results(chapter, chapter_results(chapter, runs_dir))
+
+
+def tables_from_results(chapter: int, results: pd.DataFrame) -> list[Table]:
+    """Every seed table of a chapter, filled from results already read (`results.chapter_results`)."""
+    _check_chapter(chapter)
+    return _BUILDERS[chapter](results)
+
+
+def _check_chapter(chapter: int) -> None:
     if chapter not in _BUILDERS:
         raise WorkshopError(f"there is no chapter {chapter}: choose 1, 2, 3 or 4")
-    return _BUILDERS[chapter](chapter_results(chapter, runs_dir))
 
 
 def long_form(results: pd.DataFrame, metrics: tuple[str, ...] = (

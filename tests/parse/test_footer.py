@@ -33,6 +33,8 @@ def test_garbled_footer_lines_are_counted():
     footer = parse_footer(" Total time : 00:6x:10\n End time   : 2025-13-45 99:00:00\n")
     assert footer.total_time_s is None and footer.end_time is None
     assert footer.skipped_lines == 2
+    assert [problem.line for problem in footer.problems] == [1, 2]
+    assert "not YYYY-MM-DD HH:MM:SS" in footer.problems[1].reason and footer.problems[0].text == "Total time : 00:6x:10"
 
 
 def test_total_time_past_a_day_and_one_that_is_not_a_time():

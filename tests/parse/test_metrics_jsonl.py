@@ -35,6 +35,10 @@ def test_two_writers_on_one_line_and_garbage():
     assert [record.step for record in log.steps] == [1, 2, 3, 4]
     assert log.summary is not None
     assert log.skipped_lines == 4  # prose, a step without loss, an unknown kind, NUL bytes
+    assert [(problem.line, problem.reason) for problem in log.problems] == [
+        (2, "no JSON record on this line (cut or not JSON)"), (3, "a step record without a readable step or loss"),
+        (4, "a record of unknown kind 'mystery' (expected step, eval or summary)"),
+        (5, "no JSON record on this line (cut or not JSON)")]
 
 
 def test_tensor_census_fields_and_older_summaries_without_them():

@@ -3,6 +3,7 @@ absent), and the general cases those logs stand for, on small logs written here.
 
 from __future__ import annotations
 
+import csv
 import importlib.util
 from pathlib import Path
 
@@ -11,7 +12,8 @@ import pytest
 from workshop_lib.parse.hf import parse_trainer_output
 from workshop_lib.parse.nccl import parse_nccl, read_nccl
 from workshop_lib.parse.nemo import parse_nemo_log
-from workshop_lib.parse.nvidia_smi import parse_nvidia_smi
+from workshop_lib.memory import memory_summary
+from workshop_lib.parse.nvidia_smi import parse_nvidia_smi, read_nvidia_smi
 from workshop_lib.parse.psrecord import parse_psrecord
 from workshop_lib.parse.text import UnreadableLog, read_text, strip_launcher_prefix
 
@@ -142,6 +144,20 @@ def test_nvidia_smi_header_names_the_columns_every_time_it_repeats():
     log = parse_nvidia_smi(text)
     assert [(s.gpu_index, s.used_mib) for s in log.samples] == [(1, 100.0), (0, 200.0)]
     assert [problem.line for problem in log.problems] == [6] and "no memory.used" in log.problems[0].reason
+
+
+@needs_real_logs
+def test_nvidia_smi_utilization_of_a_real_log_with_repeated_headers():
+    path = REAL_LOGS / "nvidia_smi" / "gpu_memory_rtx2070_repeated_header.csv"
+    # Read here with the csv module, apart from the parser: every data row's `utilization.gpu [%]` cell ("22 %").
+    rows = [row for row in csv.DictReader(read_text(path).splitlines(), skipinitialspace=True)
+            if row["timestamp"] != "timestamp"]  # the header repeats before every row
+    expected = [float(row["utilization.gpu [%]"].removesuffix(" %")) for row in rows]
+    log = read_nvidia_smi(path)
+    assert [sample.utilization_pct for sample in log.samples] == expected
+    assert (len(expected), max(expected), min(expected)) == (224, 42, 1)  # peak and floor, read with awk too
+    gpu = memory_summary([path]).gpu(0)
+    assert gpu.utilization.peak == 42 and gpu.utilization.average == pytest.approx(sum(expected) / 224)
 
 
 def test_psrecord_with_fewer_columns_follows_its_header():

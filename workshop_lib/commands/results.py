@@ -62,10 +62,11 @@ def _register_collect(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_collect(args: argparse.Namespace) -> int:
-    from ..tables import chapter_tables, render_tables
+    from ..tables import render_tables, tables_from_results
 
     from ..experiments import chapter_experiments
     from ..paths import runs_root
+    from ..results import chapter_results, unreadable_notes
     from ..runs import load_run
 
     chapters = [args.chapter] if args.chapter else [1, 2, 3, 4]
@@ -75,5 +76,8 @@ def run_collect(args: argparse.Namespace) -> int:
             damage = load_run(experiment, runs_dir).damage
             if damage:  # its row is read from the run's other files; say why its record was not used
                 print(f"workshop collect: warning: {damage}", file=sys.stderr)
-        print(render_tables(chapter_tables(chapter, runs_dir=runs_dir), args.format))
+        results = chapter_results(chapter, runs_dir)
+        for note in unreadable_notes(results):  # the rest of the file was read; these lines were left out
+            print(f"workshop collect: note: {note}", file=sys.stderr)
+        print(render_tables(tables_from_results(chapter, results), args.format))
     return 0

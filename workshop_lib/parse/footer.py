@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from ..durations import format_duration, parse_duration
-from .text import split_lines
+from .text import LogProblem, log_lines
 
 # `date "+%Y-%m-%d %H:%M:%S"` pads; the seeds' example ("2025-12-5 10:34:24") does not: accept both.
 _TIMESTAMP = r"(?P<stamp>\d{4}-\d{1,2}-\d{1,2}[ T]\d{1,2}:\d{2}:\d{2})"
@@ -25,7 +25,11 @@ class JobFooter:
     start_time: datetime | None = None
     end_time: datetime | None = None
     total_time_s: int | None = None
-    skipped_lines: int = 0
+    problems: list[LogProblem] = field(default_factory=list)  # footer lines whose time could not be read
+
+    @property
+    def skipped_lines(self) -> int:
+        return len(self.problems)
 
     @property
     def finished(self) -> bool:
@@ -57,8 +61,8 @@ def parse_footer(text: str) -> JobFooter:
     start and end when the job printed no `Total time` line."""
     start = end = None
     total = None
-    skipped = 0
-    for line in split_lines(text):
+    problems: list[LogProblem] = []
+    for number, line in log_lines(text):
         if not _HINT.search(line):
             continue
         read_something = False
@@ -69,7 +73,8 @@ def parse_footer(text: str) -> JobFooter:
         if (match := _TOTAL.search(line)) and (seconds := _total_seconds(match)) is not None:
             total, read_something = seconds, True
         if not read_something:
-            skipped += 1
+            problems.append(LogProblem(number, line.strip(), "a footer line whose time is not YYYY-MM-DD HH:MM:SS "
+                                                             "or a duration HH:MM:SS"))
     if total is None and start is not None and end is not None and end >= start:
         total = int((end - start).total_seconds())
-    return JobFooter(start_time=start, end_time=end, total_time_s=total, skipped_lines=skipped)
+    return JobFooter(start_time=start, end_time=end, total_time_s=total, problems=problems)

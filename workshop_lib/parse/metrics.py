@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass, field
 
 from ..metrics_schema import EVAL_FIELDS, PER_RANK_ENTRIES, STEP_FIELDS, SUMMARY_FIELDS
-from .text import is_number, split_lines, to_float
+from .text import LogProblem, is_number, log_lines, to_float
 
 
 @dataclass(frozen=True)
@@ -68,12 +68,16 @@ class RunSummary:
 
 @dataclass(frozen=True)
 class MetricsLog:
-    """A run's metrics. `skipped_lines` counts lines that were not a readable record."""
+    """A run's metrics. `problems` lists the lines that were not (or not only) readable records."""
 
     steps: list[StepRecord] = field(default_factory=list)
     evals: list[EvalRecord] = field(default_factory=list)
     summary: RunSummary | None = None
-    skipped_lines: int = 0
+    problems: list[LogProblem] = field(default_factory=list)
+
+    @property
+    def skipped_lines(self) -> int:
+        return len(self.problems)
 
 
 def _value(types: tuple | type, value: object) -> object:
@@ -146,16 +150,30 @@ def _record(value: object) -> StepRecord | EvalRecord | RunSummary | None:
     return record_type(**values)
 
 
+def _why_not_a_record(value: object) -> str:
+    """Why `_record` read nothing from a JSON value."""
+    if not isinstance(value, dict):
+        return "a JSON value that is not a record"
+    kind = value.get("kind")
+    if kind not in ("step", "eval", "summary"):
+        return f"a record of unknown kind {kind!r} (expected step, eval or summary)"
+    return f"a {kind} record without a readable {'step or loss' if kind == 'step' else 'step'}"
+
+
 def parse_metrics(text: str) -> MetricsLog:
-    """Read a metrics.jsonl; unreadable lines are counted, never fatal. The last summary wins."""
-    steps, evals, summary, skipped = [], [], None, 0
-    for line in split_lines(text):
+    """Read a metrics.jsonl; unreadable lines are reported with the reason, never fatal. The last summary wins."""
+    steps, evals, summary, problems = [], [], None, []
+    for number, line in log_lines(text):
         if not line.strip():
             continue
-        records = [_record(value) for value in _objects_in(line)]
+        values = _objects_in(line)
+        records = [_record(value) for value in values]
         good = [record for record in records if record is not None]
-        if not good or len(good) < len(records):
-            skipped += 1
+        if not values:
+            problems.append(LogProblem(number, line.strip(), "no JSON record on this line (cut or not JSON)"))
+        elif len(good) < len(records):
+            bad = next(value for value, record in zip(values, records) if record is None)
+            problems.append(LogProblem(number, line.strip(), _why_not_a_record(bad)))
         for record in good:
             if isinstance(record, StepRecord):
                 steps.append(record)
@@ -163,4 +181,4 @@ def parse_metrics(text: str) -> MetricsLog:
                 evals.append(record)
             else:
                 summary = record
-    return MetricsLog(steps=steps, evals=evals, summary=summary, skipped_lines=skipped)
+    return MetricsLog(steps=steps, evals=evals, summary=summary, problems=problems)

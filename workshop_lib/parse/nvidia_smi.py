@@ -1,4 +1,5 @@
-"""GPU memory logs written by `nvidia-smi --query-gpu=… --format=csv[,nounits] -l N`, one file per node."""
+"""GPU memory (and utilisation) logs written by `nvidia-smi --query-gpu=… --format=csv[,nounits] -l N`,
+one file per node."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from pathlib import Path
 
 from .text import LogProblem, log_lines, read_text
 
-# What the job scripts ask for when a file has no header line (`--format=csv,noheader`).
+# The columns assumed when a file has no header line (`--format=csv,noheader`): seed 002's query. The job
+# scripts' monitor (scripts.GPU_QUERY, which adds utilization.gpu) always writes its header.
 DEFAULT_COLUMNS = ("timestamp", "index", "name", "memory.used", "memory.total")
 _UNAVAILABLE = {"[N/A]", "N/A", "[Not Supported]", "[Unknown Error]", "[GPU is lost]"}
 _NUMBER_WITH_UNIT = re.compile(r"^(?P<number>\d+(?:\.\d+)?)\s*(?P<unit>MiB|GiB|%)?$")
@@ -25,6 +27,7 @@ class GpuMemorySample:
     total_mib: float | None = None
     timestamp: datetime | None = None
     name: str | None = None
+    utilization_pct: float | None = None  # utilization.gpu; None where the query lacks it or the GPU says [N/A]
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,10 @@ class GpuMemoryLog:
     def used_mib(self, gpu_index: int) -> list[float]:
         """Every reading of one GPU of this node, in file order."""
         return [sample.used_mib for sample in self.samples if sample.gpu_index == gpu_index]
+
+    def gpu_samples(self, gpu_index: int) -> list[GpuMemorySample]:
+        """Every sample of one GPU of this node, in file order."""
+        return [sample for sample in self.samples if sample.gpu_index == gpu_index]
 
 
 def node_from_filename(path: str | Path) -> str:
@@ -76,6 +83,12 @@ def _mib(cell: str) -> float | None:
     return number * 1024 if match["unit"] == "GiB" else number
 
 
+def _percent(cell: str) -> float | None:
+    """A percentage from `97` or `97 %`; None for anything else."""
+    match = _NUMBER_WITH_UNIT.match(cell.strip())
+    return float(match["number"]) if match and match["unit"] in (None, "%") else None
+
+
 def _timestamp(cell: str) -> datetime | None:
     for layout in ("%Y/%m/%d %H:%M:%S.%f", "%Y/%m/%d %H:%M:%S"):
         try:
@@ -96,7 +109,7 @@ def _is_header(cells: list[str]) -> bool:
 def parse_nvidia_smi(text: str, node: str = "") -> GpuMemoryLog:
     """Read an nvidia-smi CSV with or without units. The header names the columns (any query that
     has memory.used); a repeated header (an appended file, or one nvidia-smi call per sample) is
-    read again. Without a header the job scripts' columns (DEFAULT_COLUMNS) are assumed. Lines with
+    read again. Without a header seed 002's columns (DEFAULT_COLUMNS) are assumed. Lines with
     `[N/A]`, cut lines and lines mixed with other output are reported, with the reason."""
     columns: tuple[str, ...] = DEFAULT_COLUMNS
     has_header = False
@@ -141,12 +154,18 @@ def _sample(cells: list[str], columns: tuple[str, ...]) -> GpuMemorySample | str
         timestamp = _timestamp(row["timestamp"])
         if timestamp is None:
             return f"timestamp {row['timestamp']!r} is not YYYY/MM/DD HH:MM:SS.fff"  # a damaged line
+    utilization = None  # also where the GPU does not report it ([N/A]: MIG slices, some older cards)
+    if row.get("utilization.gpu", "[N/A]") not in _UNAVAILABLE:
+        utilization = _percent(row["utilization.gpu"])
+        if utilization is None:
+            return f"utilization.gpu is {row['utilization.gpu']!r}, not a percentage"
     return GpuMemorySample(
         gpu_index=index,
         used_mib=used,
         total_mib=_mib(row["memory.total"]) if "memory.total" in row else None,
         timestamp=timestamp,
         name=row.get("name"),
+        utilization_pct=utilization,
     )
 
 

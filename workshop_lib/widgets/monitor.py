@@ -17,9 +17,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable
 
+from ..durations import format_duration
 from ..experiments import Experiment, chapter_experiments
 from ..runs import NOT_SUBMITTED, Run, RunRecord, load_run
-from ..slurm_output import FINAL_STATES, format_duration, tail
+from ..slurm_output import FINAL_STATES, tail
 from . import frontend
 
 MONITOR_CLASS = "workshop-job-monitor"
