@@ -214,3 +214,15 @@ def test_submit_from_a_subfolder_writes_where_the_chapter_reads(isolated, monkey
     monkeypatch.delenv("WORKSHOP_RUNS_DIR")
     monkeypatch.chdir(repository_root() / "notebooks")
     assert runs_root() == shared_runs_root() == repository_root() / "runs"
+
+
+def test_the_notebook_explains_a_failed_run_without_a_checks_passed_badge(isolated, capsys):
+    from workshop_lib.notebook import Selection, run_experiments
+
+    failing = quick_profile(isolated, status=3)
+    selection = Selection(4, failing, (EXPERIMENT,), (EXPERIMENT,), ())
+    [run] = run_experiments(selection, wait_timeout_s=60, progress=False)
+    shown = capsys.readouterr().out
+    assert "why it did not complete" in shown and "FAILED: exit code 3" in shown and "Hint:" in shown
+    assert "checks passed" not in shown and "Still running" not in shown and "still queued" not in shown
+    assert "ended without completing" in shown

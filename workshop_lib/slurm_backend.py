@@ -150,6 +150,8 @@ class SlurmBackend:
     def poll_policy(self) -> PollPolicy:
         return LOCAL_CLUSTER_POLLING if _is_project_cluster() else CLUSTER_POLLING
 
+    available = staticmethod(slurm_available)
+
     # ---- helpers ------------------------------------------------------------------------------
     def _squeue(self, job_ids: Sequence[str]) -> dict[str, JobInfo]:
         # All of this user's jobs, filtered here: one controller request (plus squeue's partition request)
