@@ -291,7 +291,7 @@ def test_a_failed_job_shows_its_traceback_not_the_footer(local_cluster, tmp_path
 def test_time_limit_exceeded_is_timeout_with_the_limit_in_the_explanation(local_cluster):
     run, root = TIMEOUT_CASE["run"], TIMEOUT_CASE["root"]
     [info] = wait_for_runs([run], timeout=240, progress=False)
-    assert info.state == "TIMEOUT"
+    assert info.state == "TIMEOUT" and run.job.accounting().state == "TIMEOUT"
     [status] = run_status([BASELINE], root=root)
     assert "of its 00:01:00 limit" in status.explanation and "raise the limit" in status.explanation
     assert "DUE TO TIME LIMIT" in status.explanation  # the log line that says so, not the footer
