@@ -115,12 +115,8 @@ def test_missing_script_is_a_clear_error(tmp_path):
         cluster.submit(tmp_path / "nope.sh", backend="slurm")
 
 
-@pytest.mark.slow
-def test_timeout(local_cluster, job_dir):
-    job = cluster.submit(write_script(job_dir, "long.sh", "sleep 600", ["--time=00:01:00"]))
-    [info] = cluster.wait_for([job], timeout=200, poll_interval=2, progress=False)
-    assert info.state == "TIMEOUT"
-    assert job.accounting().state == "TIMEOUT"
+# TIMEOUT (state, sacct, explanation) is covered by tests/test_fault_injection.py through the real submit
+# path, overlapped with the other fault cases.
 
 
 def test_down_stops_every_daemon_and_up_restarts(local_cluster):
@@ -138,3 +134,18 @@ def test_down_stops_every_daemon_and_up_restarts(local_cluster):
         cluster.submit(__file__, backend="slurm")
     status = local_cluster.up(nodes=2)  # bring it back for the tests that follow
     assert status.running and set(status.nodes.values()) == {"idle"}
+
+
+def test_an_unreachable_accounting_is_an_error_not_a_state(local_cluster, job_dir):
+    from workshop_lib.errors import ClusterError
+
+    job = cluster.job_from_id("999999", "slurm")  # not in squeue: the answer must come from sacct
+    local_cluster._stop("slurmdbd")
+    try:
+        with pytest.raises(ClusterError, match="(?s)sacct failed.*is slurmdbd running"):
+            job.info()
+        [info] = cluster.wait_for([job], timeout=1, progress=False)
+        assert info.state == "UNKNOWN" and "sacct failed" in info.reason  # a waiter keeps asking
+    finally:
+        local_cluster.up(nodes=2)
+    assert job.info().state == "LOST"  # both answer now: neither knows it, and it has no log

@@ -118,6 +118,15 @@ def running_record(root: Path, experiment):
     return wait_until(ready, 60, f"{experiment.id} to run")
 
 
+def killed_while_running(profile: Path, root: Path, experiment):
+    """A notebook that submitted `experiment` and waits, killed with SIGKILL once the job runs; the run."""
+    waiting = notebook(profile, root, [experiment], wait=True)
+    running = running_record(root, experiment)
+    waiting.send_signal(signal.SIGKILL)
+    waiting.wait()
+    return running
+
+
 def progress_jobs(run) -> set[str]:
     lines = (run.directory / "train" / "progress.txt").read_text().split("\n")
     return {line.split()[0] for line in lines if line.strip()}
@@ -165,10 +174,7 @@ def test_time_limit_job_is_submitted(local_cluster, tmp_path_factory):
 def test_kill_9_mid_wait_then_rerun_neither_doubles_nor_loses_the_job(local_cluster, tmp_path):
     profile = fault_profile(tmp_path / "profile", seconds=4)
     root = tmp_path / "runs"
-    first = notebook(profile, root, [SECOND], wait=True)
-    running = running_record(root, SECOND)
-    first.send_signal(signal.SIGKILL)
-    first.wait()
+    running = killed_while_running(profile, root, SECOND)
     again = submit_experiment(SECOND, load_profile(profile), root=root, backend="slurm")
     assert not again.submitted_now and again.record.job_id == running.record.job_id and "not doubled" in again.note
     [info] = wait_for_runs([again], timeout=90, progress=False)
@@ -233,10 +239,7 @@ def test_two_notebooks_started_together_submit_each_experiment_once(local_cluste
 def test_controller_down_during_a_rerun_archives_nothing_and_submits_nothing(local_cluster, tmp_path, capsys):
     profile = fault_profile(tmp_path / "profile", seconds=6)
     root = tmp_path / "runs"
-    first = notebook(profile, root, [BASELINE], wait=True)
-    running = running_record(root, BASELINE)
-    first.send_signal(signal.SIGKILL)
-    first.wait()
+    running = killed_while_running(profile, root, BASELINE)
     local_cluster._stop("slurmctld")
     local_cluster._stop("slurmdbd")
     try:
@@ -288,7 +291,7 @@ def test_a_failed_job_shows_its_traceback_not_the_footer(local_cluster, tmp_path
 def test_time_limit_exceeded_is_timeout_with_the_limit_in_the_explanation(local_cluster):
     run, root = TIMEOUT_CASE["run"], TIMEOUT_CASE["root"]
     [info] = wait_for_runs([run], timeout=240, progress=False)
-    assert info.state == "TIMEOUT"
+    assert info.state == "TIMEOUT" and run.job.accounting().state == "TIMEOUT"
     [status] = run_status([BASELINE], root=root)
     assert "of its 00:01:00 limit" in status.explanation and "raise the limit" in status.explanation
     assert "DUE TO TIME LIMIT" in status.explanation  # the log line that says so, not the footer

@@ -144,3 +144,85 @@ def test_a_lost_local_job_counts_as_failed_and_is_resubmitted(tmp_path, monkeypa
     assert info.state == "LOST" and "no footer" in info.reason
     (folder / "slurm-local-99.out").write_text("training...\n Exit status: 0\n")
     assert run.info().state == "COMPLETED"  # the job's own footer decides, not its absence
+
+
+def test_a_damaged_job_json_affects_its_own_row_only_and_says_how_to_recover(isolated, capsys):
+    profile = quick_profile(isolated)
+    damaged_experiment = get_experiment("fsdp/single-gpu/full-shard")
+    runs = submit_experiments([EXPERIMENT, damaged_experiment], profile)
+    wait_for_runs(runs, timeout=60, progress=False)
+    record = runs[1].directory / "job.json"
+    record.write_text(record.read_text()[:40])  # a half-written file, as a crash mid-write left it before
+    statuses = {status.experiment_id: status for status in run_status([EXPERIMENT, damaged_experiment])}
+    assert statuses[EXPERIMENT.id].state == "COMPLETED"
+    damaged = statuses[damaged_experiment.id]
+    assert damaged.state == "DAMAGED" and "job.json is damaged" in damaged.explanation
+    assert f"slurm-{runs[1].record.job_id}.out" in damaged.explanation and "rename" in damaged.explanation
+    assert main(["status", EXPERIMENT.id, damaged_experiment.id]) == 0
+    assert "DAMAGED" in capsys.readouterr().out
+    kept = submit_experiment(damaged_experiment, profile)
+    assert not kept.submitted_now and "damaged" in kept.note  # an unreadable record may hide an active job
+    record.rename(record.with_name("job.json.damaged"))  # the recovery the message describes
+    again = submit_experiment(damaged_experiment, profile)
+    assert again.submitted_now
+    [archived] = (again.directory / "attempts").iterdir()
+    assert archived.name.startswith("unrecorded-") and (archived / "job.json.damaged").is_file()
+    assert (archived / runs[1].record.stdout).is_file()  # nothing of the earlier run is lost
+    wait_for_runs([again], timeout=60, progress=False)
+
+
+def test_status_writes_nothing(isolated):
+    profile = quick_profile(isolated)
+    [run] = submit_experiments([EXPERIMENT], profile)
+    wait_for_runs([run], timeout=60, progress=False)
+    directory = run.directory
+    record = json.loads((directory / "job.json").read_text())
+    record["final_state"] = None  # as if nobody had waited for the job
+    (directory / "job.json").write_text(json.dumps(record))
+
+    def snapshot():
+        return {path: (path.stat().st_mtime_ns, path.read_bytes()) for path in directory.rglob("*") if path.is_file()}
+
+    before = snapshot()
+    [status] = run_status([EXPERIMENT])
+    assert status.state == "COMPLETED"
+    assert snapshot() == before  # status asks the scheduler but records nothing
+
+
+def test_a_reused_job_id_never_overwrites_an_earlier_attempt(isolated, monkeypatch):
+    failing = quick_profile(isolated, status=3)
+    first = submit_experiment(EXPERIMENT, failing)
+    assert wait_for_runs([first], timeout=60, progress=False)[0].state == "FAILED"
+    # A fresh scheduler state: job ids start again at 1.
+    monkeypatch.setenv("WORKSHOP_STATE_DIR", str(isolated / "fresh-state"))
+    second = submit_experiment(EXPERIMENT, failing)
+    assert second.submitted_now and second.record.job_id == first.record.job_id
+    assert wait_for_runs([second], timeout=60, progress=False)[0].state == "FAILED"
+    monkeypatch.setenv("WORKSHOP_STATE_DIR", str(isolated / "fresher-state"))
+    third = submit_experiment(EXPERIMENT, quick_profile(isolated))
+    assert third.record.job_id == first.record.job_id
+    attempts = sorted((third.directory / "attempts").iterdir())
+    assert len(attempts) == 2 and all(a.name.startswith(f"{first.record.job_id}-") for a in attempts)
+    for attempt in attempts:
+        assert "Exit status: 3" in (attempt / first.record.stdout).read_text()
+    wait_for_runs([third], timeout=60, progress=False)
+
+
+def test_submit_from_a_subfolder_writes_where_the_chapter_reads(isolated, monkeypatch):
+    from workshop_lib.paths import repository_root, runs_root as shared_runs_root
+
+    monkeypatch.delenv("WORKSHOP_RUNS_DIR")
+    monkeypatch.chdir(repository_root() / "notebooks")
+    assert runs_root() == shared_runs_root() == repository_root() / "runs"
+
+
+def test_the_notebook_explains_a_failed_run_without_a_checks_passed_badge(isolated, capsys):
+    from workshop_lib.notebook import Selection, run_experiments
+
+    failing = quick_profile(isolated, status=3)
+    selection = Selection(4, failing, (EXPERIMENT,), (EXPERIMENT,), ())
+    [run] = run_experiments(selection, wait_timeout_s=60, progress=False)
+    shown = capsys.readouterr().out
+    assert "why it did not complete" in shown and "FAILED: exit code 3" in shown and "Hint:" in shown
+    assert "checks passed" not in shown and "Still running" not in shown and "still queued" not in shown
+    assert "ended without completing" in shown

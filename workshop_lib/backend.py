@@ -70,6 +70,9 @@ class Backend(Protocol):
 
     def poll_policy(self) -> PollPolicy: ...
 
+    def available(self) -> bool:
+        """Whether this backend can run jobs here (for WORKSHOP_BACKEND=auto)."""
+
 
 def get_backend(name: str) -> Backend:
     if name not in BACKENDS:
@@ -88,13 +91,11 @@ def python_environment_path(path: str | None = None) -> str:
 
 def resolve_backend(backend: str | None = None) -> str:
     """The backend to use: the argument, else $WORKSHOP_BACKEND, else SLURM if present, else local."""
-    from .slurm_backend import slurm_available
-
     choice = (backend or os.environ.get("WORKSHOP_BACKEND") or "auto").lower()
     if choice not in (*BACKENDS, "auto"):
         raise ClusterError(f"unknown backend {choice!r}: use one of slurm, local, auto (WORKSHOP_BACKEND)")
     if choice == "auto":
-        if slurm_available():
+        if get_backend("slurm").available():
             return "slurm"
         if os.environ.get("WORKSHOP_ALLOW_LOCAL", "1") in ("0", "false", "no"):
             raise ClusterError(

@@ -22,8 +22,12 @@ _ERROR_LINE = re.compile(
     r"|CANCELLED AT|DUE TO TIME LIMIT|Segmentation fault|Aborted|command not found|No such file or directory)")
 # SLURM's words for a job killed over --mem: cgroup's oom-kill, or jobacct_gather's OverMemoryKill.
 _MEMORY_KILL = re.compile(r"oom[-_]kill event|Exceeded job memory limit|exceeded memory limit")
-# Lines the job template prints itself: never the answer to "what went wrong".
-_OWN_LINES = re.compile(r"^\s*(=+|Job finished|End time|Total time|Exit status|Start time|Memory summary|Job \S+ \()")
+# Lines the job template prints itself (header, `workshop memory`'s summary, footer): never the answer to
+# "what went wrong".
+_OWN_LINES = re.compile(
+    r"^\s*(=+$|Job finished|End time|Total time|Exit status|Start time|Job \S+ \(|(GPU|CPU) Memory Usage"
+    r"|\[.* - GPU \d+\] Peak =|(Peak|Average|Mode|Busy average) =|Avg / Average and Mode|Busy avg counts"
+    r"|\d+ unreadable log lines|Memory summary failed)")
 
 HINTS = {
     "FAILED": "the job's commands exited with an error: the lines above say which. Fix the cause and re-run the "

@@ -341,6 +341,10 @@ class LocalBackend:
     def poll_policy() -> PollPolicy:
         return PollPolicy(first=0.2, longest=2.0)
 
+    @staticmethod
+    def available() -> bool:
+        return True
+
 
 BACKEND = LocalBackend()
 

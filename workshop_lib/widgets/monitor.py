@@ -19,7 +19,7 @@ from typing import Iterable
 
 from ..durations import format_duration
 from ..experiments import Experiment, chapter_experiments
-from ..runs import NOT_SUBMITTED, Run, RunRecord, load_run
+from ..runs import NOT_SUBMITTED, Run, RunRecord, load_run, query_runs
 from ..slurm_output import FINAL_STATES, tail
 from . import frontend
 
@@ -100,7 +100,12 @@ class JobMonitor:
     # ---- one refresh -------------------------------------------------------------------------------
     def refresh(self) -> list[MonitorRow]:
         """Ask the scheduler about every watched run, update the view, return the rows."""
-        rows = [self._row(run) for run in self.watched_runs()]
+        runs = self.watched_runs()
+        for run in runs:
+            if run.record is None and not run.damage:  # submitted since (by a notebook cell or the CLI)?
+                run.record = RunRecord.load(run.directory)
+        # One scheduler call for all the runs (runs.query_runs), not one per run and refresh.
+        rows = [self._row(run, info) for run, info in zip(runs, query_runs(runs))]
         self.rows = rows
         self.refreshed_at = datetime.now(timezone.utc)
         if self._widget is not None:
@@ -108,12 +113,9 @@ class JobMonitor:
             self._status.value = self._status_line()
         return rows
 
-    def _row(self, run: Run) -> MonitorRow:
-        if run.record is None:  # submitted since (by a notebook cell or the CLI)?
-            run.record = RunRecord.load(run.directory)
+    def _row(self, run: Run, info) -> MonitorRow:
         if run.record is None:
-            return MonitorRow(run.experiment.id, "", NOT_SUBMITTED, None, "", None, run.note)
-        info = run.info()
+            return MonitorRow(run.experiment.id, "", info.state, None, "", None, run.note)
         elapsed = info.elapsed_s
         if info.state in FINAL_STATES and elapsed is None:
             elapsed = self._finished_elapsed(run)
