@@ -48,6 +48,7 @@ from .errors import ClusterError, WorkshopError
 from .experiments import Experiment, select_experiments
 from .profiles import Profile, load_profile
 from .sbatch_script import sbatch_request
+from .site_setup import check_before_submit
 from .scripts import CPU_MEMORY_LOG, DS_CONFIGS_DIR, TRAIN_DIR, render_script
 from .slurm_output import JobInfo
 
@@ -302,6 +303,7 @@ def submit_experiment(experiment: Experiment, profile: Profile | str | None = No
 
 
 def _submit_new(run: Run, profile: Profile, backend: str | None, sbatch_args: Sequence[str]) -> Run:
+    check_before_submit(run.experiment, profile)  # a skipped `workshop setup` step: say so before the queue
     chosen = resolve_backend(backend)
     staging = run.directory / STAGING_DIR
     shutil.rmtree(staging, ignore_errors=True)

@@ -711,7 +711,7 @@ ADDED_COLUMNS = {"nemo": ["GPU 0 Utilization (%)", *_TENSORS],
 _BUILDERS = {1: chapter_1_tables, 2: chapter_2_tables, 3: chapter_3_tables, 4: chapter_4_tables}
 
 
-def chapter_tables(chapter: int, runs_dir: str | Path = "runs") -> list[Table]:
+def chapter_tables(chapter: int, runs_dir: str | Path | None = None) -> list[Table]:
     """Every seed table of a chapter, filled from `runs_dir`."""
     _check_chapter(chapter)
     return tables_from_results(chapter, chapter_results(chapter, runs_dir))
