@@ -210,7 +210,14 @@ def nemo_context(experiment: Experiment, profile: Profile) -> dict:
     if not factory:
         raise WorkshopError(f"profile {profile.name!r} has no NeMo factory for model {experiment.model!r}: "
                             f"add it under nemo.factories")
-    return {"factory": factory, "overrides": nemo_overrides(experiment), "container": _container_prefix(profile)}
+    return {"factory": nemo_factory(experiment, factory), "overrides": nemo_overrides(experiment),
+            "container": _container_prefix(profile)}
+
+
+def nemo_factory(experiment: Experiment, factory: str) -> str:
+    """The recipe: LoRA is the factories' default; a full fine-tune asks for the recipe's own
+    (peft_scheme='none': learning rate 5e-6, distributed optimizer), not LoRA's recipe with `peft=none`."""
+    return factory if experiment.peft == "lora" else f"{factory}(peft_scheme='none')"
 
 
 def nemo_overrides(experiment: Experiment) -> list[str]:
@@ -225,17 +232,20 @@ def nemo_overrides(experiment: Experiment) -> list[str]:
                        ("trainer.limit_val_batches", experiment.limit_val_batches)):
         if value is not None:
             overrides.append(f"{key}={value}")
-    if experiment.tensor_parallel > 1:
+    full_finetune = experiment.peft == "none"
+    # The full fine-tune recipes bring their own layout (Llama TP=2; Mixtral PP=4, VPP=8, EP=8): say every size.
+    if experiment.tensor_parallel > 1 or full_finetune:
         overrides.append(f"trainer.strategy.tensor_model_parallel_size={experiment.tensor_parallel}")
-    if experiment.pipeline_parallel > 1:
+    if experiment.pipeline_parallel > 1 or full_finetune:
         overrides.append(f"trainer.strategy.pipeline_model_parallel_size={experiment.pipeline_parallel}")
+    if full_finetune:
+        overrides.append("trainer.strategy.virtual_pipeline_model_parallel_size=None")
     if experiment.expert_parallel is not None:
         overrides.append(f"trainer.strategy.expert_model_parallel_size={experiment.expert_parallel}")
     if experiment.sequence_parallel:
         overrides.append("trainer.strategy.sequence_parallel=True")
-    if experiment.peft == "none":
-        overrides.append("peft=none")
-    # LoRA is the recipe's default PEFT scheme (rank 32, on linear_qkv and linear_proj): nothing to add.
+    # LoRA is the recipe's default PEFT scheme (Llama: rank 8 on q/k/v, output and MLP; Mixtral: rank 32
+    # on linear_qkv and linear_proj): nothing to add.
     return overrides
 
 
