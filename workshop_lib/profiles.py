@@ -106,6 +106,7 @@ class Profile:
     gpu_monitor_interval_s: int = 5
     cpu_monitor_interval_s: int = 5
     rendezvous_host: str | None = None
+    gpu_memory_gib: float | None = None  # memory of one GPU; the fit check refuses what cannot fit (null: no check)
     nccl_tests: NcclTests | None = None
     source: Path | None = None
 

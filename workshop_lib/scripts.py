@@ -216,8 +216,8 @@ def nemo_context(experiment: Experiment, profile: Profile) -> dict:
 
 def nemo_factory(experiment: Experiment, factory: str) -> str:
     """The recipe: LoRA is the factories' default; a full fine-tune asks for the recipe's own
-    (peft_scheme='none': learning rate 5e-6, distributed optimizer), not LoRA's recipe with `peft=none`."""
-    return factory if experiment.peft == "lora" else f"{factory}(peft_scheme='none')"
+    (peft_scheme=None: learning rate 5e-6, distributed optimizer), not LoRA's recipe with `peft=none`."""
+    return factory if experiment.peft == "lora" else f"{factory}(peft_scheme=None)"
 
 
 def nemo_overrides(experiment: Experiment) -> list[str]:
@@ -298,13 +298,19 @@ def _entry_point(experiment: Experiment) -> str:
 
 
 def _nemo_stand_in_arguments(experiment: Experiment) -> list[str]:
-    # Off a NeMo site, the LoRA and tensor/expert-parallel engines stand in for NeMo Factory.
-    arguments = ["--global-batch", str(experiment.global_batch or 8)]
+    # Off a NeMo site, the LoRA and tensor/expert-parallel engines stand in for NeMo Factory, with the
+    # recipe NeMo resolved for the same experiment (book/reference/nemo/resolved.json, `make nemo-check`).
+    from .nemo_check.check import recipe_for
+
+    recipe = recipe_for(experiment.id)
+    arguments = ["--global-batch", str(recipe["global_batch"]), "--micro-batch", str(recipe["micro_batch"]),
+                 "--max-length", str(recipe["seq_length"]), "--learning-rate", str(recipe["learning_rate"]),
+                 "--warmup-steps", str(recipe["warmup_steps"]), "--weight-decay", str(recipe["weight_decay"]),
+                 "--adam-beta2", str(recipe["adam_beta2"]), "--clip-grad", str(recipe["clip_grad"])]
     if experiment.peft == "lora":
-        arguments += ["--lora-rank", str(experiment.lora_rank or 32)]
-        if experiment.warmup_steps is not None:
-            arguments += ["--warmup-steps", str(experiment.warmup_steps)]
-        return arguments
+        peft = recipe["peft"]
+        return arguments + ["--lora-rank", str(peft["dim"]), "--lora-alpha", str(peft["alpha"]),
+                            "--lora-targets", ",".join(peft["target_modules"])]
     arguments += ["--tp", str(experiment.tensor_parallel)]
     if experiment.expert_parallel:
         arguments += ["--ep", str(experiment.expert_parallel)]

@@ -72,12 +72,9 @@ def validate_experiment(experiment: "Experiment", profile: "Profile | None" = No
               "ask for at least one node and one GPU per node.")
     model_parallel = experiment.tensor_parallel * (experiment.expert_parallel or 1) * experiment.pipeline_parallel
     if experiment.engine == NEMO:
-        if experiment.peft == "none" and model_parallel != experiment.gpus:
-            error("parallel-sizes-mismatch",
-                  f"TP x EP x PP = {experiment.tensor_parallel} x {experiment.expert_parallel or 1} x "
-                  f"{experiment.pipeline_parallel} = {model_parallel}, but the job has {experiment.gpus} GPUs.",
-                  "without PEFT every GPU holds a slice of the model: make TP x EP x PP equal the GPU count.")
-        elif experiment.gpus % model_parallel:
+        # Megatron: data parallel = GPUs / (TP x PP), and the EP ranks are carved out of it, so both
+        # TP x PP and TP x EP x PP must divide the GPUs (they need not equal them).
+        if experiment.gpus % model_parallel:
             error("parallel-sizes-mismatch",
                   f"TP x EP x PP = {model_parallel} does not divide the {experiment.gpus} GPUs.",
                   "choose parallel sizes whose product divides the GPU count.")
@@ -123,6 +120,9 @@ def validate_experiment(experiment: "Experiment", profile: "Profile | None" = No
         reason = profile.unsupported_reason(experiment)
         if reason:
             error("outside-profile-grid", reason + ".", "pick a profile with larger limits (e.g. ibex).")
+        from .fit_check import fit_findings  # the fit rule (predicted memory per GPU) has its own module
+
+        findings += fit_findings(experiment, profile)
     return findings
 
 
@@ -303,14 +303,15 @@ def _check_lightning(directives: Directives, text: str, findings: list[Finding])
     pp = sizes.get("pipeline_model_parallel_size") or 1
     nodes = _as_int(directives.get("nodes") or "1") or 1
     per_node = known.get("--gpus-per-node") or known.get("trainer.devices")
-    peft_none = overrides.get("peft", ("", 0))[0] == "none"
+    peft_none = (overrides.get("peft", ("", 0))[0] == "none"
+                 or re.search(r"peft_scheme\s*=\s*(['\"]none['\"]|None)", text) is not None)
     if per_node:
         total = per_node * nodes
-        if (peft_none and tp * ep * pp != total) or total % (tp * ep * pp):
+        if total % (tp * ep * pp):
             findings.append(Finding(
                 "parallel-sizes-mismatch", ERROR,
                 f"TP x EP x PP = {tp} x {ep} x {pp} = {tp * ep * pp} does not fit the {total} GPUs of the job.",
-                "request TP x EP x PP GPUs (model parallel without PEFT) or a multiple of it.",
+                "request a multiple of TP x EP x PP GPUs (the rest is data parallel).",
                 _override_line(overrides, "trainer.strategy.tensor_model_parallel_size")
                 or directives.line("gpus-per-node")))
     if re.search(r"--factory\s+[\"']?mixtral", text) and "trainer.strategy.expert_model_parallel_size" not in overrides:
@@ -323,7 +324,8 @@ def _check_lightning(directives: Directives, text: str, findings: list[Finding])
         findings.append(Finding(
             "model-parallel-with-lora", ERROR,
             f"model parallel (TP={tp}, PP={pp}) with LoRA still on (the factory's default PEFT).",
-            "add peft=none to the overrides for a model-parallel run.",
+            "use the recipe's full fine-tune (--factory 'llama31_8b(peft_scheme=None)') for a "
+            "model-parallel run.",
             _override_line(overrides, "trainer.strategy.tensor_model_parallel_size")))
     if "nemo llm" in text:
         constraint = (directives.get("constraint") or "").lower()
