@@ -115,22 +115,23 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     record = provenance()
     for name, rows in sets.items():
+        if not rows:  # nothing of this set ran now: its file stays as it is
+            continue
         measured = pd.DataFrame([run_record(e, args.runs) for e in rows])
         if "run_dir" in measured:  # relative to --runs: this machine's folders mean nothing elsewhere
             measured["run_dir"] = [os.path.relpath(path, args.runs) if isinstance(path, str) and os.path.isabs(path)
                                    else path for path in measured["run_dir"]]
         target = args.out / f"{name}.json"
         results = json.loads(measured.to_json(orient="records"))
-        provenances = {"this run": record}
-        if args.merge and target.exists():  # earlier rows of other experiments stay, with their provenance
+        provenance_list = [record]
+        if args.merge and target.exists():  # rows of experiments not run now stay, with their provenance
             earlier = json.loads(target.read_text())
-            kept = [row for row in earlier["results"] if row.get("id") not in {e.id for e in rows}]
-            for row in kept:
-                row.setdefault("provenance", earlier["provenance"])
-            results = kept + results
-        for row in results:
-            row.setdefault("provenance", provenances["this run"])
-        target.write_text(json.dumps({"provenance": record, "profile": profile.name, "results": results},
+            ran = {e.id for e in rows}
+            results = [row for row in earlier["results"] if row.get("id") not in ran] + results
+            previous = earlier["provenance"]
+            provenance_list = (previous if isinstance(previous, list) else [previous]) + [record]
+        target.write_text(json.dumps({"provenance": provenance_list if len(provenance_list) > 1 else record,
+                                      "profile": profile.name, "results": results},
                                      indent=1, default=str) + "\n")
         print(f"wrote {target} ({len(measured)} runs)")
     return 0 if all(info.state == "COMPLETED" for info in infos) else 1
