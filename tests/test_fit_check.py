@@ -75,3 +75,23 @@ def test_tiny_profile_has_no_gpu_memory_and_no_fit_check():
     assert load_profile("tiny").gpu_memory_gib is None
     assert [f for f in validate_experiment(_seed_layout("tp2-ep2-sp"), load_profile("tiny"))
             if f.rule == "does-not-fit"] == []
+
+
+def test_the_predictions_quoted_in_the_book_are_the_estimators():
+    """Answers, chapter 2 and the seed corrections quote predictions: they must be what the estimator says."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    answers = (root / "book" / "answers.md").read_text()
+    chapter = (root / "notebooks" / "02_model_parallel.py").read_text()
+    corrections = (root / "book" / "seed_corrections.md").read_text()
+    exact = {f"{check_fit(get_experiment(i), 80).predicted_gib:.1f} GiB" for i in (
+        "model-parallel/llama/tp2-dp2", "model-parallel/llama/tp4", "model-parallel/llama/tp8",
+        "model-parallel/llama/tp2", "model-parallel/mixtral/tp2-pp4-ep2-sp", "model-parallel/mixtral/tp4-pp2-ep2-sp")}
+    exact |= {f"{check_fit(_seed_layout(name), 80).predicted_gib:.1f} GiB" for name in SEED_001_MIXTRAL}
+    for quoted in exact:
+        assert quoted in answers, quoted
+    for name in SEED_001_MIXTRAL:
+        about = f"about {check_fit(_seed_layout(name), 80).predicted_gib:.0f} GiB"
+        assert about in corrections or about.replace(" GiB", "") in chapter, about
+    assert f"about {check_fit(get_experiment('model-parallel/llama/tp2'), 80).predicted_gib:.0f} GiB" in chapter
