@@ -4,6 +4,13 @@ On a multi-GPU machine without SLURM (the device machine, a workstation):
 
     WORKSHOP_BACKEND=local python3 benchmarks/reference_runs.py --chapter 3 --runs RUNS --out book/reference
     WORKSHOP_BACKEND=local python3 benchmarks/reference_runs.py --chapter 1 --chapter 2 --max-gpus 2   # 2 GPUs
+    WORKSHOP_BACKEND=local python3 benchmarks/reference_runs.py --chapter 1 --chapter 2 --max-gpus 4 --merge \
+        --only lora/llama/4-gpus lora/mixtral/4-gpus model-parallel/llama/tp2-dp2 model-parallel/llama/tp4
+                                                 # the 4-GPU rows, added to the 2-GPU ones (one 4-GPU host)
+
+Chapters 1-2 run the PyTorch stand-ins at the real models' shapes (random weights, synthetic data) with
+the recipe NeMo resolved for each experiment (book/reference/nemo/resolved.json); the chapters show each
+row next to its memory prediction (workshop_lib/nemo_reference.py), and rows not run as "not measured yet".
 
 renders every experiment of the chapter that fits the `gpu-workstation` profile (one node, up to 4 GPUs,
 and no more GPUs than the machine has: --max-gpus, default the GPUs nvidia-smi lists),
