@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 NODES ?= 2
 
-.PHONY: setup cluster-up cluster-down test test-fast demo book lab clean
+.PHONY: setup cluster-up cluster-down test test-fast demo book lab clean nemo-env nemo-check
 
 setup: $(STAMP)  ## virtual environment with the library, training and book extras (idempotent)
 
@@ -55,3 +55,11 @@ lab: setup  ## JupyterLab where the .py chapters open as notebooks
 
 clean:  ## remove build output (keeps runs/ and the environment)
 	rm -rf _build
+
+# NeMo 2.4.1 (the 25.07 container's) in its own cached environment (~/.cache/workshop/nemo-venv/<hash of the
+# lock>, ~2.5 min and 2.4 GB once), then every chapter 1-2 command resolved by NeMo into book/reference/nemo/.
+nemo-env: setup  ## the NeMo environment that checks the chapters' commands (no GPU needed)
+	$(BIN)/python -m workshop_lib.nemo_check.environment
+
+nemo-check: nemo-env  ## resolve every chapter 1-2 `nemo llm finetune` command with NeMo (book/reference/nemo/)
+	$(BIN)/python -m workshop_lib.nemo_check.check

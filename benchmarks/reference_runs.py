@@ -3,8 +3,17 @@
 On a multi-GPU machine without SLURM (the device machine, a workstation):
 
     WORKSHOP_BACKEND=local python3 benchmarks/reference_runs.py --chapter 3 --runs RUNS --out book/reference
+    WORKSHOP_BACKEND=local python3 benchmarks/reference_runs.py --chapter 1 --chapter 2 --max-gpus 2   # 2 GPUs
+    WORKSHOP_BACKEND=local python3 benchmarks/reference_runs.py --chapter 1 --chapter 2 --max-gpus 4 --merge \
+        --only lora/llama/4-gpus lora/mixtral/4-gpus model-parallel/llama/tp2-dp2 model-parallel/llama/tp4
+                                                 # the 4-GPU rows, added to the 2-GPU ones (one 4-GPU host)
 
-renders every experiment of the chapter that fits the `gpu-workstation` profile (one node, up to 4 GPUs),
+Chapters 1-2 run the PyTorch stand-ins at the real models' shapes (random weights, synthetic data) with
+the recipe NeMo resolved for each experiment (book/reference/nemo/resolved.json); the chapters show each
+row next to its memory prediction (workshop_lib/nemo_reference.py), and rows not run as "not measured yet".
+
+renders every experiment of the chapter that fits the `gpu-workstation` profile (one node, up to 4 GPUs,
+and no more GPUs than the machine has: --max-gpus, default the GPUs nvidia-smi lists),
 submits the scripts — the local executor queues them until enough GPUs are free, so 1-GPU jobs run
 side by side — waits, and writes the tidy results with provenance (GPU, driver, library versions,
 date) to OUT/chapter<N>.json, which the chapters show next to their tables as "measured on real GPUs".
@@ -59,7 +68,8 @@ def provenance() -> dict:
 def main(argv: list[str] | None = None) -> int:
     import pandas as pd
 
-    from workshop_lib.experiments import chapter_experiments, engine_scaling_experiments, with_recipe
+    from workshop_lib.experiments import (chapter_experiments, engine_scaling_experiments, large_gpu_experiments,
+                                          with_recipe)
     from workshop_lib.profiles import load_profile
     from workshop_lib.results import run_record
     from workshop_lib.runs import submit_experiments, wait_for_runs
@@ -75,6 +85,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--recipe", default="seed", help="run the selected experiments with this recipe "
                         "(seed: as the chapters do; tuned: the workshop's faster one, ids get -tuned)")
     parser.add_argument("--timeout", type=float, default=540.0, help="seconds to wait for the jobs")
+    parser.add_argument("--max-gpus", type=int, default=None,
+                        help="skip experiments that need more GPUs (default: the GPUs of this machine)")
+    parser.add_argument("--merge", action="store_true",
+                        help="keep the rows of OUT/chapter<N>.json that this call does not run (e.g. add the "
+                             "4-GPU rows to the 2-GPU ones)")
     args = parser.parse_args(argv)
     if not args.chapter and not args.engine_scaling:
         parser.error("give --chapter N and/or --engine-scaling")
@@ -82,10 +97,14 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("WORKSHOP_BACKEND", "local")
     profile = load_profile(args.profile)
     sets = {f"chapter{chapter}": chapter_experiments(chapter) for chapter in args.chapter}
+    if 2 in args.chapter:  # the layout that needs more than 80 GB per GPU: measured where it fits
+        sets["chapter2"] += large_gpu_experiments()
+    max_gpus = args.max_gpus if args.max_gpus is not None else len(provenance()["gpus"]) or None
     if args.engine_scaling:
         sets["engine_scaling"] = engine_scaling_experiments()
     sets = {name: [with_recipe(e, args.recipe) for e in rows
-                   if profile.supports(e) and (args.only is None or e.id in args.only)]
+                   if profile.supports(e) and (args.only is None or e.id in args.only)
+                   and (max_gpus is None or e.gpus <= max_gpus)]
             for name, rows in sets.items()}
     if args.recipe != "seed":
         sets = {f"{name}_{args.recipe}": rows for name, rows in sets.items()}
@@ -103,13 +122,23 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     record = provenance()
     for name, rows in sets.items():
+        if not rows:  # nothing of this set ran now: its file stays as it is
+            continue
         measured = pd.DataFrame([run_record(e, args.runs) for e in rows])
         if "run_dir" in measured:  # relative to --runs: this machine's folders mean nothing elsewhere
             measured["run_dir"] = [os.path.relpath(path, args.runs) if isinstance(path, str) and os.path.isabs(path)
                                    else path for path in measured["run_dir"]]
         target = args.out / f"{name}.json"
-        target.write_text(json.dumps({"provenance": record, "profile": profile.name,
-                                      "results": json.loads(measured.to_json(orient="records"))},
+        results = json.loads(measured.to_json(orient="records"))
+        provenance_list = [record]
+        if args.merge and target.exists():  # rows of experiments not run now stay, with their provenance
+            earlier = json.loads(target.read_text())
+            ran = {e.id for e in rows}
+            results = [row for row in earlier["results"] if row.get("id") not in ran] + results
+            previous = earlier["provenance"]
+            provenance_list = (previous if isinstance(previous, list) else [previous]) + [record]
+        target.write_text(json.dumps({"provenance": provenance_list if len(provenance_list) > 1 else record,
+                                      "profile": profile.name, "results": results},
                                      indent=1, default=str) + "\n")
         print(f"wrote {target} ({len(measured)} runs)")
     return 0 if all(info.state == "COMPLETED" for info in infos) else 1

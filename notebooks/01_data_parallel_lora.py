@@ -22,14 +22,16 @@
 # ```{admonition} Where this runs
 # :class: important
 # On Ibex (`profile = "ibex"`) each run is NeMo Factory's `nemo llm finetune` inside the NeMo
-# container on A100 GPUs, exactly as in the scripts shown below. Everywhere else the chapter runs on
-# the **tiny profile**: CPU processes stand in for GPUs, and **NeMo is replaced by a small
-# PyTorch/PEFT stand-in** (`workshop_lib.train.lora`) that trains tiny, randomly initialised Llama
-# and Mixtral models on synthetic question–answer data. The stand-in keeps what the chapter is about
-# (LoRA on the attention projections, rank 32, the same global batch split over DDP ranks, the same
-# log quantities) and drops what needs real hardware: no container, no Megatron kernels, no
-# checkpoint download, no GPU memory monitor, and only a few steps. Its times and losses show the
-# *shape* of the results, not the numbers an A100 gives.
+# container on A100 GPUs, exactly as in the scripts shown below; every one of those commands has been
+# resolved by NeMo 2.4.1 itself (the NeMo 25.07 container's version) with its dry run. Everywhere else
+# the chapter runs on the **tiny profile**: CPU processes stand in for GPUs, and **NeMo is replaced by
+# a small PyTorch/PEFT stand-in** (`workshop_lib.train.lora`) that trains tiny, randomly initialised
+# Llama and Mixtral models on synthetic question–answer data. The stand-in takes the recipe NeMo
+# resolved for the same experiment (LoRA rank, alpha and target modules, micro-batch 1 × 2048 tokens,
+# learning rate, global batch split over DDP ranks with gradient accumulation) and drops what needs
+# real hardware: no container, no Megatron kernels, no checkpoint download, no GPU memory monitor, and
+# only a few steps. Unlike NeMo it keeps all of Mixtral's experts on every GPU (no EP). Its times and
+# losses show the *shape* of the results, not the numbers an A100 gives.
 # ```
 
 # %% tags=["parameters"]
@@ -65,8 +67,10 @@ nb.experiments_overview(selection);
 # per parameter (16-bit weights and gradients, fp32 master weights, two fp32 Adam moments), over
 # 120 GB before any activation: more than an 80 GB A100. LoRA freezes the pretrained weight *W* and
 # learns a low-rank correction: for a layer *y = Wx* it trains *A* (*r × k*) and *B* (*d × r*) and
-# computes *y = Wx + (α/r)·BAx*. With rank *r* = 32 on the attention projections that is a few tens
-# of millions of trainable parameters, a fraction of a percent of the model. The frozen weights cost
+# computes *y = Wx + (α/r)·BAx*. NeMo's Llama recipe uses rank *r* = 8 (α = 16) on the fused Q/K/V
+# projection, the attention output and both MLP matrices; its Mixtral recipe rank 32 on the attention
+# projections only. Either way that is a few tens of millions of trainable parameters, a fraction of a
+# percent of the model. The frozen weights cost
 # only their 2 bytes each (about 16 GB for Llama), the adapters' gradients and Adam states are tiny,
 # and the whole fine-tune fits on one GPU. Because *B* starts at zero, training starts exactly from
 # the pretrained model.
@@ -102,11 +106,37 @@ nb.show_scripts(selection);
 
 # %% [markdown]
 # On Ibex the same experiment becomes a NeMo Factory run in the Singularity container. Read it even if
-# you run the tiny profile: the overrides (`trainer.devices`, `peft=lora`, the batch sizes, and for
-# Mixtral `trainer.strategy.expert_model_parallel_size`) are what this chapter is about.
+# you run the tiny profile: the overrides (`trainer.devices`, the batch sizes, and for Mixtral
+# `trainer.strategy.expert_model_parallel_size`) are what this chapter is about; LoRA is the factory's
+# default, so no `peft` override appears.
 
 # %%
 nb.show_reference_script("lora/mixtral/2-gpus", "ibex");
+
+# %% [markdown]
+# ## What NeMo will run
+#
+# Every command of the chapter as its job script renders it, resolved by NeMo itself (its parser and
+# dry run, `make nemo-check`): the recipe settings the runs get, and NeMo's own "Resolved Arguments"
+# table for one of them.
+
+# %%
+from workshop_lib import nemo_reference
+
+nemo_reference.show_resolved(1, "lora/llama/2-gpus");
+
+# %% [markdown]
+# ## Predict, then run: measured on real GPUs
+#
+# The memory estimator predicts each run's peak per GPU before it runs: for NeMo on Ibex's 80 GB A100s
+# (Megatron's layout, Mixtral's experts split over EP) and for the PyTorch stand-in, which was run at
+# the real models' shapes (random weights, synthetic data) on the GPUs named below. Rows that need
+# more GPUs than that machine had say "not measured yet". The stand-in's numbers are not NeMo's: no
+# Megatron kernels, and for Mixtral every GPU holds all experts, so its memory is higher than NeMo's
+# with EP and its speed says nothing about an A100.
+
+# %%
+nemo_reference.show(1);
 
 # %% [markdown]
 # ## Submit and wait
@@ -156,7 +186,8 @@ nb.show_plots(selection, runs_dir);
 # 3. Why does the total job time scale worse than the step time?
 # 4. Does the peak memory per GPU go down when you add GPUs (Llama)?
 # 5. Why can Llama 3.1 8B be fine-tuned on one 80 GB A100 with LoRA, but not without it?
-# 6. Why does Mixtral start at 2 GPUs, and why must the expert-parallel size be set?
+# 6. Why does Mixtral start at 2 GPUs, and why must the expert-parallel size be set? What is the
+#    data-parallel size for attention and for the experts with EP = 2 on 2 GPUs?
 # 7. Why is GPU 0's mode 1 MiB, and its average so far below the peak?
 # 8. Should the last `reduced_train_loss` be the same on every GPU count?
 #

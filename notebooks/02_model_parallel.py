@@ -10,23 +10,30 @@
 # # Chapter 2: Model parallel fine-tuning without LoRA
 #
 # Chapter 1 made the models fit by training almost nothing. This chapter trains **every weight** of
-# Llama 3.1 8B and Mixtral 8×7B. Full fine-tuning needs roughly 16 bytes per parameter for weights,
-# gradients and Adam states, far more than one GPU has, so the model itself must be cut into pieces
-# that live on different GPUs: *model parallelism*. You will use **tensor parallelism** (TP) for both
-# models, **expert parallelism** (EP) for Mixtral's experts, and **sequence parallelism** (SP) to
-# divide the activations that tensor parallelism leaves whole.
+# Llama 3.1 8B and Mixtral 8×7B. Full fine-tuning with Adam in bf16 mixed precision keeps about
+# 18 bytes per parameter (bf16 weights 2, fp32 gradients 4, fp32 master weights and two Adam moments
+# 12), far more than one GPU has, so the model itself must be cut into pieces that live on different
+# GPUs: *model parallelism*. You will use **tensor parallelism** (TP) for both models, **expert
+# parallelism** (EP) for Mixtral's experts, **sequence parallelism** (SP) to divide the activations
+# that TP leaves whole, and **pipeline parallelism** (PP) to spread Mixtral's layers over two nodes.
+#
+# **Predict, then run.** Every layout in this chapter was chosen with the memory estimator
+# (`workshop estimate`) before anything ran, and `workshop validate` refuses a layout predicted not to
+# fit the site's GPUs. The original material's layouts did not fit: the first section shows why.
 #
 # ```{admonition} Where this runs
 # :class: important
-# On Ibex (`profile = "ibex"`) these are NeMo Factory runs with `peft=none` and Megatron's
-# tensor/expert/sequence parallelism, in the NeMo container on A100s. On the **tiny profile** NeMo is
-# replaced by a **PyTorch stand-in** (`workshop_lib.train.parallel`): tiny random Llama and Mixtral
-# models loaded with `transformers`' native tensor/expert-parallel plans under `torchrun`, trained in
-# full (no LoRA) on synthetic data, on CPU processes. The sharding is real (each rank holds a slice of
-# every layer, and the losses match an unsharded run), but it is PyTorch's DTensor implementation,
-# not Megatron's: no fused kernels, no distributed optimizer, and on the tiny profile sequence
-# parallelism is passed along but has nothing measurable to save. No GPU memory monitor runs there,
-# so memory is each process's own peak.
+# On Ibex (`profile = "ibex"`) these are NeMo Factory runs with the recipe's own full fine-tune
+# (`--factory "llama31_8b(peft_scheme=None)"`: learning rate 5e-6, distributed optimizer) and
+# Megatron's tensor/pipeline/expert/sequence parallelism, in the NeMo container on A100s. Every command
+# below has been resolved by NeMo 2.4.1 itself (the NeMo 25.07 container's version) with its dry run.
+# On the **tiny profile** and on the reference GPUs NeMo is replaced by a **PyTorch stand-in**
+# (`workshop_lib.train.parallel`): the same Megatron split of every matrix with PyTorch's DTensor
+# (column-parallel Q/K/V and MLP inputs, row-parallel outputs, vocabulary-parallel embedding and LM head),
+# with the micro-batch, sequence length and learning rate NeMo resolved. It has no pipeline stages,
+# no distributed optimizer and no fused kernels, keeps fp32 weights (16 bytes per parameter instead of
+# NeMo's 18), and passes sequence parallelism along without applying it. Its memory is the stand-in's,
+# not NeMo's: the tables below show both predictions next to what was measured.
 # ```
 
 # %% tags=["parameters"]
@@ -48,55 +55,96 @@ nb.experiments_overview(selection);
 # first linear layer of a pair is split by columns and the second by rows (Megatron's scheme), so each
 # of the TP GPUs computes its share of the attention heads and of the feed-forward hidden units
 # without talking to the others, and one all-reduce per pair puts the output back together. Every GPU
-# then holds about 1/TP of the layer weights, their gradients and optimizer states: memory for model
-# states falls roughly as 1/TP. The price is communication *inside* every layer, twice per block in
-# the forward pass and twice in the backward pass, which is why TP stays inside one node where GPUs
-# are linked by NVLink. (Placing *whole layers* on different GPUs is a different technique, pipeline
-# parallelism, which this workshop does not use.)
+# then holds about 1/TP of the layer weights, their gradients and optimizer states. The price is
+# communication *inside* every layer, twice per block in the forward pass and twice in the backward
+# pass, which is why TP stays inside one node where GPUs are linked by NVLink.
+#
+# **Pipeline parallelism** places *whole layers* on different GPUs: with PP = 4 each GPU holds 8 of
+# Mixtral's 32 layers. Micro-batches flow through the stages one after the other (Megatron's 1F1B
+# schedule), so the first stage keeps the activations of up to PP micro-batches in flight. Between
+# stages only one activation tensor per micro-batch travels, which is why PP is the split that crosses
+# nodes.
 #
 # **Expert parallelism** is the natural split for a mixture of experts: each of the EP GPUs keeps a
 # subset of the experts. Tokens are routed to the GPU that holds their expert and back with two
-# all-to-all exchanges per MoE layer. Combined with TP, Mixtral's experts are split over TP × EP GPUs
-# while the attention layers are split over TP.
+# all-to-all exchanges per MoE layer.
 #
 # **Sequence parallelism** attacks what tensor parallelism leaves whole: the layer norms and dropouts
 # between the split matrices work on the full activations on every TP rank. SP cuts those activations
-# along the sequence dimension over the same TP group, turning each all-reduce into a
-# reduce-scatter plus an all-gather of the same total size. It saves activation memory at no extra
-# communication, but only exists together with TP (Megatron refuses SP when TP = 1, and requires it
-# when TP > 1 is combined with EP > 1).
+# along the sequence over the same TP group, turning each all-reduce into a reduce-scatter plus an
+# all-gather of the same total size. It only exists together with TP (Megatron refuses SP when
+# TP = 1, and requires it when TP > 1 is combined with EP > 1).
 #
-# **How many GPUs?** Without data parallelism, every GPU holds a different slice of the model, so
-# GPUs = TP × EP × PP. Any extra factor would be data parallelism: GPUs = TP × EP × PP × DP. The
-# layouts here are Llama with TP = 2, 4, 8, and Mixtral with TP = 2 × EP = 2 on 4 GPUs and
-# TP = 4 × EP = 2 on 8, both with SP. There is no single-GPU run: fully fine-tuning either model on one
-# A100 does not fit.
+# **How many GPUs, and how much data parallelism?** Megatron lays the dense part of the model out as
+# TP × PP × DP: attention, embeddings and norms are replicated over **DP = GPUs / (TP × PP)** ranks
+# that split the global batch. The experts are carved out of those DP ranks: each expert is split over
+# TP (expert TP = TP by default) and the EP ranks hold different experts, so the experts are
+# replicated over **expert DP = GPUs / (TP × EP × PP)** ranks. "GPUs = TP × EP" is therefore not a
+# rule: TP = 2 × EP = 2 on 4 GPUs has DP = 2 for attention (each DP rank gets 8 / 2 = 4 of the 8
+# sequences of a step, as 4 micro-batches of 1) and expert DP = 1. Both TP × PP and TP × EP × PP must
+# divide the GPU count. The distributed optimizer shards the fp32 master weights and Adam moments over
+# the DP ranks (expert DP for the experts), which is why a second data-parallel rank can make a layout
+# fit.
 #
 # **Why LoRA is off.** With LoRA the trainable part is tiny, so the memory that model parallelism is
 # meant to divide (gradients and optimizer states of every weight) is not there to divide. The
-# checker rejects a model-parallel experiment with LoRA left on.
+# checker rejects a model-parallel experiment with LoRA left on, and the commands use the recipe's
+# full fine-tune rather than the LoRA recipe with `peft=none` (which would keep LoRA's learning rate,
+# 20 × the full fine-tune's, and drop the recipe's distributed optimizer).
+
+# %% [markdown]
+# ## Predict, then run: the layouts and what they need
 #
-# **What to expect.** Per-GPU memory should fall as TP grows (the weights, gradients and optimizer
-# states divide; activations and buffers only partly). The step time does not fall like data
-# parallelism's: all TP ranks work on the *same* samples, and each extra rank adds communication, so a
-# higher TP buys memory, not speed. The batch per GPU stays the whole global batch, because there is no
-# data-parallel dimension to split it.
+# One row per layout: the data-parallel sizes and the batch per DP rank as NeMo resolved them, the
+# estimate for NeMo on Ibex's 80 GB A100s (micro-batch 1 × 2048 tokens, the recipe's; SQuAD samples
+# are shorter, so this is an upper bound), and — where it ran — the stand-in measured on real GPUs.
+# `model-parallel/llama/tp2` is not part of the chapter: predicted at about 78 GiB per GPU it does not
+# fit an A100 with the 10 % margin, and `workshop validate` refuses it there, naming a layout that fits
+# (TP = 2 × DP = 2 on 4 GPUs, whose distributed optimizer halves the optimizer states). It fits a
+# 141 GB H200, where it was measured.
+#
+# The original chapter ran Mixtral with TP = 2 × EP = 2 on 4 GPUs and TP = 4 × EP = 2 on 8. The
+# estimator gives about 209 and 105 GiB per GPU: 46.7 B parameters × 18 bytes is about 840 GB of model
+# states, more than a whole 8-GPU node of A100s holds. Full fine-tuning of Mixtral needs two nodes:
+# the layouts here keep the seed's TP × EP pairs and add pipeline stages across the nodes
+# (TP 2 × PP 4 × EP 2 and TP 4 × PP 2 × EP 2 on 16 GPUs, about 61 and 55 GiB predicted), as NeMo's own
+# recipe does (PP = 4). The alternative that fits one node is chapter 1's: keep LoRA.
+
+# %%
+from workshop_lib import nemo_reference
+
+nemo_reference.show(2);
+
+# %% [markdown]
+# ## What NeMo will run
+#
+# Each command as the job script renders it, resolved by NeMo 2.4.1 with its own parser and dry run
+# (`make nemo-check`; the NeMo CLI prints the same table with `--dryrun`). The check also refuses a
+# `trainer.strategy.*` key that `MegatronStrategy` does not take (the CLI accepts typos there
+# silently), parallel sizes that do not divide the GPUs or the batch, and anything Megatron's own
+# configuration refuses.
+
+# %%
+nemo_reference.show_resolved(2, "model-parallel/mixtral/tp2-pp4-ep2-sp");
 
 # %% [markdown]
 # ## The job scripts
 #
 # Each experiment's script as this profile submits it, folded, with the checker's findings (parallel
-# sizes that do not multiply to the GPU count, Mixtral without EP, SP without TP, LoRA left on).
+# sizes that do not divide the GPU count, Mixtral without EP, SP without TP, LoRA left on, a layout
+# predicted not to fit the GPUs).
 
 # %%
 nb.show_scripts(selection);
 
 # %% [markdown]
-# The same Mixtral layout as Ibex runs it with NeMo: note `peft=none`, the three `trainer.strategy`
-# overrides and `trainer.devices` equal to TP × EP.
+# A Mixtral layout as Ibex runs it with NeMo: the recipe's full fine-tune
+# (`mixtral_8x7b(peft_scheme=None)`), every parallel size said explicitly (the recipe's own PP = 4,
+# VPP = 8, EP = 8 would otherwise remain), two nodes of 8 GPUs, and `--yes` (not `-y`, which NeMo-Run
+# also declares for `--yaml`).
 
 # %%
-nb.show_reference_script("model-parallel/mixtral/tp2-ep2-sp", "ibex");
+nb.show_reference_script("model-parallel/mixtral/tp2-pp4-ep2-sp", "ibex");
 
 # %% [markdown]
 # ## Submit and wait
@@ -109,7 +157,7 @@ runs = nb.run_experiments(selection, runs_dir, wait_timeout_s)
 # %% [markdown]
 # ## Results
 #
-# Ratios compare with the smallest layout that fits: 2 GPUs for Llama, 4 for Mixtral.
+# This profile's own runs. Ratios compare with the smallest layout of each model that ran.
 
 # %%
 nb.show_tables(selection, runs_dir);
@@ -122,32 +170,40 @@ nb.show_plots(selection, runs_dir);
 # arithmetic to divide and every layer now waits for collective communication. What carries over to
 # real hardware is the bookkeeping: each rank holds 1/TP of the sharded weights, the losses do not
 # depend on the layout (the split changes who computes, not what), and the global batch is the batch
-# of every rank. On A100s the interesting numbers are the peak memory per GPU falling with TP and the
-# step time staying flat or rising.
+# of each data-parallel rank is the global batch divided by DP. On GPUs the interesting numbers are the
+# peak memory per GPU against the prediction, and the step time, which TP does not shorten the way
+# data parallelism does.
 
 # %% [markdown]
 # ## Questions
 #
 # Answers: {doc}`../book/answers` (section *Chapter 2*).
 #
-# 1. Why is there no single-GPU run in this chapter?
-# 2. Why turn LoRA off here?
+# 1. Why is there no single-GPU run in this chapter, and why does Llama start at TP = 2 × DP = 2 on
+#    4 GPUs rather than TP = 2 on 2?
+# 2. Why turn LoRA off here, and why use `peft_scheme=None` rather than `peft=none`?
 # 3. How many GPUs does a layout need? Is "total GPUs = TP × EP" a rule?
-# 4. What goes in the "batch per GPU" column?
-# 5. How does the peak memory per GPU change from TP = 2 to 4 to 8 (Llama)?
+# 4. What is the batch per data-parallel rank for each layout, for attention and for the experts?
+# 5. How does the predicted peak memory per GPU change from TP = 2 to 4 to 8 (Llama)?
 # 6. How does the step time change with more tensor parallelism?
 # 7. Why does sequence parallelism need tensor parallelism?
-# 8. What changes for Mixtral between 4 and 8 GPUs?
+# 8. Why does full fine-tuning of Mixtral need two nodes, and what does pipeline parallelism add?
 #
 # ## Where the original material was wrong
 #
 # - Its "try it yourself" list asked for LoRA runs on 1–8 GPUs, copied from the data-parallel
-#   chapter; this chapter has LoRA off, Llama on TP 2/4/8 and Mixtral on 4/8 GPUs only.
+#   chapter; this chapter has LoRA off.
 # - It said tensor parallelism distributes the model's *layers*; TP splits the matrices inside each
-#   layer. Whole layers on different GPUs is pipeline parallelism.
+#   layer. Whole layers on different GPUs is pipeline parallelism, which the Mixtral layouts now use.
 # - It gave Mixtral "~24 B parameters"; the model has about 46.7 B, about 12.9 B active per token.
 # - It listed TP = 1 layouts next to Mixtral overrides that switch SP on; SP needs TP ≥ 2, and the
 #   checker says so.
-# - It presented "total GPUs = TP × EP" as a rule; it holds only without data parallelism.
+# - It presented "total GPUs = TP × EP" as a rule and the batch per GPU as the whole global batch. In
+#   Megatron the dense part is TP × PP × DP and the experts come out of the DP ranks: TP 2 × EP 2 on
+#   4 GPUs has DP = 2 for attention, 4 sequences per DP rank.
+# - Its layouts did not fit: Mixtral TP 2 × EP 2 on 4 A100s needs about 209 GiB per GPU, TP 4 × EP 2
+#   on 8 about 105 GiB, Llama TP 2 on 2 GPUs about 78 GiB (over an A100's 80 GB with the CUDA context).
+# - Its `peft=none` override kept the LoRA recipe's learning rate (1e-4, not the full fine-tune's 5e-6)
+#   and dropped the recipe's distributed optimizer.
 #
 # Details: {doc}`../book/seed_corrections`.

@@ -391,3 +391,28 @@ def test_estimator_imports_neither_torch_nor_transformers():
     code = ("import sys, workshop_lib.estimate, workshop_lib.commands.estimate; "
             "sys.exit(1 if {'torch', 'transformers'} & set(sys.modules) else 0)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_megatron_data_parallel_sizes_under_tp_ep_pp():
+    """Dense DP = GPUs / (TP x PP); the experts' DP = GPUs / (TP x EP x PP): EP comes out of DP."""
+    seed = TrainingSetup(gpus=4, tensor_parallel=2, expert_parallel=2, engine="megatron")
+    assert (seed.data_parallel, seed.expert_data_parallel) == (2, 1)
+    two_nodes = TrainingSetup(gpus=16, nodes=2, tensor_parallel=2, pipeline_parallel=4, expert_parallel=2)
+    assert two_nodes.resolved_engine == "megatron" and (two_nodes.data_parallel, two_nodes.expert_data_parallel) == (2, 1)
+    with pytest.raises(WorkshopError, match="TP x EP x PP"):
+        estimate_memory("mixtral-8x7b", TrainingSetup(gpus=8, tensor_parallel=2, expert_parallel=4, pipeline_parallel=2))
+
+
+def test_pipeline_stages_divide_the_model_states_and_hold_micro_batches_in_flight():
+    base = dict(gpus=16, nodes=2, tensor_parallel=2, expert_parallel=2, sequence_parallel=True, batch=1,
+                seq_len=2048, precision="bf16")
+    one = estimate_memory("mixtral-8x7b", TrainingSetup(**base, pipeline_parallel=1, micro_batches=4))
+    four = estimate_memory("mixtral-8x7b", TrainingSetup(**base, pipeline_parallel=4, micro_batches=4))
+    assert four.parameters < one.parameters / 3  # layers split over 4 stages (the heaviest keeps a vocabulary)
+    # the first stage keeps 4 micro-batches of its 8 layers: as many layer activations as 32 layers of one
+    assert four.activations == pytest.approx(one.activations, rel=0.05) and four.logits == 0
+    fewer = estimate_memory("mixtral-8x7b", TrainingSetup(**base, pipeline_parallel=4, micro_batches=1))
+    assert fewer.activations < four.activations / 3
+    without = estimate_memory("llama-3.1-8b", TrainingSetup(gpus=4, tensor_parallel=2, distributed_optimizer=False))
+    sharded = estimate_memory("llama-3.1-8b", TrainingSetup(gpus=4, tensor_parallel=2))
+    assert sharded.optimizer_states == pytest.approx(without.optimizer_states / 2)

@@ -49,13 +49,18 @@ def test_chapter_1_lora_rows_and_mixtral_expert_parallel():
     assert all(experiment.expert_parallel == experiment.gpus for experiment in mixtral)
 
 
-def test_chapter_2_model_parallel_fills_every_gpu_and_never_uses_lora():
+def test_chapter_2_model_parallel_layouts_divide_the_gpus_and_never_use_lora():
     experiments = chapter_experiments(2)
-    assert {experiment.gpus for experiment in by_group(2, "llama")} == {2, 4, 8}
-    assert {experiment.gpus for experiment in by_group(2, "mixtral")} == {4, 8}
+    assert [(e.tensor_parallel, e.gpus) for e in by_group(2, "llama")] == [(2, 4), (4, 4), (8, 8)]
+    # Full fine-tuning of Mixtral does not fit one 8-GPU node: two nodes, pipeline stages across them.
+    assert [(e.tensor_parallel, e.pipeline_parallel, e.expert_parallel, e.nodes, e.gpus)
+            for e in by_group(2, "mixtral")] == [(2, 4, 2, 2, 16), (4, 2, 2, 2, 16)]
     for experiment in experiments:
         assert experiment.peft == "none"
-        assert experiment.tensor_parallel * (experiment.expert_parallel or 1) == experiment.gpus
+        # Megatron: DP = GPUs / (TP x PP); experts come out of the DP ranks, so TP x EP x PP divides too.
+        assert experiment.gpus % (experiment.tensor_parallel * experiment.pipeline_parallel) == 0
+        assert experiment.gpus % (experiment.tensor_parallel * experiment.pipeline_parallel
+                                  * (experiment.expert_parallel or 1)) == 0
     assert all(experiment.sequence_parallel and experiment.expert_parallel for experiment in by_group(2, "mixtral"))
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 import subprocess
@@ -91,15 +92,19 @@ def test_tiny_and_ibex_scripts_share_the_request_shape():
 
 
 def test_nemo_script_uses_the_container_and_every_override():
-    text = render_script(get_experiment("model-parallel/mixtral/tp4-ep2-sp"), "ibex")
+    text = render_script(get_experiment("model-parallel/mixtral/tp4-pp2-ep2-sp"), "ibex")
+    # The recipe's own full fine-tune, not the LoRA recipe with its adapter dropped (peft=none).
     assert 'srun --cpus-per-task="$SLURM_CPUS_PER_TASK" singularity exec --nv' in text
-    assert "nemo llm finetune --factory mixtral_8x7b" in text
-    for override in ("trainer.devices=8", "trainer.max_steps=250", "data.global_batch_size=8",
+    assert "nemo llm finetune --factory 'mixtral_8x7b(peft_scheme=None)'" in text and "peft=none" not in text
+    for override in ("trainer.num_nodes=2", "trainer.devices=8", "trainer.max_steps=250", "data.global_batch_size=8",
                      "optim.lr_scheduler.warmup_steps=50", "trainer.limit_val_batches=10",
                      "trainer.strategy.tensor_model_parallel_size=4",
+                     "trainer.strategy.pipeline_model_parallel_size=2",
+                     "trainer.strategy.virtual_pipeline_model_parallel_size=None",
                      "trainer.strategy.expert_model_parallel_size=2",
-                     "trainer.strategy.sequence_parallel=True", "peft=none"):
+                     "trainer.strategy.sequence_parallel=True"):
         assert override in text
+    assert "--yes || TRAIN_STATUS" in text and " -y " not in text
     assert directives(text)["ntasks-per-node"] == "8" and "--ntasks=" not in text
     assert "export HF_HOME=" in text and "module load singularity" in text
 
@@ -107,8 +112,12 @@ def test_nemo_script_uses_the_container_and_every_override():
 def test_tiny_realises_nemo_rows_with_the_stand_in_engines():
     lora = render_script(get_experiment("lora/llama/2-gpus"), "tiny")
     assert "-m workshop_lib.train.lora" in lora and "--model tiny-llama" in lora and "nemo llm" not in lora
-    parallel = render_script(get_experiment("model-parallel/mixtral/tp2-ep2-sp"), "tiny")
-    assert "-m workshop_lib.train.parallel" in parallel
+    assert "--lora-rank 8" in lora and "--lora-targets linear_qkv,linear_proj,linear_fc1,linear_fc2" in lora
+    assert "--micro-batch 1" in lora and "--max-length 2048" in lora  # NeMo's resolved recipe
+    one_node = dataclasses.replace(get_experiment("model-parallel/mixtral/tp2-pp4-ep2-sp"), nodes=1,
+                                   gpus_per_node=4, pipeline_parallel=1)
+    parallel = render_script(one_node, "tiny")
+    assert "-m workshop_lib.train.parallel" in parallel and "--learning-rate 5e-06" in parallel
     assert re.search(r"--tp 2 \\\n\s+--ep 2 \\\n\s+--sp", parallel)
 
 

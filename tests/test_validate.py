@@ -83,7 +83,7 @@ def _broken(experiment_id: str, **changes):
 
 
 @pytest.mark.parametrize("rule, experiment", [
-    ("parallel-sizes-mismatch", _broken("model-parallel/llama/tp4", tensor_parallel=2)),
+    ("parallel-sizes-mismatch", _broken("model-parallel/llama/tp4", tensor_parallel=3)),
     ("mixtral-without-ep", _broken("lora/mixtral/4-gpus", expert_parallel=None)),
     ("model-parallel-with-lora", _broken("model-parallel/llama/tp2", peft="lora")),
     ("offload-with-zero0", _broken("zero/single-gpu/zero0", offload=True)),

@@ -144,8 +144,13 @@ class Experiment:
 
 # ---------------------------------------------------------------------------------------------
 # Chapter 1: data parallel + LoRA (seed 000). Same NeMo overrides everywhere; only the devices change.
+# Micro-batch (1), sequence length (2048), learning rate and LoRA targets are the NeMo recipe's own;
+# `workshop_lib.nemo_check` resolves every command with NeMo and the stand-in engines read the result.
 # ---------------------------------------------------------------------------------------------
 _NEMO_SHORT_RUN = dict(max_steps=250, global_batch=8, warmup_steps=50, limit_val_batches=10)
+# The recipes' LoRA rank (`llama31_8b`: LoRA(dim=8, alpha=16) on q/k/v, output, both MLP matrices;
+# `mixtral_8x7b`: dim=32 on linear_qkv and linear_proj). Not rendered: the recipe's default is used.
+RECIPE_LORA_RANK = {"llama-3.1-8b": 8, "mixtral-8x7b": 32}
 
 
 def _chapter_1() -> list[Experiment]:
@@ -154,7 +159,7 @@ def _chapter_1() -> list[Experiment]:
         rows.append(Experiment(
             id=f"lora/llama/{_gpus(gpus)}", chapter=1, group="llama", engine=NEMO, model="llama-3.1-8b",
             title=f"Llama 3.1 8B + LoRA on {_gpus(gpus, ' ')}", gpus_per_node=gpus, memory="256G",
-            peft="lora", lora_rank=32, **_NEMO_SHORT_RUN))
+            peft="lora", lora_rank=RECIPE_LORA_RANK["llama-3.1-8b"], **_NEMO_SHORT_RUN))
     for gpus in (2, 4, 8):
         # Mixtral will not start without an expert-parallel size. Seed 000 says "=N" and, in the same
         # breath, "no expert sharding"; its own resolved-arguments example shows devices=2, ep=2, so the
@@ -162,29 +167,46 @@ def _chapter_1() -> list[Experiment]:
         rows.append(Experiment(
             id=f"lora/mixtral/{_gpus(gpus)}", chapter=1, group="mixtral", engine=NEMO, model="mixtral-8x7b",
             title=f"Mixtral 8x7B + LoRA on {_gpus(gpus, ' ')} (EP={gpus})", gpus_per_node=gpus,
-            memory="256G", peft="lora", lora_rank=32, expert_parallel=gpus, **_NEMO_SHORT_RUN))
+            memory="256G", peft="lora", lora_rank=RECIPE_LORA_RANK["mixtral-8x7b"], expert_parallel=gpus,
+            **_NEMO_SHORT_RUN))
     return rows
 
 
 # ---------------------------------------------------------------------------------------------
-# Chapter 2: model parallel without PEFT (seed 001). GPUs = TP x EP (PP = 1); no single-GPU row.
+# Chapter 2: model parallel without PEFT (seed 001), the recipes' full fine-tune (peft_scheme='none':
+# learning rate 5e-6, distributed optimizer). Every layout fits an 80 GB A100 with a margin by the
+# estimator (`workshop validate` refuses those that do not). Seed 001's own layouts did not fit:
+# Llama TP=2 on 2 GPUs needs ~78 GiB per GPU, Mixtral TP=2 x EP=2 on 4 GPUs ~209 GiB and TP=4 x EP=2
+# on 8 GPUs ~105 GiB (46.7 B parameters x 18 bytes of model states do not fit one 8-GPU node at all).
 # ---------------------------------------------------------------------------------------------
 def _chapter_2() -> list[Experiment]:
     rows = []
-    for tp in (2, 4, 8):
+    # Llama: TP=2 needs a second data-parallel rank so that the distributed optimizer halves its states.
+    for tp, gpus in ((2, 4), (4, 4), (8, 8)):
+        dp = gpus // tp
         rows.append(Experiment(
-            id=f"model-parallel/llama/tp{tp}", chapter=2, group="llama", engine=NEMO, model="llama-3.1-8b",
-            title=f"Llama 3.1 8B, full fine-tune, TP={tp}", gpus_per_node=tp, memory="256G",
-            tensor_parallel=tp, **_NEMO_SHORT_RUN))
-    # Seed 001 lists TP=2 x EP=2 -> 4 GPUs and TP=4 x EP=2 -> 8 GPUs, both with sequence parallelism.
-    for tp, ep in ((2, 2), (4, 2)):
-        gpus = tp * ep
+            id=f"model-parallel/llama/tp{tp}" + (f"-dp{dp}" if dp > 1 else ""), chapter=2, group="llama",
+            engine=NEMO, model="llama-3.1-8b",
+            title=f"Llama 3.1 8B, full fine-tune, TP={tp}" + (f" x DP={dp}" if dp > 1 else "") + f" on {gpus} GPUs",
+            gpus_per_node=gpus, memory="256G", tensor_parallel=tp, **_NEMO_SHORT_RUN))
+    # Mixtral: seed 001's TP x EP pairs (2 x 2 and 4 x 2, with sequence parallelism), plus pipeline stages
+    # that spread the layers over two 8-GPU nodes, as NeMo's own full fine-tune recipe does (PP=4).
+    for tp, pp, ep in ((2, 4, 2), (4, 2, 2)):
         rows.append(Experiment(
-            id=f"model-parallel/mixtral/tp{tp}-ep{ep}-sp", chapter=2, group="mixtral", engine=NEMO,
-            model="mixtral-8x7b", title=f"Mixtral 8x7B, full fine-tune, TP={tp} x EP={ep} + SP",
-            gpus_per_node=gpus, memory="256G", tensor_parallel=tp, expert_parallel=ep,
-            sequence_parallel=True, **_NEMO_SHORT_RUN))
+            id=f"model-parallel/mixtral/tp{tp}-pp{pp}-ep{ep}-sp", chapter=2, group="mixtral", engine=NEMO,
+            model="mixtral-8x7b", title=f"Mixtral 8x7B, full fine-tune, TP={tp} x PP={pp} x EP={ep} + SP, 2 nodes",
+            nodes=2, gpus_per_node=8, memory="256G", tensor_parallel=tp, pipeline_parallel=pp,
+            expert_parallel=ep, sequence_parallel=True, **_NEMO_SHORT_RUN))
     return rows
+
+
+def large_gpu_experiments() -> list[Experiment]:
+    """Beyond the matrix: a layout that fits a 141 GB H200 but not an 80 GB A100. The reference run on
+    two H200s measures what the fit check predicts for the smallest tensor-parallel layout."""
+    return [Experiment(
+        id="model-parallel/llama/tp2", chapter=2, group="llama-large-gpu", engine=NEMO, model="llama-3.1-8b",
+        title="Llama 3.1 8B, full fine-tune, TP=2 on 2 GPUs (needs more than 80 GB per GPU)",
+        gpus_per_node=2, memory="256G", tensor_parallel=2, **_NEMO_SHORT_RUN)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -339,7 +361,8 @@ def chapter_experiments(chapter: int) -> list[Experiment]:
 
 def get_experiment(experiment_id: str) -> Experiment:
     """The experiment with this id; the error lists close matches."""
-    by_id = {experiment.id: experiment for experiment in all_experiments() + engine_scaling_experiments()}
+    by_id = {experiment.id: experiment
+             for experiment in all_experiments() + engine_scaling_experiments() + large_gpu_experiments()}
     if experiment_id in by_id:
         return by_id[experiment_id]
     prefix = experiment_id.split("/")[0]
@@ -380,6 +403,8 @@ def summary_row(experiment: Experiment) -> dict:
         knobs.append(f"peft={experiment.peft}")
         if experiment.tensor_parallel > 1:
             knobs.append(f"tp={experiment.tensor_parallel}")
+        if experiment.pipeline_parallel > 1:
+            knobs.append(f"pp={experiment.pipeline_parallel}")
         if experiment.expert_parallel:
             knobs.append(f"ep={experiment.expert_parallel}")
         if experiment.sequence_parallel:
@@ -411,5 +436,6 @@ def field_names() -> list[str]:
 
 
 __all__ = ["CHAPTERS", "ENGINES", "FSDP_STRATEGIES", "GPT", "HF", "NEMO", "RECIPES", "Experiment", "GptShape",
-           "all_experiments", "chapter_experiments", "get_experiment", "select_experiments", "summary_row",
+           "all_experiments", "chapter_experiments", "get_experiment", "large_gpu_experiments",
+           "select_experiments", "summary_row",
            "with_recipe"]

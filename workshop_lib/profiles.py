@@ -122,6 +122,7 @@ class Profile:
     cpu_monitor_interval_s: int = 5
     rendezvous_host: str | None = None
     bandwidth_check: BandwidthCheck | None = None
+    gpu_memory_gib: float | None = None  # memory of one GPU; the fit check refuses what cannot fit (null: no check)
     source: Path | None = None
 
     def time_limit(self, chapter: int) -> str:

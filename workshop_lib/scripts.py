@@ -237,7 +237,14 @@ def nemo_context(experiment: Experiment, profile: Profile) -> dict:
     if not factory:
         raise WorkshopError(f"profile {profile.name!r} has no NeMo factory for model {experiment.model!r}: "
                             f"add it under nemo.factories")
-    return {"factory": factory, "overrides": nemo_overrides(experiment), "container": _container_prefix(profile)}
+    return {"factory": nemo_factory(experiment, factory), "overrides": nemo_overrides(experiment),
+            "container": _container_prefix(profile)}
+
+
+def nemo_factory(experiment: Experiment, factory: str) -> str:
+    """The recipe: LoRA is the factories' default; a full fine-tune asks for the recipe's own
+    (peft_scheme=None: learning rate 5e-6, distributed optimizer), not LoRA's recipe with `peft=none`."""
+    return factory if experiment.peft == "lora" else f"{factory}(peft_scheme=None)"
 
 
 def nemo_overrides(experiment: Experiment) -> list[str]:
@@ -252,17 +259,20 @@ def nemo_overrides(experiment: Experiment) -> list[str]:
                        ("trainer.limit_val_batches", experiment.limit_val_batches)):
         if value is not None:
             overrides.append(f"{key}={value}")
-    if experiment.tensor_parallel > 1:
+    full_finetune = experiment.peft == "none"
+    # The full fine-tune recipes bring their own layout (Llama TP=2; Mixtral PP=4, VPP=8, EP=8): say every size.
+    if experiment.tensor_parallel > 1 or full_finetune:
         overrides.append(f"trainer.strategy.tensor_model_parallel_size={experiment.tensor_parallel}")
-    if experiment.pipeline_parallel > 1:
+    if experiment.pipeline_parallel > 1 or full_finetune:
         overrides.append(f"trainer.strategy.pipeline_model_parallel_size={experiment.pipeline_parallel}")
+    if full_finetune:
+        overrides.append("trainer.strategy.virtual_pipeline_model_parallel_size=None")
     if experiment.expert_parallel is not None:
         overrides.append(f"trainer.strategy.expert_model_parallel_size={experiment.expert_parallel}")
     if experiment.sequence_parallel:
         overrides.append("trainer.strategy.sequence_parallel=True")
-    if experiment.peft == "none":
-        overrides.append("peft=none")
-    # LoRA is the recipe's default PEFT scheme (rank 32, on linear_qkv and linear_proj): nothing to add.
+    # LoRA is the recipe's default PEFT scheme (Llama: rank 8 on q/k/v, output and MLP; Mixtral: rank 32
+    # on linear_qkv and linear_proj): nothing to add.
     return overrides
 
 
@@ -315,13 +325,19 @@ def _entry_point(experiment: Experiment) -> str:
 
 
 def _nemo_stand_in_arguments(experiment: Experiment) -> list[str]:
-    # Off a NeMo site, the LoRA and tensor/expert-parallel engines stand in for NeMo Factory.
-    arguments = ["--global-batch", str(experiment.global_batch or 8)]
+    # Off a NeMo site, the LoRA and tensor/expert-parallel engines stand in for NeMo Factory, with the
+    # recipe NeMo resolved for the same experiment (book/reference/nemo/resolved.json, `make nemo-check`).
+    from .nemo_check.check import recipe_for
+
+    recipe = recipe_for(experiment.id)
+    arguments = ["--global-batch", str(recipe["global_batch"]), "--micro-batch", str(recipe["micro_batch"]),
+                 "--max-length", str(recipe["seq_length"]), "--learning-rate", str(recipe["learning_rate"]),
+                 "--warmup-steps", str(recipe["warmup_steps"]), "--weight-decay", str(recipe["weight_decay"]),
+                 "--adam-beta2", str(recipe["adam_beta2"]), "--clip-grad", str(recipe["clip_grad"])]
     if experiment.peft == "lora":
-        arguments += ["--lora-rank", str(experiment.lora_rank or 32)]
-        if experiment.warmup_steps is not None:
-            arguments += ["--warmup-steps", str(experiment.warmup_steps)]
-        return arguments
+        peft = recipe["peft"]
+        return arguments + ["--lora-rank", str(peft["dim"]), "--lora-alpha", str(peft["alpha"]),
+                            "--lora-targets", ",".join(peft["target_modules"])]
     arguments += ["--tp", str(experiment.tensor_parallel)]
     if experiment.expert_parallel:
         arguments += ["--ep", str(experiment.expert_parallel)]

@@ -110,12 +110,9 @@ def _nemo_layout(experiment, profile):
         return
     tp, pp = experiment.tensor_parallel, experiment.pipeline_parallel
     model_parallel = tp * (experiment.expert_parallel or 1) * pp
-    if experiment.peft == "none" and model_parallel != experiment.gpus:
-        yield _error("parallel-sizes-mismatch",
-                     f"TP x EP x PP = {tp} x {experiment.expert_parallel or 1} x {pp} = {model_parallel}, but the "
-                     f"job has {experiment.gpus} GPUs.",
-                     "without PEFT every GPU holds a slice of the model: make TP x EP x PP equal the GPU count.")
-    elif experiment.gpus % model_parallel:
+    # Megatron: data parallel = GPUs / (TP x PP), and the EP ranks are carved out of it, so both
+    # TP x PP and TP x EP x PP must divide the GPUs (they need not equal them).
+    if experiment.gpus % model_parallel:
         yield _error("parallel-sizes-mismatch",
                      f"TP x EP x PP = {model_parallel} does not divide the {experiment.gpus} GPUs.",
                      "choose parallel sizes whose product divides the GPU count.")
@@ -173,6 +170,9 @@ def _dataset_and_profile(experiment, profile):
         reason = profile.unsupported_reason(experiment)
         if reason:
             yield _error("outside-profile-grid", reason + ".", "pick a profile with larger limits (e.g. ibex).")
+        from .fit_check import fit_findings  # the fit rule (predicted memory per GPU) has its own module
+
+        yield from fit_findings(experiment, profile)
 
 
 def raise_for_experiment(experiment: "Experiment", profile: "Profile | None" = None) -> list[Finding]:
@@ -387,15 +387,16 @@ def _nemo_layout_in_script(script: Script, command: _NemoCommand, per_node: int 
     if None in sizes.values():
         return  # a size the linter cannot know (a variable set at run time): say nothing rather than guess
     tp, ep, pp = sizes["tensor"], sizes["expert"], sizes["pipeline"]
-    peft_none = command.value("peft") == "none"
+    peft_none = (command.value("peft") == "none"
+                 or re.search(r"peft_scheme\s*=\s*(['\"]none['\"]|None)", script.code) is not None)
     tp_line = command.line(f"{_STRATEGY}tensor_model_parallel_size")
     nodes = script.number(script.header.get("nodes") or "1") or 1
     total = per_node * nodes if per_node else None
-    if total and ((peft_none and tp * ep * pp != total) or total % (tp * ep * pp)):
+    if total and total % (tp * ep * pp):
         yield Finding(
             "parallel-sizes-mismatch", ERROR,
             f"TP x EP x PP = {tp} x {ep} x {pp} = {tp * ep * pp} does not fit the {total} GPUs of the job.",
-            "request TP x EP x PP GPUs (model parallel without PEFT) or a multiple of it.",
+            "request a multiple of TP x EP x PP GPUs (the rest is data parallel).",
             tp_line or script.header.line("gpus-per-node"))
     factory = re.search(r"--factory\s+[\"']?mixtral", script.code)
     if factory and command.value(f"{_STRATEGY}expert_model_parallel_size") is None and total:
@@ -408,7 +409,8 @@ def _nemo_layout_in_script(script: Script, command: _NemoCommand, per_node: int 
         yield Finding(
             "model-parallel-with-lora", ERROR,
             f"model parallel (TP={tp}, PP={pp}) with LoRA still on (the factory's default PEFT).",
-            "add peft=none to the overrides for a model-parallel run.",
+            "use the recipe's full fine-tune (--factory 'llama31_8b(peft_scheme=None)') for a "
+            "model-parallel run.",
             tp_line or command.line(f"{_STRATEGY}pipeline_model_parallel_size"))
     sequence_parallel = command.value(f"{_STRATEGY}sequence_parallel")
     if sequence_parallel is not None and sequence_parallel.lower() in ("true", "1") and tp < 2:

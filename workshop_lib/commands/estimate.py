@@ -33,6 +33,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="comma-separated Linear layers for LoRA (default: the attention projections)")
     parser.add_argument("--tp", type=int, default=1, help="tensor-parallel size (NeMo/Megatron)")
     parser.add_argument("--ep", type=int, default=1, help="expert-parallel size (NeMo/Megatron, MoE models)")
+    parser.add_argument("--pp", type=int, default=1, help="pipeline-parallel size (NeMo/Megatron)")
+    parser.add_argument("--micro-batches", type=int, default=1,
+                        help="micro-batches per step on each data-parallel rank (with --pp: 1F1B in flight)")
     parser.add_argument("--sp", action="store_true", help="sequence parallel (with --tp)")
     parser.add_argument("--recompute", action="store_true", help="full activation recomputation")
     parser.add_argument("--json", action="store_true", help="print the estimate as JSON (bytes and GiB)")
@@ -45,7 +48,7 @@ def setup_from_args(args: argparse.Namespace) -> TrainingSetup:
         gpus=args.gpus, nodes=args.nodes, precision=args.precision, zero_stage=args.zero, fsdp=args.fsdp,
         offload=args.offload, batch=args.batch, seq_len=args.seq_len, lora_rank=args.lora_rank,
         lora_modules=modules, tensor_parallel=args.tp, expert_parallel=args.ep, sequence_parallel=args.sp,
-        recompute=args.recompute)
+        pipeline_parallel=args.pp, micro_batches=args.micro_batches, recompute=args.recompute)
 
 
 def run_estimate(args: argparse.Namespace) -> int:

@@ -63,6 +63,9 @@ class TrainingSetup:
     tensor_parallel: int = 1
     expert_parallel: int = 1
     sequence_parallel: bool = False
+    pipeline_parallel: int = 1  # Megatron: layers split into this many stages
+    micro_batches: int = 1  # Megatron: micro-batches per step on each data-parallel rank (1F1B in flight)
+    distributed_optimizer: bool = True  # Megatron: optimizer states sharded over the data-parallel ranks
     recompute: bool = False  # full activation checkpointing of every layer
     engine: str = "auto"  # auto: deepspeed with zero_stage, fsdp with fsdp, megatron with TP/EP > 1, else ddp
     reduce_bucket: int = DEEPSPEED_REDUCE_BUCKET  # DeepSpeed ZeRO's reduce_bucket_size (elements)
@@ -91,9 +94,25 @@ class TrainingSetup:
             return "deepspeed"
         if self.fsdp is not None:
             return "fsdp"
-        if self.tensor_parallel > 1 or self.expert_parallel > 1:
+        if self.tensor_parallel > 1 or self.expert_parallel > 1 or self.pipeline_parallel > 1:
             return "megatron"
         return "ddp"
+
+    @property
+    def model_parallel(self) -> int:
+        """GPUs that hold one copy of the dense layers (TP x PP)."""
+        return self.tensor_parallel * self.pipeline_parallel
+
+    @property
+    def data_parallel(self) -> int:
+        """Megatron's data-parallel size for attention, embeddings and norms: GPUs / (TP x PP)."""
+        return max(self.gpus // self.model_parallel, 1)
+
+    @property
+    def expert_data_parallel(self) -> int:
+        """Megatron carves the experts out of the data-parallel ranks: GPUs / (expert TP x EP x PP),
+        expert TP being the dense TP size (NeMo's default)."""
+        return max(self.gpus // (self.model_parallel * self.expert_parallel), 1)
 
     @property
     def has_ddp_buckets(self) -> bool:
@@ -106,7 +125,7 @@ class TrainingSetup:
             return self.gpus_per_node
         if self.fsdp == "NO_SHARD":
             return 1
-        return self.gpus // (self.tensor_parallel if self.resolved_engine == "megatron" else 1)
+        return self.data_parallel if self.resolved_engine == "megatron" else self.gpus
 
 
 @dataclass(frozen=True)
@@ -176,7 +195,7 @@ def model_state_bytes(n_params: float, setup: TrainingSetup, trainable: float | 
     elif engine == "fsdp":
         params_div = grads_div = optim_div = n
     elif engine == "megatron":
-        params_div, grads_div, optim_div = 1, 1, n  # distributed optimizer
+        params_div, grads_div, optim_div = 1, 1, (n if setup.distributed_optimizer else 1)
     else:
         params_div = grads_div = optim_div = 1
     gpu = ModelStates(params / params_div, grads / grads_div, optim / optim_div)
@@ -209,7 +228,8 @@ def check_setup(setup: TrainingSetup, shape: ModelShape | None = None) -> None:
         fail(f"precision {setup.precision!r} is unknown; use one of {', '.join(PRECISIONS)}")
     if setup.engine not in ENGINES:
         fail(f"engine {setup.engine!r} is unknown; use one of {', '.join(ENGINES)}")
-    for name in ("gpus", "nodes", "batch", "seq_len", "tensor_parallel", "expert_parallel"):
+    for name in ("gpus", "nodes", "batch", "seq_len", "tensor_parallel", "expert_parallel", "pipeline_parallel",
+                 "micro_batches"):
         if getattr(setup, name) < 1:
             fail(f"{name}={getattr(setup, name)} must be at least 1")
     if setup.gpus % setup.nodes:
@@ -244,16 +264,23 @@ def _check_offload(setup: TrainingSetup, fail) -> None:
 
 
 def _check_model_parallel(setup: TrainingSetup, shape: ModelShape | None, fail) -> None:
-    tp, ep = setup.tensor_parallel, setup.expert_parallel
-    if tp * ep == 1:
+    tp, ep, pp = setup.tensor_parallel, setup.expert_parallel, setup.pipeline_parallel
+    if tp * ep * pp == 1:
         return
     if setup.zero_stage is not None or setup.fsdp is not None:
-        fail("tensor/expert parallel is estimated for NeMo/Megatron only; drop --zero/--fsdp or use --tp 1 --ep 1")
-    if setup.gpus % (tp * ep):
-        fail(f"TP x EP = {tp} x {ep} = {tp * ep} does not divide {setup.gpus} GPUs; choose sizes whose "
+        fail("tensor/expert/pipeline parallel is estimated for NeMo/Megatron only; drop --zero/--fsdp or use "
+             "--tp 1 --ep 1 --pp 1")
+    if setup.gpus % (tp * pp):
+        fail(f"TP x PP = {tp} x {pp} = {tp * pp} does not divide {setup.gpus} GPUs; choose sizes whose "
+             "product divides the GPU count")
+    if setup.gpus % (tp * ep * pp):
+        fail(f"TP x EP x PP = {tp} x {ep} x {pp} = {tp * ep * pp} does not divide {setup.gpus} GPUs: Megatron "
+             "takes the experts' EP ranks out of the data-parallel ranks (GPUs / (TP x PP)); choose sizes whose "
              "product divides the GPU count")
     if shape is None:
         return
+    if shape.num_layers % pp:
+        fail(f"PP={pp} does not divide {shape.name}'s {shape.num_layers} layers; use a divisor")
     if shape.num_heads % tp or shape.num_kv_heads % tp:
         fail(f"TP={tp} does not divide {shape.name}'s {shape.num_heads} attention heads / "
              f"{shape.num_kv_heads} KV heads; use a divisor")
@@ -459,20 +486,22 @@ def persistent_parameters(shape: ModelShape, setup: TrainingSetup) -> int:
 
 def _states(setup: TrainingSetup, shape: ModelShape, counts: ParameterCounts, trainable: int) -> ModelStates:
     """Model states per GPU after the tensor/expert-parallel split; experts shard over fewer data-parallel ranks."""
-    tp, ep = setup.tensor_parallel, setup.expert_parallel
-    if tp * ep == 1:
+    tp, ep, pp = setup.tensor_parallel, setup.expert_parallel, setup.pipeline_parallel
+    if tp * ep * pp == 1:
         states = model_state_bytes(counts.total, setup, trainable)
         whole = setup.element_bytes * persistent_parameters(shape, setup)
         return replace(states, parameters=states.parameters + whole) if whole else states
-    # Megatron: everything but norms and router split by TP (vocab-parallel embedding and LM head).
-    dense = (counts.total - counts.experts - counts.norms - counts.router) / tp + counts.norms + counts.router
-    experts = counts.experts / (tp * ep)
-    local_trainable = trainable / tp if setup.lora_rank else None
-    if local_trainable is not None:
+    # Megatron: everything but norms and router split by TP (vocab-parallel embedding and LM head); the
+    # layers split into PP stages, the heaviest stage holding one of the embedding and the LM head.
+    layers = (counts.total - counts.experts - counts.norms - counts.router - counts.embedding - counts.lm_head)
+    vocabulary = max(counts.embedding, counts.lm_head) if pp > 1 else counts.embedding + counts.lm_head
+    dense = (layers / pp + vocabulary) / tp + (counts.norms + counts.router) / pp
+    experts = counts.experts / (tp * ep * pp)
+    if setup.lora_rank:
+        local_trainable = trainable / (tp * pp)
         return model_state_bytes(dense + experts, setup, local_trainable)
-    dp = setup.gpus // tp
-    return (model_state_bytes(dense, setup, shard=dp)
-            + model_state_bytes(experts, setup, shard=max(dp // ep, 1)))
+    return (model_state_bytes(dense, setup, shard=setup.data_parallel)
+            + model_state_bytes(experts, setup, shard=setup.expert_data_parallel))
 
 
 def estimate_memory(model: ModelShape | str | dict, setup: TrainingSetup) -> MemoryEstimate:
@@ -483,15 +512,31 @@ def estimate_memory(model: ModelShape | str | dict, setup: TrainingSetup) -> Mem
     trainable = (lora_trainable_count(shape, setup.lora_rank, setup.lora_modules)
                  if setup.lora_rank else counts.total)
     states = _states(setup, shape, counts, trainable)
+    activations, logits = activation_bytes(shape, setup), logits_bytes(shape, setup)
+    if setup.pipeline_parallel > 1:
+        activations, logits = _pipeline_stage_peak(shape, setup)
     return MemoryEstimate(
         model=shape.name, setup=setup, total_parameters=counts.total, trainable_parameters=trainable,
         parameters=states.parameters, gradients=states.gradients, optimizer_states=states.optimizer_states,
-        activations=activation_bytes(shape, setup), logits=logits_bytes(shape, setup),
+        activations=activations, logits=logits,
         temporaries=temporaries_bytes(shape, setup, trainable / setup.tensor_parallel),
         cpu_parameters=states.cpu_parameters, cpu_gradients=states.cpu_gradients,
         cpu_optimizer_states=states.cpu_optimizer_states,
         reduce_bucket=reduce_bucket_bytes(setup) if setup.zero_stage in (1, 2) else 0.0,
         formula=model_state_formula(setup), assumptions=assumptions(shape, setup))
+
+
+def _pipeline_stage_peak(shape: ModelShape, setup: TrainingSetup) -> tuple[float, float]:
+    """(activations, logits) of the fuller pipeline stage. Under 1F1B the first stage holds the activations
+    of up to PP micro-batches for its L/PP layers; the last stage holds one, plus the logits."""
+    per_layer = layer_activation_bytes(shape, setup)
+    stage_layers = shape.num_layers / setup.pipeline_parallel
+    in_flight = min(setup.pipeline_parallel, setup.micro_batches)
+    sbh = setup.seq_len * setup.batch * shape.hidden_size
+    first = in_flight * stage_layers * per_layer
+    last = stage_layers * per_layer + (_residual_bytes(setup) + setup.element_bytes) * sbh
+    logits = logits_bytes(shape, setup)
+    return (first, 0.0) if first > last + logits else (last, logits)
 
 
 def model_state_formula(setup: TrainingSetup) -> str:
@@ -542,7 +587,12 @@ def assumptions(shape: ModelShape, setup: TrainingSetup) -> tuple[str, ...]:
                      "(stage3_param_persistence_threshold)")
     if engine == "megatron":
         notes.append("Megatron: vocab-parallel embedding/LM head split by TP; norms and router replicated; "
-                     "distributed optimizer; experts split by TP x EP")
+                     + ("distributed optimizer over DP" if setup.distributed_optimizer else "no distributed optimizer")
+                     + f" (dense DP = {setup.data_parallel}, expert DP = {setup.expert_data_parallel}); "
+                     "experts split by TP x EP x PP")
+    if setup.pipeline_parallel > 1:
+        notes.append(f"pipeline 1F1B: the first stage keeps {min(setup.pipeline_parallel, setup.micro_batches)} "
+                     "micro-batches of activations in flight, the last stage one plus the logits")
     if setup.lora_rank:
         notes.append("LoRA: frozen base stored in the training precision's 16-bit (fp32 with --precision fp32)")
     if shape.eager_attention:

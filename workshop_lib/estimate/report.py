@@ -19,8 +19,10 @@ def describe_setup(setup: TrainingSetup) -> str:
         parts.append(setup.fsdp)
     if setup.offload != "none":
         parts.append(f"{setup.offload} offload")
-    if setup.tensor_parallel * setup.expert_parallel > 1:
-        parts.append(f"TP={setup.tensor_parallel} EP={setup.expert_parallel}" + (" SP" if setup.sequence_parallel else ""))
+    if setup.tensor_parallel * setup.expert_parallel * setup.pipeline_parallel > 1:
+        parts.append(f"TP={setup.tensor_parallel} PP={setup.pipeline_parallel} EP={setup.expert_parallel}"
+                     + (" SP" if setup.sequence_parallel else "")
+                     + f" (DP={setup.data_parallel} for attention, {setup.expert_data_parallel} for experts)")
     if setup.lora_rank:
         parts.append(f"LoRA r={setup.lora_rank}")
     if setup.recompute:

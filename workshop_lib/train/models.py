@@ -130,3 +130,44 @@ def count_parameters(model) -> tuple[int, int]:
         total += size
         trainable += size if parameter.requires_grad else 0
     return trainable, total
+
+
+def build_on_meta(spec: ModelSpec, dtype=None):
+    """The architecture with no storage (meta device): a 46.7 B-parameter Mixtral costs no host memory.
+    Each rank then shards it (tensor parallel) and materialises only its own slice (``materialise``)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(build_config(spec), dtype=dtype or torch.float32)
+
+
+def materialise(model, device, seed: int = 0, init_std: float | None = None):
+    """Storage on ``device`` for a model built on the meta device, with random weights: normal(0, std)
+    for matrices and embeddings, ones for norm weights, zeros for biases. Tensor-parallel shards (DTensor)
+    get this rank's slice only; replicated tensors get the same values on every rank (same seed).
+    Rotary embeddings are rebuilt: their frequency tables are buffers computed at construction."""
+    import torch
+    from torch.distributed.tensor import DTensor
+
+    model.to_empty(device=device)
+    std = init_std if init_std is not None else getattr(model.config, "initializer_range", 0.02)
+    replicated = torch.Generator(device=device).manual_seed(seed)
+    rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+    sharded = torch.Generator(device=device).manual_seed(seed + 1 + rank)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            local = parameter.to_local() if isinstance(parameter, DTensor) else parameter
+            generator = sharded if isinstance(parameter, DTensor) else replicated
+            if "norm" in name.rsplit(".", 2)[-2] or name.endswith("norm.weight"):
+                local.fill_(1.0)
+            elif name.endswith(".bias"):
+                local.zero_()
+            else:
+                local.normal_(0.0, std, generator=generator)
+    for parent in model.modules():
+        for child_name, child in parent.named_children():
+            if type(child).__name__.endswith("RotaryEmbedding"):
+                with torch.device(device):  # transformers 5.17 takes device=, 5.23 does not
+                    setattr(parent, child_name, type(child)(config=child.config))
+    return model

@@ -1,0 +1,126 @@
+"""NeMo checks the chapters' commands: NeMo 2.4.1 (the 25.07 container's) resolves every rendered
+`nemo llm finetune` command, refuses broken ones, and its real CLI agrees.
+
+The slow tests build the NeMo environment once (cached under ~/.cache/workshop/nemo-venv, ~3 min cold).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from workshop_lib.estimate import TrainingSetup
+from workshop_lib.experiments import get_experiment
+from workshop_lib.nemo_check.check import (command_from_script, commands_for, load_resolved, nemo_experiments,
+                                           resolve_commands, run_cli)
+from workshop_lib.scripts import render_script
+
+
+def test_command_is_read_from_the_rendered_script():
+    experiment = get_experiment("model-parallel/mixtral/tp2-pp4-ep2-sp")
+    command = command_from_script(render_script(experiment, "ibex"))
+    assert command.factory == "mixtral_8x7b(peft_scheme=None)"
+    assert "trainer.strategy.pipeline_model_parallel_size=4" in command.overrides
+    assert command.flags == ("--yes",)
+    assert all("=" in override for override in command.overrides)
+
+
+def test_stored_resolutions_cover_every_nemo_experiment_and_match_the_layouts():
+    """book/reference/nemo/resolved.json is what the stand-ins and the book read: it must be current."""
+    stored = load_resolved()
+    for experiment in nemo_experiments():
+        record = stored[experiment.id]
+        assert record["accepted"], record["errors"]
+        command = commands_for([experiment])[0]
+        assert (record["factory"], record["overrides"]) == (command["factory"], command["overrides"]), \
+            f"{experiment.id}: rendered command changed; run `make nemo-check`"
+        layout = record["layout"]
+        setup = TrainingSetup(gpus=experiment.gpus, nodes=experiment.nodes, tensor_parallel=experiment.tensor_parallel,
+                              pipeline_parallel=experiment.pipeline_parallel,
+                              expert_parallel=experiment.expert_parallel or 1, engine="megatron")
+        # NeMo's data parallelism and the estimator's agree, for attention and for experts.
+        assert (layout["dp"], layout["expert_dp"]) == (setup.data_parallel, setup.expert_data_parallel)
+        assert layout["global_batch"] == layout["dp"] * layout["micro_batch"] * layout["micro_batches_per_step"]
+
+
+@pytest.fixture(scope="module")
+def resolved_now(tmp_path_factory):
+    out = tmp_path_factory.mktemp("resolved")
+    return {record["id"]: record for record in resolve_commands(commands_for(nemo_experiments()), out)}, out
+
+
+@pytest.mark.slow
+def test_nemo_accepts_every_chapter_command_as_stored(resolved_now):
+    records, out = resolved_now
+    stored = load_resolved()
+    for experiment in nemo_experiments():
+        record = records[experiment.id]
+        assert record["accepted"], f"{experiment.id}: {record['errors']}"
+        assert record["resolved"] == stored[experiment.id]["resolved"], f"{experiment.id}: run `make nemo-check`"
+        assert record["layout"] == stored[experiment.id]["layout"]
+        table = (out / record["dryrun"]).read_text()
+        assert "Resolved Arguments" in table and "SquadDataModule(seq_length=2048, micro_batch_size=1" in table
+        resolved = record["resolved"]
+        if experiment.peft == "none":  # the recipe's own full fine-tune
+            assert resolved["peft"] is None and resolved["learning_rate"] == 5e-6
+            assert resolved["distributed_optimizer"] is True
+        else:
+            assert resolved["peft"]["dim"] == experiment.lora_rank and resolved["learning_rate"] == 1e-4
+        assert record["layout"]["tp"] == experiment.tensor_parallel
+        assert record["layout"]["pp"] == experiment.pipeline_parallel
+        assert record["layout"]["vpp"] is None
+        assert record["layout"]["world_size"] == experiment.gpus
+
+
+BROKEN = {
+    # a typo under trainer.strategy.* passes NeMo's CLI silently (MegatronStrategy takes **kwargs)
+    "strategy-typo": ("model-parallel/llama/tp4", {"trainer.strategy.tensor_model_parallel_size=4":
+                                                   "trainer.strategy.tensor_model_paralel_size=4"},
+                      "MegatronStrategy has no parameter 'tensor_model_paralel_size'"),
+    "tp-does-not-divide": ("model-parallel/llama/tp4", {"trainer.strategy.tensor_model_parallel_size=4":
+                                                        "trainer.strategy.tensor_model_parallel_size=3"},
+                           "not divisible by TP x PP x CP = 3 x 1 x 1"),
+    "experts-do-not-divide": ("lora/mixtral/4-gpus", {"trainer.strategy.expert_model_parallel_size=4":
+                                                      "trainer.strategy.expert_model_parallel_size=3"},
+                              "8 experts are not divisible by expert_model_parallel_size 3"),
+    "tp-with-ep-without-sp": ("model-parallel/mixtral/tp2-pp4-ep2-sp", {"trainer.strategy.sequence_parallel=True":
+                                                                        "trainer.strategy.sequence_parallel=False"},
+                              "sequence parallelism must be used"),
+    "unknown-key": ("lora/llama/1-gpu", {"trainer.max_steps=250": "trainer.max_step=250"},
+                    "No parameter named 'max_step'"),
+}
+
+
+@pytest.mark.slow
+def test_nemo_refuses_planted_faults(tmp_path):
+    commands = []
+    for name, (experiment_id, swaps, _) in BROKEN.items():
+        command = commands_for([get_experiment(experiment_id)])[0]
+        overrides = [swaps.get(override, override) for override in command["overrides"]]
+        assert overrides != command["overrides"], name
+        commands.append({**command, "id": name, "overrides": overrides})
+    records = {record["id"]: record for record in resolve_commands(commands, tmp_path)}
+    for name, (_, _, expected) in BROKEN.items():
+        assert not records[name]["accepted"], name
+        assert any(expected in error for error in records[name]["errors"]), (name, records[name]["errors"])
+
+
+@pytest.mark.slow
+def test_the_real_cli_dry_runs_a_rendered_command_and_refuses_a_wrong_key():
+    command = command_from_script(render_script(get_experiment("lora/llama/2-gpus"), "ibex"))
+    dry = run_cli([*command.arguments, "--dryrun"])
+    assert dry.returncode == 0, dry.stdout[-2000:] + dry.stderr[-2000:]
+    assert "Resolved Arguments" in dry.stdout and "global_batch_size=8" in dry.stdout
+    assert "LoRA(dim=8, alpha=16)" in dry.stdout and "devices='2'" in dry.stdout
+    wrong = [override.replace("trainer.max_steps", "trainer.max_step") for override in command.overrides]
+    refused = run_cli(["--factory", command.factory, *wrong, "--yes", "--dryrun"])
+    assert refused.returncode != 0 and "max_step" in refused.stdout + refused.stderr
+
+
+def test_a_full_fine_tune_uses_the_recipe_not_peft_none():
+    experiment = get_experiment("model-parallel/llama/tp4")
+    command = command_from_script(render_script(experiment, "ibex"))
+    assert command.factory == "llama31_8b(peft_scheme=None)" and "peft=none" not in command.overrides
+    lora = dataclasses.replace(experiment, peft="lora", tensor_parallel=1)
+    assert command_from_script(render_script(lora, "ibex")).factory == "llama31_8b"
