@@ -65,7 +65,7 @@ def test_stored_results_give_the_figures_the_chapter_shows():
 def test_the_chapter_gets_both_tables_with_generated_notes():
     if not all(path.is_file() for path in (*views.RECIPE_END_TO_END, views.RECIPE_LADDER)):
         pytest.skip("no stored recipe benchmark results")
-    (title, table, note), (ladder_title, ladder, ladder_note) = views.recipe_benchmark_tables()
+    (title, table, note, _), (ladder_title, ladder, ladder_note, _) = views.recipe_benchmark_tables()
     assert "end to end" in title and len(table) == 2 and "why" in ladder.columns
     first = table.iloc[0]
     assert f"{first['end to end × seed']:.1f}× end to end" in note  # the prose carries the table's figure

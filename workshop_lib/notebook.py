@@ -480,9 +480,12 @@ def show_recipe_benchmark() -> list[Table]:
     if not tables:
         _reference_missing("No recipe benchmark result yet (benchmarks/results/recipe/).")
     shown = []
-    for title, frame, note in tables:
+    for title, frame, note, sources in tables:
         table = Table(title, frame)
-        caption = f"Reference, measured on real GPUs (random-init BLOOM-560m shape, synthetic SQuAD): {note}"
+        first, *others = [path.relative_to(repository_root()).as_posix() for path in sources]
+        also = f" (also {', '.join(others)})" if others else ""
+        caption = (f"Reference, measured on real GPUs: random-init BLOOM-560m shape, synthetic SQuAD. {note}{also} "
+                   f"Source: {first}.")
         _display(_html(table_html(table, kind="reference", caption=caption, profile="recipe-benchmark")))
         shown.append(table)
     return shown

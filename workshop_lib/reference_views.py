@@ -168,8 +168,8 @@ def recipe_headline(paths=RECIPE_END_TO_END) -> str:
     return " ".join(sentences)
 
 
-def recipe_benchmark_tables() -> list[tuple[str, pd.DataFrame, str]]:
-    """What chapter 3's section on the tuned recipe shows, as (title, table, note): seed and tuned side by
+def recipe_benchmark_tables() -> list[tuple[str, pd.DataFrame, str, list[Path]]]:
+    """What chapter 3's section on the tuned recipe shows, as (title, table, note, source files): seed and tuned side by
     side, steady and end to end, on each workload; then the changes one at a time with why each pays."""
     files = [path for path in RECIPE_END_TO_END if path.is_file()]
     tables = []
@@ -182,12 +182,12 @@ def recipe_benchmark_tables() -> list[tuple[str, pd.DataFrame, str]]:
                      f"compiled already cached: train time {second['first_train_runtime_s']:.1f} → "
                      f"{second['second_train_runtime_s']:.1f} s.")
         tables.append(("The tuned recipe against the seed's, steady and end to end", recipe_end_to_end_table(files),
-                       note))
+                       note, files))
     if RECIPE_LADDER.is_file():
         tables.append(("What each change adds, and why (one run, chapter 3's baseline workload)",
                        recipe_gains_table(), "Steady samples/s (SDPA could still pick cuDNN's attention in this run, "
                        "which cost seconds in the first steps only); measured on "
-                       + recipe_provenance(RECIPE_LADDER) + "."))
+                       + recipe_provenance(RECIPE_LADDER) + ".", [RECIPE_LADDER]))
     return tables
 
 
