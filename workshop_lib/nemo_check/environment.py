@@ -5,7 +5,7 @@
 
 NeMo's `llm finetune` resolves a command line without a GPU (``--dryrun``), so the commands the book
 hands participants are checked by NeMo itself. Its dependencies clash with the project's (numpy < 2,
-transformers 4.51), hence a separate environment: the project's CPU torch (constraints.txt) plus the
+transformers 4.51), hence a separate environment: the project's CPU torch (its pin in requirements.lock) plus the
 pinned list ``nemo.lock.txt`` installed without resolving, and ``onnx_alias.py`` as a .pth file.
 The folder is keyed by a hash of those inputs and the Python version, so a changed lock builds anew
 and an unchanged one is reused (about 2.5 min and 2.4 GB the first time).
@@ -28,7 +28,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 LOCK = HERE / "nemo.lock.txt"
 ALIAS_MODULE = HERE / "onnx_alias.py"
-CONSTRAINTS = ROOT / "constraints.txt"
+PROJECT_LOCK = ROOT / "requirements.lock"  # the project's one lock; only its torch pin is used here
 COMPLETE = ".complete"
 # nvidia-modelopt[torch] drags PyPI's torchvision, which is linked against CUDA torch and fails to import.
 UNWANTED = ("torchvision",)
@@ -44,10 +44,19 @@ def cache_root() -> Path:
 def environment_key() -> str:
     """A hash of everything the environment is built from."""
     digest = hashlib.sha256()
-    for path in (LOCK, ALIAS_MODULE, CONSTRAINTS):
+    for path in (LOCK, ALIAS_MODULE):
         digest.update(path.read_bytes())
+    digest.update(torch_pin().encode())
     digest.update(f"{sys.version_info.major}.{sys.version_info.minor} {BUILD_STEPS_VERSION}".encode())
     return digest.hexdigest()[:16]
+
+
+def torch_pin() -> str:
+    """The project's torch requirement (``torch==X``) as requirements.lock pins it."""
+    for line in PROJECT_LOCK.read_text().splitlines():
+        if line.strip().lower().startswith("torch=="):
+            return line.strip()
+    raise RuntimeError(f"{PROJECT_LOCK.name} pins no torch version; add the line torch==<version>")
 
 
 def environment_path() -> Path:
@@ -86,7 +95,7 @@ def _build(folder: Path) -> None:
     base_python = getattr(sys, "_base_executable", sys.executable)
     _run([base_python, "-m", "venv", str(folder)])
     pip = [str(folder / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    _run(pip + ["-c", str(CONSTRAINTS), "torch"])  # the project's own CPU torch, first
+    _run(pip + [torch_pin()])  # the project's own CPU torch, first
     _run(pip + ["--no-deps", "-r", str(LOCK)])
     for package in UNWANTED:
         _run([str(folder / "bin" / "python"), "-m", "pip", "uninstall", "-q", "-y", package], check=False)
