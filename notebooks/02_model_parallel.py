@@ -116,6 +116,13 @@ from workshop_lib import nemo_reference
 nemo_reference.show(2);
 
 # %% [markdown]
+# The stand-in's prediction counts Megatron's bytes per parameter; the stand-in itself keeps fp32 weights
+# and trains them under autocast, which also holds bf16 copies of the weights for the backward pass and
+# keeps the residual stream in fp32, so its measured peak sits above that prediction. NeMo on an A100 is
+# what the fit check judges; the H200 row shows that the layout the check refuses there does run where
+# the GPU is larger.
+
+# %% [markdown]
 # ## What NeMo will run
 #
 # Each command as the job script renders it, resolved by NeMo 2.4.1 with its own parser and dry run

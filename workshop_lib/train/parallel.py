@@ -220,8 +220,14 @@ def run(args, runtime: Runtime) -> dict:
     print_header(runtime, "parallel", args.model, trainable, total, precision=precision, tp=args.tp,
                  ep=args.ep, dp=dp_width, micro_batch=micro_batch, micro_batches_per_step=grad_accum,
                  local_params_rank0=local_params)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.learning_rate, weight_decay=args.weight_decay,
-                                  betas=(0.9, args.adam_beta2))
+    # Sharded (DTensor) and replicated (plain) parameters in separate groups: the fused multi-tensor
+    # Adam refuses a mix of the two in one call (torch 2.11).
+    from torch.distributed.tensor import DTensor
+
+    groups = [[p for p in model.parameters() if isinstance(p, DTensor)],
+              [p for p in model.parameters() if not isinstance(p, DTensor)]]
+    optimizer = torch.optim.AdamW([{"params": group} for group in groups if group], lr=args.learning_rate,
+                                  weight_decay=args.weight_decay, betas=(0.9, args.adam_beta2))
     # Ranks of one tensor-parallel group (consecutive ranks) must read the same samples.
     own_sync = not (spec.is_moe and args.ep > 1)  # transformers' FSDP handles the EP path's data parallelism
     settings = LoopSettings(epochs=args.epochs, max_steps=args.max_steps, micro_batch=micro_batch,
