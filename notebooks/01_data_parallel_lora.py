@@ -130,8 +130,8 @@ nemo_reference.show_resolved(1, "lora/llama/2-gpus");
 #
 # The memory estimator predicts each run's peak per GPU before it runs: for NeMo on Ibex's 80 GB A100s
 # (Megatron's layout, Mixtral's experts split over EP) and for the PyTorch stand-in, which was run at
-# the real models' shapes (random weights, synthetic data) on the GPUs named below. Rows that need
-# more GPUs than that machine had say "not measured yet". The stand-in's numbers are not NeMo's: no
+# the real models' shapes (random weights, synthetic data) on the GPUs named below. Rows no run has
+# measured yet say "not measured yet" and how many GPUs they need. The stand-in's numbers are not NeMo's: no
 # Megatron kernels, and for Mixtral every GPU holds all experts, so its memory is higher than NeMo's
 # with EP and its speed says nothing about an A100.
 

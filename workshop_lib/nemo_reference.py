@@ -82,9 +82,11 @@ def provenance_line(chapter: int, folder: Path = REFERENCE_DIR) -> str:
     if not provenance:
         return f"No reference run of chapter {chapter} yet (book/reference/chapter{chapter}.json)."
     first = provenance[0]
-    gpus = first.get("gpus") or ["unknown GPU"]
+    # One machine per session of the driver (2 and 4 GPUs of the same kind so far): name each size once.
+    machines = sorted({(len(p.get("gpus") or []), (p.get("gpus") or ["unknown GPU"])[0]) for p in provenance})
+    where = " and ".join(f"{count} x {gpu}" for count, gpu in machines)
     dates = sorted({p.get("date", "?")[:10] for p in provenance})
-    return (f"Measured with the PyTorch stand-ins (not NeMo) on {len(gpus)} x {gpus[0]}, torch {first.get('torch')}, "
+    return (f"Measured with the PyTorch stand-ins (not NeMo) on {where}, torch {first.get('torch')}, "
             f"transformers {first.get('transformers')}, peft {first.get('peft')}, on {', '.join(dates)}: "
             f"{sum(1 for row in measured.values() if row.get('state') == 'COMPLETED')} runs completed.")
 

@@ -33,7 +33,7 @@ OFF = "off"  # what a dropdown shows for None ("no DeepSpeed", "no FSDP", "no EP
 NEMO_CHAPTERS = (1, 2)
 
 # Where a chapter's builder starts: a row of its matrix; every field no control sets comes from it.
-START_ROWS = {1: "lora/llama/1-gpu", 2: "model-parallel/llama/tp2", 3: "zero/two-gpus/zero2",
+START_ROWS = {1: "lora/llama/1-gpu", 2: "model-parallel/llama/tp4", 3: "zero/two-gpus/zero2",
               4: "fsdp/multi-gpu/2-gpus"}
 MODELS = {1: ("llama-3.1-8b", "mixtral-8x7b"), 2: ("llama-3.1-8b", "mixtral-8x7b"), 3: ("bloom-560m",),
           4: ("bloom-560m", "gpt")}
