@@ -80,16 +80,24 @@ nb.experiments_overview(selection);
 # token. Its bf16 weights alone (about 93 GB) exceed one A100, even with LoRA, so Mixtral starts at
 # 2 GPUs and spreads the experts over them with *expert parallelism* (EP): with EP = *N* each GPU
 # keeps 8/*N* experts of every layer, and tokens travel to the GPU that holds their expert
-# (an all-to-all exchange) and back. NeMo refuses to start Mixtral without an expert-parallel size, so
-# every Mixtral run here sets EP to its GPU count. Everything that is not an expert (attention,
-# norms, router, embeddings) is still replicated, so these runs are data parallel *and* expert
-# parallel.
+# (an all-to-all exchange) and back. NeMo's Mixtral recipe uses EP = 8 unless told otherwise, which
+# cannot be laid out on 2 or 4 GPUs (NeMo stops at start-up), so every Mixtral run here sets EP to its
+# GPU count. Everything that is not an expert (attention, norms, router, embeddings) is still
+# replicated, and each GPU takes its own share of the batch: Megatron carves the expert-parallel ranks
+# out of the data-parallel ones, so these runs are data parallel *and* expert parallel.
 #
 # **What the tables measure.** The *total job time* (from the job's footer) includes starting the
 # container, loading the checkpoint and saving the adapters; the *train step time* is NeMo's own
 # timing of the last step. *Time scaling* is time(baseline) / time(*N* GPUs): 2.0 on 2 GPUs would be
 # perfect. *Peak memory scaling* divides the baseline's GPU 0 peak by the *N*-GPU one: under pure
 # data parallelism expect about 1.0, because nothing is sharded.
+
+# %% tags=["hide-input"]
+from workshop_lib import plots
+
+mixtral_on_2 = plots.mixtral_layouts(2)
+nb.show_figure(plots.gpu_layout_diagram({name: mixtral_on_2[name] for name in ("DP 2", "EP 2")},
+                                        "Mixtral on 2 GPUs: plain data parallel (does not fit) vs expert parallel"));
 
 # %% [markdown]
 # ## The job scripts

@@ -92,6 +92,11 @@ nb.experiments_overview(selection);
 # full fine-tune rather than the LoRA recipe with `peft=none` (which would keep LoRA's learning rate,
 # 20 × the full fine-tune's, and drop the recipe's distributed optimizer).
 
+# %% tags=["hide-input"]
+from workshop_lib import plots
+
+nb.show_figure(plots.gpu_layout_diagram(plots.mixtral_layouts(4), "What each of 4 GPUs holds of Mixtral"));
+
 # %% [markdown]
 # ## Predict, then run: the layouts and what they need
 #

@@ -48,4 +48,7 @@ def test_memory_layout_diagrams_follow_the_model_state_formulas():
     layouts = plots.mixtral_layouts(4)
     assert [box.split("\n")[0] for box in layouts["EP 4"]] == ["experts 0–1", "experts 2–3", "experts 4–5",
                                                                 "experts 6–7"]
+    # Megatron carves EP out of the data-parallel ranks: every layout but TP 4 splits the batch.
+    assert all(box.endswith("1/4 of the batch") for box in layouts["EP 4"] + layouts["DP 4"])
+    assert all(box.endswith("1/2 of the batch") for box in layouts["TP 2 × EP 2"])
     assert len(plots.gpu_layout_diagram(layouts, "Mixtral").axes[0].patches) == 16

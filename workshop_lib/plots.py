@@ -163,8 +163,12 @@ def mixtral_layouts(gpus: int = 4, experts: int = 8) -> dict[str, list[str]]:
     return {
         f"DP {gpus}": [f"all {experts} experts\nwhole matrices\n1/{gpus} of the batch" for _ in range(gpus)],
         f"TP {gpus}": [f"all {experts} experts\n1/{gpus} of each matrix\nwhole batch" for _ in range(gpus)],
-        f"EP {gpus}": [f"{expert_range(g, gpus)}\nattention whole\ntokens routed (all-to-all)" for g in range(gpus)],
-        f"TP 2 × EP {half}": [f"{expert_range(g // 2, half)}\n1/2 of each matrix\n+ sequence parallel"
+        # The EP ranks are carved out of the data-parallel ones: attention stays whole and takes its share
+        # of the batch; tokens travel to their experts' GPUs and back (all-to-all).
+        f"EP {gpus}": [f"{expert_range(g, gpus)}\nattention whole, tokens routed\n1/{gpus} of the batch"
+                       for g in range(gpus)],
+        # Megatron: DP for attention = GPUs / TP, so each TP pair takes its own share of the batch.
+        f"TP 2 × EP {half}": [f"{expert_range(g // 2, half)}\n1/2 of each matrix (+ SP)\n1/{half} of the batch"
                               for g in range(gpus)],
     }
 
