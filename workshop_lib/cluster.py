@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from . import slurm_output
-from .backend import BACKENDS, FORGOTTEN, PollPolicy, get_backend, python_environment_path, resolve_backend  # noqa: F401
+from .backend import FORGOTTEN, PollPolicy, get_backend, resolve_backend
 from .errors import ClusterError, JobFailed, SubmitError
 from .slurm_output import FINAL_STATES, JobInfo  # noqa: F401  (re-exported: part of this module's API)
 

@@ -164,6 +164,8 @@ def job_scripts_in(folder: Path) -> list[Path]:
     """Every sbatch script under a folder (a `.sh` counts when it has #SBATCH lines)."""
     found = []
     for path in sorted(folder.rglob("*")):
+        if any(part.startswith(".") for part in path.relative_to(folder).parts):
+            continue  # .git, .venv, caches: nobody's job scripts
         if path.is_file() and path.suffix in SCRIPT_SUFFIXES:
             if path.suffix != ".sh" or "#SBATCH" in path.read_text(errors="replace"):
                 found.append(path)

@@ -12,10 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .durations import format_duration
+from .parse.text import strip_launcher_prefix
 from .slurm_output import JobInfo
 
-# A launcher's prefix on a line: NeMo-Run's `name/0 [default0]: `, srun -l's `0: `, torchrun's `[rank0]: `.
-_PREFIX = re.compile(r"^(?:\S+/\d+ \[\w+\]: |\d+: |\[rank\d+\]:\s?|\[\d+,\d+\]<std\w+>:)")
 _TRACEBACK = "Traceback (most recent call last):"
 _ERROR_LINE = re.compile(
     r"(\b\w*(Error|Exception)\b\s*:|\berror\b|\bERROR\b|\bKilled\b|oom[-_]kill|[Oo]ut of memory|Exceeded job memory"
@@ -115,7 +114,7 @@ def important_lines(text: str, most: int = 8) -> list[tuple[int, str]]:
     """The lines that say what went wrong: the first Python traceback (its head, last frame and the
     exception), else the first error-looking lines, else the last lines before the job's own footer."""
     lines = text.splitlines()
-    bare = [_PREFIX.sub("", line) for line in lines]
+    bare = [strip_launcher_prefix(line) for line in lines]  # launchers' prefixes (NeMo-Run, srun -l, …)
     for index, line in enumerate(bare):
         if line.startswith(_TRACEBACK):
             return _traceback(lines, bare, index, most)

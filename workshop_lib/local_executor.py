@@ -55,9 +55,22 @@ def _read(job_id: str) -> dict:
 
 def _write(record: dict) -> None:
     path = _record_path(record["job_id"])
-    temporary = path.with_suffix(".tmp")
+    temporary = path.with_suffix(f".{os.getpid()}.tmp")  # one per writer: two writers never share it
     temporary.write_text(json.dumps(record, indent=1))
     os.replace(temporary, path)  # readers never see half a record
+
+
+def _update(job_id: str, changes: dict | None = None, change=None) -> dict:
+    """Read, change and write a job's record under a lock, so that the runner, `release` and `cancel`
+    never write back a stale copy over each other's fields. `change(record)` may edit it in place."""
+    with open(jobs_dir() / "records.lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        record = _read(job_id)
+        if change is not None:
+            change(record)
+        record.update(changes or {})
+        _write(record)
+    return record
 
 
 def _next_job_id() -> str:
@@ -128,9 +141,7 @@ def job_info(job_id: str) -> JobInfo:
 
 
 def release(job_id: str) -> None:
-    record = _read(job_id)
-    record["held"] = False
-    _write(record)
+    _update(job_id, {"held": False})
 
 
 def jobs_in(workdir: Path, since: float) -> list[str]:
@@ -147,11 +158,13 @@ def jobs_in(workdir: Path, since: float) -> list[str]:
 
 
 def cancel(job_id: str) -> None:
-    record = _read(job_id)
-    if record["state"] in slurm_output.FINAL_STATES:
+    def request(record: dict) -> None:
+        if record["state"] not in slurm_output.FINAL_STATES:
+            record["cancel_requested"] = True
+
+    record = _update(job_id, change=request)
+    if not record.get("cancel_requested"):
         return
-    record["cancel_requested"] = True
-    _write(record)
     if record.get("script_pgid"):
         try:
             os.killpg(record["script_pgid"], signal.SIGTERM)
@@ -243,9 +256,8 @@ def _claim_gpus(job_id: str, wanted: int, available: int) -> list[int] | None:
         free = [index for index in range(available) if index not in busy]
         if older_waiting or len(free) < wanted:
             return None
-        record = _read(job_id)
-        record.update(gpus=free[:wanted], state="RUNNING", runner_pid=os.getpid())
-        _write(record)  # written under the lock: the next runner sees these GPUs as taken
+        # Written under the claim lock: the next runner sees these GPUs as taken.
+        _update(job_id, {"gpus": free[:wanted], "state": "RUNNING", "runner_pid": os.getpid()})
         return free[:wanted]
 
 
@@ -256,11 +268,10 @@ def _wait_for_gpus(record: dict) -> dict:
     if not available or not wanted:
         return record  # no real GPUs: number them 0..n-1 as SLURM would on an empty node
     if wanted > available:
-        record.update(state="FAILED", exit_code=1, ended_at=time.time(),
-                      reason=f"asks for {wanted} GPUs ({record.get('nodes', 1)} node(s) × "
-                             f"{record['gpus_per_node']}); this machine has {available}")
-        _write(record)
-        return record
+        return _update(record["job_id"], dict(
+            state="FAILED", exit_code=1, ended_at=time.time(),
+            reason=f"asks for {wanted} GPUs ({record.get('nodes', 1)} node(s) × {record['gpus_per_node']}); "
+                   f"this machine has {available}"))
     while _claim_gpus(record["job_id"], wanted, available) is None:
         if _read(record["job_id"]).get("cancel_requested"):
             break
@@ -270,8 +281,7 @@ def _wait_for_gpus(record: dict) -> dict:
 
 def run(job_id: str) -> int:
     """The runner: wait for GPUs, execute the job script, enforce its time limit, record how it ended."""
-    record = {**_read(job_id), "runner_pid": os.getpid()}
-    _write(record)  # from now on a vanished runner shows as NODE_FAIL, even while the job waits
+    record = _update(job_id, {"runner_pid": os.getpid()})  # from now on a vanished runner shows as NODE_FAIL
     while record.get("held") and not record.get("cancel_requested"):
         time.sleep(0.2)  # `sbatch --hold`: the submitter is still preparing the run folder
         record = _read(job_id)
@@ -279,15 +289,14 @@ def run(job_id: str) -> int:
     if record["state"] == "FAILED":
         return 0
     if record.get("cancel_requested"):
-        record.update(state="CANCELLED", ended_at=time.time())
-        _write(record)
+        _update(job_id, {"state": "CANCELLED", "ended_at": time.time()})
         return 0
     with open(record["stdout"], "ab") as output:
         process = subprocess.Popen(["bash", record["script"]], cwd=record["workdir"], env=_job_environment(record),
                                    stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
                                    start_new_session=True)
-    record.update(state="RUNNING", runner_pid=os.getpid(), script_pgid=process.pid, started_at=time.time())
-    _write(record)
+    record = _update(job_id, {"state": "RUNNING", "runner_pid": os.getpid(), "script_pgid": process.pid,
+                              "started_at": time.time()})
     timed_out = False
     try:
         process.wait(timeout=record["time_limit_s"])
@@ -295,18 +304,20 @@ def run(job_id: str) -> int:
         timed_out = True
         _terminate_group(process)
     code = process.returncode
-    record = {**_read(job_id), "ended_at": time.time()}
-    if timed_out:
-        record.update(state="TIMEOUT", exit_code=0, signal=signal.SIGTERM.value, reason="TimeLimit")
-    elif record.get("cancel_requested"):
-        record.update(state="CANCELLED", exit_code=0, signal=-code if code < 0 else None)
-    elif code == 0:
-        record.update(state="COMPLETED", exit_code=0)
-    elif code < 0:
-        record.update(state="FAILED", exit_code=0, signal=-code, reason=f"killed by signal {-code}")
-    else:
-        record.update(state="FAILED", exit_code=code, reason="NonZeroExitCode")
-    _write(record)
+    def ended(record: dict) -> None:
+        record["ended_at"] = time.time()
+        if timed_out:
+            record.update(state="TIMEOUT", exit_code=0, signal=signal.SIGTERM.value, reason="TimeLimit")
+        elif record.get("cancel_requested"):
+            record.update(state="CANCELLED", exit_code=0, signal=-code if code < 0 else None)
+        elif code == 0:
+            record.update(state="COMPLETED", exit_code=0)
+        elif code < 0:
+            record.update(state="FAILED", exit_code=0, signal=-code, reason=f"killed by signal {-code}")
+        else:
+            record.update(state="FAILED", exit_code=code, reason="NonZeroExitCode")
+
+    _update(job_id, change=ended)
     return 0
 
 

@@ -482,7 +482,7 @@ def show_recipe_benchmark() -> list[Table]:
     shown = []
     for title, frame, note, sources in tables:
         table = Table(title, frame)
-        first, *others = [path.relative_to(repository_root()).as_posix() for path in sources]
+        first, *others = [path.relative_to(reference_views.REPOSITORY).as_posix() for path in sources]
         also = f" (also {', '.join(others)})" if others else ""
         caption = (f"Reference, measured on real GPUs: random-init BLOOM-560m shape, synthetic SQuAD. {note}{also} "
                    f"Source: {first}.")

@@ -53,10 +53,9 @@ def environment_key() -> str:
 
 def torch_pin() -> str:
     """The project's torch requirement (``torch==X``) as requirements.lock pins it."""
-    for line in PROJECT_LOCK.read_text().splitlines():
-        if line.strip().lower().startswith("torch=="):
-            return line.strip()
-    raise RuntimeError(f"{PROJECT_LOCK.name} pins no torch version; add the line torch==<version>")
+    from ..site_check import locked_version
+
+    return f"torch=={locked_version(PROJECT_LOCK, 'torch')}"
 
 
 def environment_path() -> Path:

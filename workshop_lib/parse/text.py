@@ -22,7 +22,7 @@ _LINE_BREAKS = re.compile(r"\r\n|\r|\n")
 _LAUNCHER_PREFIX = re.compile(
     r"^(?:"
     r"\S+/\d+ (?=\[default\d+\]:|[IWEF]\d{4} )"  # NeMo-Run's task name, before a rank label or a glog line
-    r"|\[(?:default|rank)\d+\]:"
+    r"|\[(?:default|rank)\d+\]: ?"
     r"|\s*\d+: "
     r"|\[\d+,\d+\]<(?:stdout|stderr)>:"
     r")"
@@ -55,11 +55,6 @@ class LogProblem:
 def read_text(path: str | Path) -> str:
     """The file's text; undecodable bytes (a log cut mid-character, binary junk) become U+FFFD."""
     return Path(path).read_bytes().decode("utf-8", errors="replace")
-
-
-def split_lines(text: str) -> list[str]:
-    """Lines of a log, treating the carriage returns of progress bars as line breaks."""
-    return _LINE_BREAKS.split(text)
 
 
 def strip_launcher_prefix(line: str) -> str:
