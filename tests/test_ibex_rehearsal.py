@@ -30,7 +30,7 @@ from workshop_lib.scripts import render_script, template_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
-REHEARSED = ["lora/llama/1-gpu", "model-parallel/llama/tp2", "zero/baseline", "fsdp/multi-node/2-nodes"]
+REHEARSED = ["lora/llama/1-gpu", "model-parallel/llama/tp2-dp2", "zero/baseline", "fsdp/multi-node/2-nodes"]
 
 
 @pytest.fixture(scope="module")
