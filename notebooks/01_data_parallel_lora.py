@@ -165,13 +165,20 @@ runs = nb.run_experiments(selection, runs_dir, wait_timeout_s)
 # TIMEOUT, …) instead of a number when the run did not complete, and `n/a` when the run did not
 # record that value. The tiny profile has no `nvidia-smi`: there the memory columns hold each
 # process's own peak (its resident set size), as the note under each table says, and the memory
-# plot does the same.
+# plot does the same. Each part shows first what the stand-ins measured on real GPUs (the same runs as
+# "Predict, then run" above, in the original material's table), then your runs, titled by profile.
 
-# %%
-nb.show_tables(selection, runs_dir);
+# %% [markdown]
+# ## Results: Llama 3.1 8B + LoRA
 
-# %%
-nb.show_plots(selection, runs_dir);
+# %% tags=["hide-input"]
+nb.show_results(selection, ["llama"], runs_dir)
+
+# %% [markdown]
+# ## Results: Mixtral 8x7B + LoRA
+
+# %% tags=["hide-input"]
+nb.show_results(selection, ["mixtral"], runs_dir)
 
 # %% [markdown]
 # **Reading the tiny results.** The stand-in models are so small that a training step takes a few

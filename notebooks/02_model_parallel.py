@@ -169,13 +169,21 @@ runs = nb.run_experiments(selection, runs_dir, wait_timeout_s)
 # %% [markdown]
 # ## Results
 #
-# This profile's own runs. Ratios compare with the smallest layout of each model that ran.
+# The original material's tables: first what was measured on real GPUs, then this profile's own runs.
+# Ratios compare with the smallest layout of each model that ran.
 
-# %%
-nb.show_tables(selection, runs_dir);
+# %% [markdown]
+# ## Results: Llama 3.1 8B, tensor parallel
 
-# %%
-nb.show_plots(selection, runs_dir);
+# %% tags=["hide-input"]
+nb.show_results(selection, ["llama"], runs_dir,
+                missing="was not measured yet (the 2-GPU TP 2 run measured on H200s is shown in 'Predict, then run')")
+
+# %% [markdown]
+# ## Results: Mixtral 8x7B, tensor × expert parallel
+
+# %% tags=["hide-input"]
+nb.show_results(selection, ["mixtral"], runs_dir, missing="needs 2 nodes of 8 GPUs, more than any machine lent")
 
 # %% [markdown]
 # **Reading the tiny results.** A tiny model split over more CPU ranks gets slower: there is almost no

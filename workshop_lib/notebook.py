@@ -392,8 +392,10 @@ def reference_caption(data: dict, results: pd.DataFrame, source: str) -> str:
     """Where and how the reference ran: GPUs, recipe, steps, weights, data, software, date and file."""
     provenance = data["provenance"] if isinstance(data["provenance"], list) else [data["provenance"]]
     first = provenance[0]
-    gpus = first.get("gpus") or ["unknown GPU"]
-    gpu = gpus[0].split(",")[0]
+    # One machine per session of the reference driver; name each machine size once ("2 × H200 and 4 × H200").
+    machines = sorted({(len(p.get("gpus") or ["?"]), (p.get("gpus") or ["unknown GPU"])[0].split(",")[0])
+                       for p in provenance})
+    where = " and ".join(f"{count} × {gpu}" for count, gpu in machines)
     profile = load_profile(data["profile"]) if data.get("profile") else None
     done = results[results["state"] == COMPLETED]
     recipes = sorted({_recipe_text(r) for r in done.to_dict("records")} - {""})
@@ -407,7 +409,7 @@ def reference_caption(data: dict, results: pd.DataFrame, source: str) -> str:
     software = ", ".join(f"{name} {first[key]}" for key, name in
                          (("torch", "torch"), ("transformers", "transformers"), ("deepspeed", "DeepSpeed"),
                           ("nemo", "NeMo")) if first.get(key))
-    return (f"Reference, measured on real GPUs: {len(gpus)} × {gpu} (profile {data.get('profile')}); "
+    return (f"Reference, measured on real GPUs: {where} (profile {data.get('profile')}); "
             f"{'; '.join(recipes) or 'recipe as declared'}; {steps_text}; {weights}; {data_kind}; "
             f"{software or 'software versions not recorded'}; measured {', '.join(dates)}. Source: {source}.")
 
