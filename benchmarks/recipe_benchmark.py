@@ -49,7 +49,8 @@ LADDER = ["seed", "seed+bf16", "seed+bf16+batch", "seed+bf16+batch+padding",
           "seed+bf16+batch+padding+grouping", "seed+bf16+batch+padding+grouping+chunked-ce",
           "seed+bf16+batch+padding+grouping+chunked-ce+fused-adamw",
           "seed+bf16+batch+padding+grouping+chunked-ce+fused-adamw+sdpa",
-          "seed+bf16+batch+padding+grouping+chunked-ce+fused-adamw+sdpa+gelu", "tuned"]
+          "seed+bf16+batch+padding+grouping+chunked-ce+fused-adamw+sdpa+gelu",
+          "seed+bf16+batch+padding+grouping+chunked-ce+fused-adamw+sdpa+gelu+gc-freeze", "tuned"]
 SEED_RECIPE = ["--per-device-batch", "4", "--grad-accum", "4"]  # seeds 002/003, global batch 16
 GLOBAL_BATCH = 16
 # name -> (training samples, epochs, held-out samples); tiny: the CPU check's sizes
@@ -293,7 +294,14 @@ def measure(record: dict, shape: dict, peak_tflops: float | None, warmup: int | 
         "peak_reserved_mib": tokens.get("cuda_max_reserved_mib"),
         "final_loss": summary["final_loss"], "tail_mean_loss": sum(tail) / len(tail), "eval_loss": summary["eval_loss"],
         "loss_curve": [[sum(tokens["rows"][:i + 1]), steps[i]["loss"]] for i in range(count)],
+        # Fixed costs end to end: the first step (CUDA and library set-up) and the untimed steps after it.
+        "first_step_s": steps[0]["step_time_s"] if steps else None,
+        "warmup_steps_s": sum(steps[i]["step_time_s"] for i in range(skip)),
+        "median_step_s": sorted(steps[i]["step_time_s"] for i in timed)[len(timed) // 2],
+        "pad_multiple": tokens["recipe"].get("recipe_pad_multiple"),
     }
+    out.update({key: tokens[key] for key in ("graph_captures", "graph_capture_s", "graph_replays", "graph_eager_calls", "graph_shapes")
+                if key in tokens})
     return out
 
 

@@ -15,8 +15,10 @@ from workshop_lib.train.recipes import (FEATURES, DynamicPaddingCollator, Unpadd
 
 def test_recipe_names_and_ladders_parse():
     assert parse_recipe("seed") == ()
-    assert parse_recipe("tuned") == tuple(f for f in FEATURES if f not in ("compile", "large-batch"))
-    assert parse_recipe("tuned+compile+large-batch") == FEATURES
+    tuned = parse_recipe("tuned")
+    assert {"bf16", "batch", "padding", "grouping", "chunked-ce", "sdpa", "gelu"} <= set(tuned)
+    assert not {"compile", "large-batch"} & set(tuned)  # slower end to end; worse loss (benchmarks/NOTES.md)
+    assert parse_recipe("tuned+graphs+compile+large-batch") == FEATURES
     assert parse_recipe("seed+batch+bf16") == ("bf16", "batch")  # ladder order, whatever the spelling
     with pytest.raises(WorkshopError, match="unknown feature"):
         parse_recipe("seed+turbo")

@@ -14,6 +14,7 @@ either way every rank's local parameter count lands in the summary, so the shard
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -52,11 +53,16 @@ def parse_args(argv=None):
                              "or seed+FEATURE+... (see workshop_lib.train.recipes)")
     parser.add_argument("--compile-mode", default="blocks-cpp", choices=COMPILE_MODES,
                         help="what the recipe's compile feature compiles and how (benchmarks/NOTES.md)")
+    parser.add_argument("--pad-multiple", type=int, default=None,
+                        help="with the recipe's padding: round each batch's length up to a multiple of this "
+                             "(default 16, or 64 with its graphs feature)")
     args = parser.parse_args(argv)
     parse_recipe(args.recipe)  # a typo fails here, before any process group exists
     args.samples_total, args.samples_per_gpu = sample_counts(args)
     check_positive(per_device_batch=args.per_device_batch,
                    grad_accum=args.grad_accum, eval_samples=args.eval_samples)
+    if args.pad_multiple is not None:
+        check_positive(pad_multiple=args.pad_multiple)
     if args.offload and not args.fsdp:
         raise WorkshopError("--offload goes with --fsdp; for DeepSpeed pick an *_offload.json config")
     if args.deepspeed and not Path(args.deepspeed).is_file():
@@ -134,15 +140,17 @@ def recipe_for(args, runtime: Runtime, precision: str) -> AppliedRecipe:
     if args.deepspeed:
         ds = deepspeed_settings(args.deepspeed)
         zero_stage, offload = ds["zero_stage"], ds["offload_optimizer"] != "none"
-    return apply_recipe(args.recipe, precision=precision, per_device_batch=args.per_device_batch,
-                        grad_accum=args.grad_accum, device_kind=runtime.device_kind, engine=engine_of(args),
-                        zero_stage=zero_stage, offload=bool(offload or args.offload))
+    recipe = apply_recipe(args.recipe, precision=precision, per_device_batch=args.per_device_batch,
+                          grad_accum=args.grad_accum, device_kind=runtime.device_kind, engine=engine_of(args),
+                          zero_stage=zero_stage, offload=bool(offload or args.offload),
+                          world_size=runtime.world_size)
+    if getattr(args, "pad_multiple", None):
+        recipe = dataclasses.replace(recipe, pad_multiple=args.pad_multiple)
+    return recipe
 
 
 def recipe_training_arguments(recipe: AppliedRecipe, pad_token_id: int, max_length: int) -> tuple[dict, object]:
     """TrainingArguments and the data collator the recipe asks for (nothing for ``seed``)."""
-    import dataclasses
-
     from transformers import TrainingArguments
 
     from workshop_lib.train.recipes import DynamicPaddingCollator, sampler_arguments
@@ -155,15 +163,15 @@ def recipe_training_arguments(recipe: AppliedRecipe, pad_token_id: int, max_leng
         torch.backends.cudnn.allow_tf32 = True
     collator = None
     if recipe.has("padding") or recipe.has("grouping"):
-        multiple = None if recipe.has("padding") else max_length  # grouping alone still pads to the full length
-        collator = DynamicPaddingCollator(pad_token_id, **({"multiple": multiple} if multiple else {}),
-                                          max_length=max_length)
+        multiple = recipe.pad_multiple if recipe.has("padding") else max_length  # grouping alone: full length
+        collator = DynamicPaddingCollator(pad_token_id, multiple=multiple, max_length=max_length)
     return arguments, collator
 
 
-def write_throughput(path: Path, counter, grad_accum: int, recipe: AppliedRecipe, device_kind: str) -> None:
+def write_throughput(path: Path, counter, grad_accum: int, recipe: AppliedRecipe, device_kind: str,
+                     graphs: dict | None = None) -> None:
     """``throughput.json``: padded and real tokens of every optimizer step (the benchmark reads it)."""
-    record = {"recipe": recipe.settings(), **counter.per_step(grad_accum)}
+    record = {"recipe": recipe.settings(), **counter.per_step(grad_accum), **(graphs or {})}
     if device_kind == "cuda":
         reserved = max(torch.cuda.max_memory_reserved(), cuda_peak_before_reset("reserved"))  # the probe resets it
         record["cuda_max_reserved_mib"] = reserved / 2**20
@@ -176,6 +184,7 @@ def train_with_trainer(args, runtime: Runtime, spec, tokenizer, data, precision:
 
     from workshop_lib.train.callbacks import (GcFreezeCallback, MemoryProbeCallback, MetricsCallback,
                                               ShardSizeCallback)
+    from workshop_lib.train.graphs import use_cuda_graphs
     from workshop_lib.train.profiling import ProfilerCallback, requested_steps
     from workshop_lib.train.recipes import (UnpaddedView, compile_model, counting_trainer_class, use_chunked_loss,
                                             use_native_gelu, use_sdpa_attention)
@@ -223,6 +232,7 @@ def train_with_trainer(args, runtime: Runtime, spec, tokenizer, data, precision:
         use_sdpa_attention(model)
     if recipe.has("gelu"):
         use_native_gelu(model)
+    graphs = use_cuda_graphs(model, args.per_device_batch) if recipe.has("graphs") else None
     if recipe.has("compile"):
         compile_model(model, spec.layer_class, args.compile_mode)
     global_batch = args.per_device_batch * args.grad_accum * runtime.world_size
@@ -247,9 +257,12 @@ def train_with_trainer(args, runtime: Runtime, spec, tokenizer, data, precision:
     eval_seconds = sum(entry.get("eval_runtime", 0.0) for entry in trainer.state.log_history)
     clock.add("train", -eval_seconds)
     clock.add("eval", eval_seconds)
+    graph_summary = graphs.graph_state.summary() if graphs is not None else {}
+    if graph_summary:
+        print_main(runtime, "== graphs: " + " ".join(f"{k}={v}" for k, v in graph_summary.items()))
     if runtime.is_main:
         write_throughput(Path(args.output_dir) / "throughput.json", trainer.token_counter, args.grad_accum,
-                         recipe, runtime.device_kind)
+                         recipe, runtime.device_kind, graph_summary)
     eval_loss = next((entry["eval_loss"] for entry in reversed(trainer.state.log_history)
                       if "eval_loss" in entry), None)
     em = f1 = None

@@ -17,6 +17,9 @@ every sample padded to 512 tokens, the full fp32 logits over the vocabulary, eag
                   ``scaled_dot_product_attention`` call with the ALiBi bias as its mask
 * ``gelu``        BLOOM's tanh-GELU (a dozen elementwise kernels, forward and backward) as PyTorch's
                   own ``gelu(approximate="tanh")``: one kernel each way
+* ``graphs``      the transformer blocks of a training step replayed as CUDA graphs, one per batch
+                  shape, batches padded to a multiple of 64 (``workshop_lib.train.graphs``); one
+                  process, no gradient accumulation
 * ``compile``     ``torch.compile`` of each transformer block (regional compilation), its kernels
                   launched by inductor's C++ wrapper (other ways with ``--compile-mode``, see
                   :func:`compile_model`); not in ``tuned``: on a workshop-sized job its compile
@@ -39,8 +42,8 @@ import torch
 
 from workshop_lib.errors import WorkshopError
 
-FEATURES = ("bf16", "batch", "padding", "grouping", "chunked-ce", "fused-adamw", "sdpa", "gelu", "compile",
-            "gc-freeze", "large-batch")
+FEATURES = ("bf16", "batch", "padding", "grouping", "chunked-ce", "fused-adamw", "sdpa", "gelu", "graphs",
+            "compile", "gc-freeze", "large-batch")
 # Not in tuned (benchmarks/NOTES.md): large-batch, because at a 4× batch the same samples give ¼ of the
 # optimizer steps, which cost 17-42 % in eval loss; compile, because its 60-150 s of compilation made
 # the tuned recipe slower end to end than the seed's on the workshop's jobs (100-300 steps).
@@ -81,6 +84,7 @@ class AppliedRecipe:
     batch_factor: int = 1  # optimizer steps shrink by this factor, the batch grows by it
     learning_rate_factor: float = 1.0
     loss_kernel: str | None = None  # chunked-ce's implementation: "liger", "inductor" or "eager"
+    pad_multiple: int = PAD_MULTIPLE  # dynamic padding rounds a batch's length up to this
 
     def has(self, feature: str) -> bool:
         return feature in self.features
@@ -90,6 +94,8 @@ class AppliedRecipe:
                     "recipe_skipped": dict(self.skipped)}
         if self.loss_kernel:
             settings["recipe_loss_kernel"] = self.loss_kernel
+        if self.has("padding"):
+            settings["recipe_pad_multiple"] = self.pad_multiple
         return settings
 
 
@@ -102,7 +108,7 @@ def liger_available() -> bool:
 
 def apply_recipe(name: str, *, precision: str, per_device_batch: int, grad_accum: int,
                  device_kind: str, engine: str, zero_stage: int | None = None,
-                 offload: bool = False) -> AppliedRecipe:
+                 offload: bool = False, world_size: int = 1) -> AppliedRecipe:
     """Resolve ``--recipe`` for this run. ``precision`` is the already-resolved one."""
     wanted = parse_recipe(name)
     skipped: dict[str, str] = {}
@@ -132,6 +138,9 @@ def apply_recipe(name: str, *, precision: str, per_device_batch: int, grad_accum
     for feature in ("sdpa", "gelu"):  # BLOOM's own modules, replaced where the model has them
         if feature in wanted:
             applied.append(feature)
+    if allow("graphs", cuda and engine == "hf" and world_size == 1 and grad_accum == 1 and "compile" not in wanted,
+             "only on one GPU with the plain engine, without gradient accumulation or compile"):
+        applied.append("graphs")
     if allow("compile", cuda and engine == "hf", "only on a GPU with the plain engine (no DeepSpeed/FSDP)"):
         applied.append("compile")
     if "gc-freeze" in wanted:
@@ -146,8 +155,11 @@ def apply_recipe(name: str, *, precision: str, per_device_batch: int, grad_accum
         loss_kernel = ("liger" if cuda and liger_available() else "inductor" if "compile" in applied else "eager")
     base = name.split("+")[0].strip()
     label = base if name.strip() in RECIPES else name.strip()
+    from workshop_lib.train.graphs import GRAPH_PAD_MULTIPLE
+
+    pad_multiple = GRAPH_PAD_MULTIPLE if "graphs" in applied else PAD_MULTIPLE  # few shapes, few captures
     return AppliedRecipe(label, tuple(applied), skipped, precision, per_device_batch, grad_accum, eval_batch,
-                         batch_factor, learning_rate_factor, loss_kernel)
+                         batch_factor, learning_rate_factor, loss_kernel, pad_multiple)
 
 
 # ---------------------------------------------------------------- data
@@ -380,9 +392,13 @@ class _AlibiBias:
         self.bias = None
 
     def get(self, alibi, mask, batch, heads, length, dtype):
-        if self.keys is not None and self.keys[0] is alibi and self.keys[1] is mask and self.keys[2] == dtype:
+        # A bias made outside a CUDA-graph capture (its warm-up) must not be served inside it: the graph
+        # would read memory it did not record, and that memory is freed after the capture.
+        capturing = alibi.is_cuda and torch.cuda.is_current_stream_capturing()
+        if self.keys is not None and self.keys[0] is alibi and self.keys[1] is mask \
+                and self.keys[2:] == (dtype, capturing):
             return self.bias
-        keys = (alibi, mask, dtype)
+        keys = (alibi, mask, dtype, capturing)
         # BLOOM's alibi is slope_h × (position of the key); softmax ignores a constant per query row, so
         # slope_h × (key − query position) is the same attention with small numbers near the diagonal,
         # where bf16 rounding would otherwise hit the largest weights.
@@ -394,6 +410,9 @@ class _AlibiBias:
         self.bias = bias.clamp(min=torch.finfo(dtype).min).to(dtype)
         self.keys = keys
         return self.bias
+
+    def forget(self) -> None:
+        self.keys = self.bias = None
 
 
 def _sdpa_bloom_attention(self, hidden_states, residual, alibi, attention_mask, layer_past=None,
