@@ -127,13 +127,15 @@ def provenance(argv, source_commit: str | None = None) -> dict:
             record["driver"] = smi.stdout.strip() or None
         except (OSError, subprocess.SubprocessError):
             pass
+    if source_commit:  # the caller knows which commit this tree is (a copy's own .git may lag behind it)
+        record["git_commit"], record["git_note"] = source_commit, "as given by --source-commit"
+        return record
     try:
         top = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--show-toplevel"], capture_output=True, text=True,
                              timeout=10)
         if not top.stdout.strip() or Path(top.stdout.strip()).resolve() != REPO:
             # A copy of the tree inside another checkout (or none): its HEAD is not this code's.
-            record["git_commit"] = source_commit
-            record["git_note"] = "copied tree; commit as given by --source-commit" if source_commit else "not a checkout"
+            record["git_commit"], record["git_note"] = None, "a copied tree: give --source-commit"
             return record
         git = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
         record["git_commit"] = git.stdout.strip() or None

@@ -254,12 +254,16 @@ nb.say(claims.engine_scaling(nb.reference_results("engine_scaling")[1]));
 # to its longest sample instead of to 512 tokens, with samples of similar length batched together, so most
 # computed tokens are real; Liger's fused linear cross-entropy, so the batch × length × 250,880 logits
 # never exist at once (memory, not speed); BLOOM's attention as one `scaled_dot_product_attention` call
-# with the ALiBi bias as its mask; BLOOM's tanh-GELU as PyTorch's single kernel; fused AdamW; and the
-# objects alive at the start of training frozen out of Python's garbage collector. There is **no
-# `torch.compile`**: an earlier version compiled each block and was 5× faster per step, but its compile
-# took longer than the whole job, so end to end it was slower than the seed. The step is bound by the host
-# CPU launching kernels, which also makes the seed's own speed depend on the host: compare recipes only
-# within one run. What each change was predicted to do and did is in `benchmarks/NOTES.md`; the tables
+# with the ALiBi bias as its mask; BLOOM's tanh-GELU as PyTorch's single kernel; fused AdamW; the
+# objects alive at the start of training frozen out of Python's garbage collector; and the 24 transformer
+# blocks of each training step replayed as CUDA graphs, one graph per batch length (`workshop_lib/train/graphs.py`).
+# There is **no `torch.compile`**: an earlier version compiled each block and was 5× faster per step, but
+# its compile took longer than the whole job, so end to end it was slower than the seed. Without the graphs
+# the step is bound by the host CPU launching kernels one by one, which also makes the seed's own speed
+# depend on the host: compare recipes only within one run. A graph is recorded the first time a batch
+# length appears (a fraction of a second each; lengths are padded to a multiple of 64 so a job sees only a
+# handful) and then replayed with one launch, so the GPU sets the pace. What each change was predicted to
+# do and did is in `benchmarks/NOTES.md`; the tables
 # below give the measured figures and the reason for each gain.
 # :::
 

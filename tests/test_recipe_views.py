@@ -69,3 +69,13 @@ def test_the_chapter_gets_both_tables_with_generated_notes():
     assert "end to end" in title and len(table) == 2 and "why" in ladder.columns
     first = table.iloc[0]
     assert f"{first['end to end × seed']:.1f}× end to end" in note  # the prose carries the table's figure
+
+
+def test_the_second_job_sentence_says_whether_the_first_started_cold():
+    tuned = parse_recipe("tuned")
+    second = {"second": {"recipe": "tuned#2", "features": tuned}, "first_train_runtime_s": 13.7,
+              "second_train_runtime_s": 11.7, "first_kernel_cache_files": 0, "second_kernel_cache_files": 43}
+    cold = views.second_job_sentence(second)
+    assert "empty kernel cache" in cold and "13.7 s, then 11.7 s" in cold and "(tuned)" in cold
+    warm = views.second_job_sentence({**second, "first_kernel_cache_files": 35})
+    assert "already filled" in warm and "35 and 43 files" in warm and "empty" not in warm
