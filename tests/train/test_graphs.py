@@ -93,3 +93,11 @@ def test_graphs_replay_what_eager_computes_for_every_shape_and_padding():
             optimizer.zero_grad(set_to_none=True)
     assert (state.captures, state.replays, state.eager_calls) == (2, 4, 1)
     assert state.summary()["graph_shapes"] == [64, 128]
+    # After training, evaluation and generation (KV cache) take BLOOM's own path: no replay, no capture.
+    prompt = dict(input_ids=batches[0]["input_ids"][:1, :6], max_new_tokens=4, do_sample=False, pad_token_id=0)
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+        graphed.eval(), reference.eval()
+        plain = {k: v for k, v in batches[1].items() if k != "labels"}
+        assert torch.allclose(graphed(**plain).logits.float(), reference(**plain).logits.float(), atol=2e-2)
+        assert graphed.generate(**prompt).shape == (1, 10)
+    assert (state.captures, state.replays) == (2, 4)
