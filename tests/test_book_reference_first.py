@@ -152,8 +152,12 @@ def test_show_results_puts_the_reference_first_then_your_runs_by_profile(tmp_pat
     """The notebook call itself, outside a kernel: reference blocks, then the participant's, in that order."""
     import json
 
-    from workshop_lib import notebook as nb
+    import matplotlib
 
+    from workshop_lib import notebook as nb
+    from workshop_lib import results as results_module
+
+    matplotlib.use("Agg")
     monkeypatch.setenv("WORKSHOP_SUBMIT", "0")
     selection = nb.select(4, "tiny", ["fsdp/single-gpu/full-shard", "fsdp/multi-gpu/2-gpus"])
     nb.show_results(selection, ["multi-gpu"], tmp_path, plots=False)
@@ -167,7 +171,16 @@ def test_show_results_puts_the_reference_first_then_your_runs_by_profile(tmp_pat
                    "train_runtime_s": 2.0, "mean_step_time_s": 0.5 * gpus, "samples_per_s": 1.0, "final_loss": 5.0,
                    "settings": {"max_steps": 3}, "model_state_bytes_per_rank": [2**20 / gpus] * gpus}
         (folder / "metrics.jsonl").write_text(json.dumps(summary) + "\n")
-    nb.show_results(selection, ["multi-gpu"], tmp_path, plots=False)
+    parsed = []  # the run folders read, each time: tables and plots must share one reading
+    read_run = results_module.read_run
+    monkeypatch.setattr(results_module, "read_run",
+                        lambda folder, *args: parsed.append(folder) or read_run(folder, *args))
+    titles, show_figures = [], nb.show_figures
+    monkeypatch.setattr(nb, "show_figures", lambda figures: titles.extend(f.axes[0].get_title() for f in figures)
+                        or show_figures(figures))
+    nb.show_results(selection, ["multi-gpu"], tmp_path)
+    assert sorted(parsed) == sorted(tmp_path / e.id for e in selection.runnable), "each run folder parsed once"
+    assert any(title.endswith("(your runs, tiny)") for title in titles), f"no plot of your runs in {titles}"
     out = capsys.readouterr().out
     reference = out.index('class="workshop-table-block workshop-reference"')
     mine = out.index('class="workshop-table-block workshop-participant" data-profile="tiny"')

@@ -44,6 +44,23 @@ def test_stored_resolutions_cover_every_nemo_experiment_and_match_the_layouts():
         assert layout["global_batch"] == layout["dp"] * layout["micro_batch"] * layout["micro_batches_per_step"]
 
 
+def test_resolved_file_is_read_once_per_version(tmp_path):
+    """Every rendered script asks for the resolved records: one reading serves them until the file changes."""
+    import json
+    import os
+
+    path = tmp_path / "resolved.json"
+    path.write_text(json.dumps([{"id": "a", "accepted": True}]))
+    first = load_resolved(tmp_path)
+    assert load_resolved(tmp_path) is first and first["a"]["accepted"] is True
+    path.write_text(json.dumps([{"id": "a", "accepted": False}]))  # same size: seen by its new time
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
+    assert load_resolved(tmp_path)["a"]["accepted"] is False
+    path.write_text(json.dumps([{"id": "b", "accepted": True}, {"id": "c", "accepted": True}]))
+    assert sorted(load_resolved(tmp_path)) == ["b", "c"]
+    assert load_resolved() is load_resolved(), "the stored file (book/reference/nemo) is read once too"
+
+
 @pytest.fixture(scope="module")
 def resolved_now(tmp_path_factory):
     out = tmp_path_factory.mktemp("resolved")

@@ -334,18 +334,20 @@ def chapter_results_for(selection: Selection, runs_dir: Path | str | None = None
     return results
 
 
-def selection_tables(selection: Selection, runs_dir: Path | str | None = None) -> list[Table]:
-    """The seeds' tables of the chapter, one row (or column) per runnable experiment of the selection."""
-    results = chapter_results_for(selection, runs_dir)
+def selection_tables(selection: Selection, runs_dir: Path | str | None = None,
+                     results: pd.DataFrame | None = None) -> list[Table]:
+    """The seeds' tables of the chapter, one row (or column) per runnable experiment of the selection;
+    from ``results`` when the caller already read them (`chapter_results_for`), else from the run folders."""
+    results = chapter_results_for(selection, runs_dir) if results is None else results
     built = tables_module.tables_from_results(selection.chapter, results)
     return [table for table in built if not table.frame.empty and len(table.frame.columns) > 1]
 
 
-def show_tables(selection: Selection, runs_dir: Path | str | None = None,
-                keys: Sequence[str] | None = None) -> list[Table]:
+def show_tables(selection: Selection, runs_dir: Path | str | None = None, keys: Sequence[str] | None = None,
+                results: pd.DataFrame | None = None) -> list[Table]:
     """The seed tables of the chapter filled from your runs (those of part ``keys``, or all), titled by the
-    profile that ran them; a clear note when nothing completed."""
-    results = chapter_results_for(selection, runs_dir)
+    profile that ran them; a clear note when nothing completed. ``results``: as in `selection_tables`."""
+    results = chapter_results_for(selection, runs_dir) if results is None else results
     profile = selection.profile
     if results.empty or not (results["state"] == COMPLETED).any():
         above = (" The reference above is what these runs measured on real GPUs."
@@ -355,7 +357,7 @@ def show_tables(selection: Selection, runs_dir: Path | str | None = None,
                 f"submission cell (or `workshop submit --chapter {selection.chapter} --profile {profile.name}`) and "
                 "run this cell again.", "note")
         return []
-    tables = [_for_profile(table, profile) for table in selection_tables(selection, runs_dir)
+    tables = [_for_profile(table, profile) for table in selection_tables(selection, runs_dir, results)
               if keys is None or table.key in keys]
     for table in tables:
         titled = replace(table, title=f"{table.title} — your runs ({profile.name})")
@@ -467,10 +469,11 @@ def show_results(selection: Selection, keys: Sequence[str], runs_dir: Path | str
     if plots and reference:
         loaded = reference_results(selection.chapter)
         show_figures(chapter_figures(selection.chapter, loaded[1], keys, "reference, real GPUs"))
-    mine = show_tables(selection, runs_dir, keys)
+    results = chapter_results_for(selection, runs_dir)  # parsed once: the tables and the plots show the same
+    mine = show_tables(selection, runs_dir, keys, results)
     if plots and mine:
-        show_figures(chapter_figures(selection.chapter, chapter_results_for(selection, runs_dir), keys,
-                                     f"your runs, {selection.profile.name}", selection.profile))
+        show_figures(chapter_figures(selection.chapter, results, keys, f"your runs, {selection.profile.name}",
+                                     selection.profile))
 
 
 def show_recipe_benchmark() -> list[Table]:

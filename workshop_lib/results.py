@@ -22,7 +22,7 @@ from .parse.hf import TrainerLog, parse_trainer_output, parse_trainer_state
 from .parse.metrics import parse_metrics
 from .parse.nccl import parse_nccl_allreduce
 from .parse.nemo import parse_nemo_log
-from .parse.text import LogProblem, read_text
+from .parse.text import LogProblem, SkippedLines, read_text
 
 # States a record can have besides SLURM's own (COMPLETED, FAILED, TIMEOUT, CANCELLED, ...).
 MISSING = "MISSING"  # no run directory: never submitted
@@ -32,7 +32,7 @@ SHOWN_PROBLEMS = 3  # unreadable lines named per file; the rest are counted
 
 
 @dataclass(frozen=True)
-class UnreadableLines:
+class UnreadableLines(SkippedLines):
     """The lines of one file of a run that the parsers could not read, each with its reason."""
 
     file: str  # relative to the run directory
@@ -40,7 +40,7 @@ class UnreadableLines:
 
     def note(self) -> str:
         """`2 lines of slurm-7.out could not be read: line 14: why; line 20: why` (the first few only)."""
-        count = len(self.problems)
+        count = self.skipped_lines
         named = "; ".join(f"line {problem.line}: {problem.reason}" for problem in self.problems[:SHOWN_PROBLEMS])
         more = f"; and {count - SHOWN_PROBLEMS} more" if count > SHOWN_PROBLEMS else ""
         return f"{count} line{'s' if count > 1 else ''} of {self.file} could not be read: {named}{more}."
@@ -208,7 +208,7 @@ def read_run(folder: str | Path, experiment_id: str | None = None) -> RunResult:
     # job.json's final_state is what the scheduler said (runs.py writes it); the files decide otherwise.
     recorded = job.get("final_state") or job.get("state")
     values["state"] = str(recorded or (COMPLETED if finished else INCOMPLETE)).split()[0]
-    values["skipped_lines"] = sum(len(lines.problems) for lines in unreadable)
+    values["skipped_lines"] = sum(lines.skipped_lines for lines in unreadable)
     values["unreadable"] = tuple(unreadable)
     return RunResult(**{key: value for key, value in values.items() if value is not None or key == "job_id"})
 

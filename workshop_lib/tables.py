@@ -37,7 +37,7 @@ from typing import Callable
 
 import pandas as pd
 
-from .cells import NOT_RECORDED, completed, measured_cell
+from .cells import NOT_RECORDED, completed, is_missing, measured_cell
 from .errors import WorkshopError
 from .durations import format_duration
 from .predictions import PREDICTION_NOTE, prediction_frame
@@ -127,18 +127,21 @@ def _step_time_label(key: str) -> str:
     return "Median Step Time (s)" if key == "median_step_time_s" else "Mean Step Time (s)"
 
 
+def _run_setting(record: dict, key: str) -> int | None:
+    """A whole-number engine setting the run recorded (``run_settings``), None where it has none."""
+    settings = record.get("run_settings")
+    value = settings.get(key) if isinstance(settings, dict) else None
+    return None if is_missing(value) else int(value)
+
+
 def capped_steps(record: dict) -> int | None:
     """The optimizer-step cap a run trained under (the profile's max_steps), None when it ran full epochs."""
-    settings = record.get("run_settings")
-    value = settings.get("max_steps") if isinstance(settings, dict) else None
-    return None if value is None or (isinstance(value, float) and pd.isna(value)) else int(value)
+    return _run_setting(record, "max_steps")
 
 
 def samples_per_gpu(record: dict) -> int | None:
     """The samples each GPU trained on when the run's data grew with its GPUs (as recorded), else None."""
-    settings = record.get("run_settings")
-    value = settings.get("samples_per_gpu") if isinstance(settings, dict) else None
-    return None if value is None or (isinstance(value, float) and pd.isna(value)) else int(value)
+    return _run_setting(record, "samples_per_gpu")
 
 
 def ran_fixed_steps(records: list[dict]) -> bool:
@@ -554,9 +557,7 @@ def weak_scaling_table(records: list[dict]) -> pd.DataFrame:
 
 def _shard_group(record: dict):
     """Over how many ranks FSDP really sharded (what the engine recorded), else n/a."""
-    settings = record.get("run_settings")
-    value = settings.get("fsdp_shard_group") if isinstance(settings, dict) else None
-    return None if value is None else int(value)
+    return _run_setting(record, "fsdp_shard_group")
 
 
 def fsdp_strategy_table(records: list[dict]) -> pd.DataFrame:

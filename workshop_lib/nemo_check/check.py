@@ -13,6 +13,7 @@ sequence length, LoRA and learning rate from ``resolved.json`` (``recipe_for``).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shlex
@@ -138,11 +139,20 @@ def run_cli(arguments: list[str], python: Path | None = None, timeout: float = 3
 
 
 def load_resolved(folder: Path = RESOLVED_DIR) -> dict[str, dict]:
-    """The stored records by experiment id."""
+    """The stored records by experiment id, read once per version of the file (every script rendered asks).
+    Shared between callers: read them, never change them."""
     path = folder / RESOLVED_FILE
     if not path.exists():
         raise WorkshopError(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path} is missing; "
                             "run `make nemo-check` to resolve the chapters' NeMo commands")
+    version = path.stat()
+    return _read_resolved(path, version.st_mtime_ns, version.st_size)
+
+
+@functools.lru_cache(maxsize=8)
+def _read_resolved(path: Path, mtime_ns: int, size: int) -> dict[str, dict]:
+    """`load_resolved`'s reading; keyed on the file's time and size too, so a rewritten file (`make
+    nemo-check`, a test's own file) is read again."""
     return {record["id"]: record for record in json.loads(path.read_text())}
 
 

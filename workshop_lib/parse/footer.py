@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from ..durations import format_duration, parse_duration
-from .text import LogProblem, log_lines
+from .text import LogProblem, SkippedLines, log_lines
 
 # `date "+%Y-%m-%d %H:%M:%S"` pads; the seeds' example ("2025-12-5 10:34:24") does not: accept both.
 _TIMESTAMP = r"(?P<stamp>\d{4}-\d{1,2}-\d{1,2}[ T]\d{1,2}:\d{2}:\d{2})"
@@ -19,17 +19,13 @@ _HINT = re.compile(r"(Start time|End time|Total time)\s*:")
 
 
 @dataclass(frozen=True)
-class JobFooter:
+class JobFooter(SkippedLines):
     """Times a job printed about itself; None where the line is missing (a job killed early)."""
 
     start_time: datetime | None = None
     end_time: datetime | None = None
     total_time_s: int | None = None
     problems: list[LogProblem] = field(default_factory=list)  # footer lines whose time could not be read
-
-    @property
-    def skipped_lines(self) -> int:
-        return len(self.problems)
 
     @property
     def finished(self) -> bool:

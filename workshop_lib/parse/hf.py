@@ -13,7 +13,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from .text import LogProblem, log_lines, to_float
+from .text import LogProblem, SkippedLines, log_lines, to_float
 
 # A flat dict literal: HF prints one per log call; two ranks may put two on a line.
 _DICT = re.compile(r"\{[^{}]*\}")
@@ -61,7 +61,7 @@ class TrainSummary:
 
 
 @dataclass(frozen=True)
-class TrainerLog:
+class TrainerLog(SkippedLines):
     """What the Trainer reported. `skipped_lines` counts lines that held a dict-like record that
     could not be read (cut off, mixed with another process's output)."""
 
@@ -69,10 +69,6 @@ class TrainerLog:
     evals: list[EvalEntry] = field(default_factory=list)
     summary: TrainSummary | None = None
     problems: list[LogProblem] = field(default_factory=list)
-
-    @property
-    def skipped_lines(self) -> int:
-        return len(self.problems)
 
     @property
     def final_eval(self) -> EvalEntry | None:

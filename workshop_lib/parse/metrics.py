@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass, field
 
 from ..metrics_schema import EVAL_FIELDS, PER_RANK_ENTRIES, STEP_FIELDS, SUMMARY_FIELDS
-from .text import LogProblem, is_number, log_lines, to_float
+from .text import LogProblem, SkippedLines, is_number, log_lines, to_float
 
 
 @dataclass(frozen=True)
@@ -67,17 +67,13 @@ class RunSummary:
 
 
 @dataclass(frozen=True)
-class MetricsLog:
+class MetricsLog(SkippedLines):
     """A run's metrics. `problems` lists the lines that were not (or not only) readable records."""
 
     steps: list[StepRecord] = field(default_factory=list)
     evals: list[EvalRecord] = field(default_factory=list)
     summary: RunSummary | None = None
     problems: list[LogProblem] = field(default_factory=list)
-
-    @property
-    def skipped_lines(self) -> int:
-        return len(self.problems)
 
 
 def _value(types: tuple | type, value: object) -> object:

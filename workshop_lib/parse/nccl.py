@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .text import LogProblem, UnreadableLog, is_number, log_lines, read_text, to_float
+from .text import LogProblem, SkippedLines, UnreadableLog, is_number, log_lines, read_text, to_float
 
 _AVERAGE = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(?P<value>\S+)")
 _RANK = re.compile(r"^#\s*Rank\s+\d+\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(?P<host>\S+)\s+device\s+\d+")
@@ -40,7 +40,7 @@ class CollectiveRow:
 
 
 @dataclass(frozen=True)
-class NcclResult:
+class NcclResult(SkippedLines):
     """One collective's results. When srun started one independent test per node, each prints its
     own average: all are kept, and `avg_bus_bandwidth_gbps` is the lowest of them, the one a
     threshold check must use."""
@@ -51,10 +51,6 @@ class NcclResult:
     hosts: list[str] = field(default_factory=list)
     out_of_bounds: int | None = None
     problems: list[LogProblem] = field(default_factory=list)
-
-    @property
-    def skipped_lines(self) -> int:
-        return len(self.problems)
 
     @property
     def avg_bus_bandwidth_gbps(self) -> float | None:

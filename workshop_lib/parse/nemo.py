@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from .text import LogProblem, log_lines
+from .text import LogProblem, SkippedLines, log_lines
 
 STEP_MARKER = "Training epoch"
 _STEP_HEAD = re.compile(r"Training epoch (?P<epoch>\d+), iteration (?P<iteration>\d+)/(?P<last_iteration>\d+)\s*$")
@@ -65,7 +65,7 @@ class ParameterSummary:
 
 
 @dataclass(frozen=True)
-class NemoLog:
+class NemoLog(SkippedLines):
     """Everything read from one NeMo log. `problems` lists the lines that looked like step lines
     or summary totals but could not be read (cut, garbled, or mixed with another rank's output)."""
 
@@ -73,10 +73,6 @@ class NemoLog:
     resolved_arguments: dict[str, str] = field(default_factory=dict)
     parameter_summaries: list[ParameterSummary] = field(default_factory=list)
     problems: list[LogProblem] = field(default_factory=list)
-
-    @property
-    def skipped_lines(self) -> int:
-        return len(self.problems)
 
     @property
     def last_step(self) -> NemoStep | None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from .text import LogProblem, log_lines, read_text
+from .text import LogProblem, SkippedLines, log_lines, read_text
 
 # The columns assumed when a file has no header line (`--format=csv,noheader`): seed 002's query. The job
 # scripts' monitor (scripts.GPU_QUERY, which adds utilization.gpu) always writes its header.
@@ -31,16 +31,12 @@ class GpuMemorySample:
 
 
 @dataclass(frozen=True)
-class GpuMemoryLog:
+class GpuMemoryLog(SkippedLines):
     """One node's log. `node` comes from the file name (`gpu_memory_<node>.csv`) when not given."""
 
     node: str
     samples: list[GpuMemorySample] = field(default_factory=list)
     problems: list[LogProblem] = field(default_factory=list)
-
-    @property
-    def skipped_lines(self) -> int:
-        return len(self.problems)
 
     @property
     def gpu_indices(self) -> list[int]:

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .text import LogProblem, is_number, log_lines, read_text, to_float
+from .text import LogProblem, SkippedLines, is_number, log_lines, read_text, to_float
 
 _CSV_HEADER_START = "elapsed_time,"
 
@@ -23,13 +23,9 @@ class CpuMemorySample:
 
 
 @dataclass(frozen=True)
-class CpuMemoryLog:
+class CpuMemoryLog(SkippedLines):
     samples: list[CpuMemorySample] = field(default_factory=list)
     problems: list[LogProblem] = field(default_factory=list)
-
-    @property
-    def skipped_lines(self) -> int:
-        return len(self.problems)
 
     @property
     def real_mib(self) -> list[float]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,6 +51,17 @@ class LogProblem:
 
     def format(self, source: str = "") -> str:
         return f"{source}:{self.line}: {self.reason}: {self.text[:120]!r}"
+
+
+class SkippedLines:
+    """The one rule for a parsed log (and a run's file, `results.UnreadableLines`) on the lines it could
+    not read: each is in ``problems`` (a field of its dataclass), ``skipped_lines`` counts them."""
+
+    problems: Sequence[LogProblem]  # declared by each dataclass, not here
+
+    @property
+    def skipped_lines(self) -> int:
+        return len(self.problems)
 
 
 def read_text(path: str | Path) -> str:
