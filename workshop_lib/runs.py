@@ -49,7 +49,7 @@ from .experiments import Experiment, select_experiments
 from .profiles import Profile, load_profile
 from .sbatch_script import sbatch_request
 from .site_setup import check_before_submit
-from .scripts import CPU_MEMORY_LOG, DS_CONFIGS_DIR, TRAIN_DIR, render_script
+from .scripts import CPU_MEMORY_LOG, TRAIN_DIR, render_script
 from .slurm_output import JobInfo
 
 RUNS_VARIABLE = paths.RUNS_VARIABLE
@@ -227,7 +227,7 @@ def prepare_run_directory(experiment: Experiment, profile: Profile, directory: P
     directory.mkdir(parents=True, exist_ok=True)
     deepspeed_config = None
     if experiment.deepspeed_config and not (experiment.engine == "nemo" and profile.nemo.enabled):
-        source = DS_CONFIGS_DIR / experiment.deepspeed_config
+        source = paths.DS_CONFIGS_DIR / experiment.deepspeed_config
         if not source.is_file():
             raise WorkshopError(f"DeepSpeed config {source} is missing; it belongs in slurm/ds_configs/ "
                                 f"(needed by {experiment.id})")
