@@ -226,3 +226,42 @@ def test_the_notebook_explains_a_failed_run_without_a_checks_passed_badge(isolat
     assert "why it did not complete" in shown and "FAILED: exit code 3" in shown and "Hint:" in shown
     assert "checks passed" not in shown and "Still running" not in shown and "still queued" not in shown
     assert "ended without completing" in shown
+
+
+def test_a_view_of_two_failed_runs_asks_sacct_once_for_both(isolated, monkeypatch, capsys):
+    """`workshop status`, the notebook's table and `workshop submit --wait` explain every failed run
+    with its earlier attempts, asking sacct once for the whole view, never again per run."""
+    from workshop_lib import slurm_backend
+    from workshop_lib.commands.experiments import _print_explanations
+    from workshop_lib.notebook import _show_run_table
+    from workshop_lib.runs import load_run
+    from workshop_lib.slurm_output import JobInfo
+
+    asked = []
+
+    def accounting(job_ids, duplicates=False):  # sacct -D: job 7 was requeued after NODE_FAIL
+        asked.append(sorted(job_ids))
+        return {"7#0": JobInfo(job_id="7", state="NODE_FAIL", node_list="node1"),
+                "7#1": JobInfo(job_id="7", state="FAILED", exit_code=3)}
+
+    monkeypatch.setattr(slurm_backend.BACKEND, "accounting", accounting)
+    experiments = [get_experiment("fsdp/baseline"), get_experiment("zero/baseline")]
+    for job_id, experiment in zip(("7", "8"), experiments):
+        folder = isolated / "runs" / experiment.id
+        folder.mkdir(parents=True)
+        RunRecord(experiment.id, experiment.content_hash, "tiny", job_id, "slurm", "2026-01-01T00:00:00+00:00",
+                  final_state="FAILED", exit_code=3).save(folder)
+
+    statuses = run_status(experiments)
+    assert [status.state for status in statuses] == ["FAILED", "FAILED"]
+    assert "earlier attempt: NODE_FAIL on node1" in statuses[0].explanation
+    assert "earlier attempt" not in statuses[1].explanation and "exit code 3" in statuses[1].explanation
+    assert asked == [["7", "8"]]
+
+    runs = [load_run(experiment) for experiment in experiments]
+    asked.clear()
+    _show_run_table(runs)
+    assert asked == [["7", "8"]] and "earlier attempt: NODE_FAIL on node1" in capsys.readouterr().out
+    asked.clear()
+    _print_explanations(runs, [run.info() for run in runs])
+    assert asked == [["7", "8"]] and "earlier attempt: NODE_FAIL on node1" in capsys.readouterr().out

@@ -40,7 +40,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 from . import cluster, paths, slurm_output
 from .backend import get_backend, resolve_backend
@@ -51,6 +51,9 @@ from .sbatch_script import sbatch_request
 from .site_setup import check_before_submit
 from .scripts import CPU_MEMORY_LOG, TRAIN_DIR, render_script
 from .slurm_output import JobInfo
+
+if TYPE_CHECKING:
+    from .failures import Explanation
 
 RUNS_VARIABLE = paths.RUNS_VARIABLE
 SCRIPT_NAME = "job.sbatch"
@@ -439,13 +442,20 @@ def wait_for_runs(runs: Iterable[Run], timeout: float | None = None, progress: b
     return [latest.get(id(run)) or run.info() for run in runs]
 
 
-def explain_run(run: Run, info: JobInfo):
+def explain_run(run: Run, info: JobInfo, attempts: tuple[str, ...] | None = None) -> Explanation:
     """The failure explanation of a run that did not complete (failures.explain with the run's log, the
-    estimator's prediction, and the earlier attempts of a requeued job)."""
+    estimator's prediction, and the earlier attempts of a requeued job). A view of several runs passes
+    `attempts` from its one `earlier_attempts_of` call; without it, sacct is asked for this run alone."""
     from .failures import explain
 
     return explain(info, run.stdout_path, predicted=_predicted_memory(run.experiment),
-                   earlier_attempts=earlier_attempts(run))
+                   earlier_attempts=earlier_attempts(run) if attempts is None else attempts)
+
+
+def explain_runs(pairs: Sequence[tuple[Run, JobInfo]]) -> list[Explanation]:
+    """`explain_run` of several ended runs, with one sacct call for all their earlier attempts."""
+    requeued = earlier_attempts_of([run for run, _ in pairs])
+    return [explain_run(run, info, requeued.get(id(run), ())) for run, info in pairs]
 
 
 def earlier_attempts(run: Run) -> tuple[str, ...]:
@@ -511,7 +521,7 @@ def run_status(experiments: Iterable[Experiment] | None = None, chapter: int | N
         record = run.record
         explanation = run.damage or ""
         if record is not None and info.finished and info.state != "COMPLETED":
-            explanation = explain_run(run, info).text()
+            explanation = explain_run(run, info, requeued.get(id(run), ())).text()
         elif info.state == UNKNOWN:
             explanation = f"the scheduler does not answer: {_first_line(info.reason)}"
         elif requeued.get(id(run)):
