@@ -265,3 +265,27 @@ def test_a_view_of_two_failed_runs_asks_sacct_once_for_both(isolated, monkeypatc
     asked.clear()
     _print_explanations(runs, [run.info() for run in runs])
     assert asked == [["7", "8"]] and "earlier attempt: NODE_FAIL on node1" in capsys.readouterr().out
+
+
+def test_the_callers_job_name_and_output_decide_the_record_and_its_log(isolated, monkeypatch):
+    """--job-name and --output given to submit win over the script's directives: job.json names the job
+    and the log as the scheduler does, also when a submitter that died before job.json is adopted."""
+    from workshop_lib import runs as runs_module
+
+    profile = quick_profile(isolated)
+    run = submit_experiment(EXPERIMENT, profile, sbatch_args=["--job-name", "mine", "-o", "log-%x-%j.txt"])
+    assert run.record.job_name == "mine" and run.record.stdout == f"log-mine-{run.record.job_id}.txt"
+    [info] = wait_for_runs([run], timeout=60, progress=False)
+    assert info.state == "COMPLETED" and "Exit status: 0" in (run.directory / run.record.stdout).read_text()
+
+    def dies_before_recording(*args):
+        raise KeyboardInterrupt  # the submitter stops between sbatch and job.json
+
+    with monkeypatch.context() as patched, pytest.raises(KeyboardInterrupt):
+        patched.setattr(runs_module, "_install", dies_before_recording)
+        submit_experiment(EXPERIMENT, profile, force=True, sbatch_args=["-J", "again", "--output=again-%j.log"])
+    adopted = submit_experiment(EXPERIMENT, profile)
+    assert "adopted" in adopted.note and adopted.record.job_id != run.record.job_id
+    assert adopted.record.job_name == "again" and adopted.record.stdout == f"again-{adopted.record.job_id}.log"
+    [info] = wait_for_runs([adopted], timeout=60, progress=False)
+    assert info.state == "COMPLETED" and "Exit status: 0" in (adopted.directory / adopted.record.stdout).read_text()

@@ -311,13 +311,15 @@ def _submit_new(run: Run, profile: Profile, backend: str | None, sbatch_args: Se
     staging = run.directory / STAGING_DIR
     shutil.rmtree(staging, ignore_errors=True)
     script = prepare_run_directory(run.experiment, profile, staging)
+    # The command line is kept with the reservation: a submitter that dies before job.json leaves the
+    # adopter what it needs to name the job and find its log (--job-name, --output win over the script).
     reservation = {"reserved_at": time.time(), "backend": chosen, "pid": os.getpid(),
                    "experiment_id": run.experiment.id, "content_hash": run.experiment.content_hash,
-                   "profile": profile.name}
+                   "profile": profile.name, "sbatch_args": ["--open-mode=append", *sbatch_args]}
     write_atomically(run.directory / RESERVATION_NAME, json.dumps(reservation) + "\n")
     try:
         job = cluster.submit(script, workdir=run.directory, backend=chosen, hold=True,
-                             sbatch_args=["--open-mode=append", *sbatch_args])
+                             sbatch_args=reservation["sbatch_args"])
     except BaseException:
         (run.directory / RESERVATION_NAME).unlink(missing_ok=True)
         shutil.rmtree(staging, ignore_errors=True)
@@ -363,8 +365,9 @@ def _install(run: Run, job_id: str, reservation: dict) -> None:
     staging.rmdir()
     (directory / TRAIN_DIR).mkdir(exist_ok=True)
     script = directory / SCRIPT_NAME
-    request = sbatch_request(script.read_text(errors="replace"))
-    stdout = slurm_output.expected_stdout(script, directory, job_id, ["--open-mode=append"])
+    sbatch_args = reservation.get("sbatch_args", ["--open-mode=append"])  # absent in an older reservation
+    request = sbatch_request(script.read_text(errors="replace"), sbatch_args)
+    stdout = slurm_output.expected_stdout(script, directory, job_id, sbatch_args)
     run.record = RunRecord(
         experiment_id=reservation["experiment_id"], content_hash=reservation["content_hash"],
         profile=reservation["profile"], job_id=job_id, backend=reservation["backend"],
