@@ -226,3 +226,66 @@ def test_the_notebook_explains_a_failed_run_without_a_checks_passed_badge(isolat
     assert "why it did not complete" in shown and "FAILED: exit code 3" in shown and "Hint:" in shown
     assert "checks passed" not in shown and "Still running" not in shown and "still queued" not in shown
     assert "ended without completing" in shown
+
+
+def test_a_view_of_two_failed_runs_asks_sacct_once_for_both(isolated, monkeypatch, capsys):
+    """`workshop status`, the notebook's table and `workshop submit --wait` explain every failed run
+    with its earlier attempts, asking sacct once for the whole view, never again per run."""
+    from workshop_lib import slurm_backend
+    from workshop_lib.commands.experiments import _print_explanations
+    from workshop_lib.notebook import _show_run_table
+    from workshop_lib.runs import load_run
+    from workshop_lib.slurm_output import JobInfo
+
+    asked = []
+
+    def accounting(job_ids, duplicates=False):  # sacct -D: job 7 was requeued after NODE_FAIL
+        asked.append(sorted(job_ids))
+        return {"7#0": JobInfo(job_id="7", state="NODE_FAIL", node_list="node1"),
+                "7#1": JobInfo(job_id="7", state="FAILED", exit_code=3)}
+
+    monkeypatch.setattr(slurm_backend.BACKEND, "accounting", accounting)
+    experiments = [get_experiment("fsdp/baseline"), get_experiment("zero/baseline")]
+    for job_id, experiment in zip(("7", "8"), experiments):
+        folder = isolated / "runs" / experiment.id
+        folder.mkdir(parents=True)
+        RunRecord(experiment.id, experiment.content_hash, "tiny", job_id, "slurm", "2026-01-01T00:00:00+00:00",
+                  final_state="FAILED", exit_code=3).save(folder)
+
+    statuses = run_status(experiments)
+    assert [status.state for status in statuses] == ["FAILED", "FAILED"]
+    assert "earlier attempt: NODE_FAIL on node1" in statuses[0].explanation
+    assert "earlier attempt" not in statuses[1].explanation and "exit code 3" in statuses[1].explanation
+    assert asked == [["7", "8"]]
+
+    runs = [load_run(experiment) for experiment in experiments]
+    asked.clear()
+    _show_run_table(runs)
+    assert asked == [["7", "8"]] and "earlier attempt: NODE_FAIL on node1" in capsys.readouterr().out
+    asked.clear()
+    _print_explanations(runs, [run.info() for run in runs])
+    assert asked == [["7", "8"]] and "earlier attempt: NODE_FAIL on node1" in capsys.readouterr().out
+
+
+def test_the_callers_job_name_and_output_decide_the_record_and_its_log(isolated, monkeypatch):
+    """--job-name and --output given to submit win over the script's directives: job.json names the job
+    and the log as the scheduler does, also when a submitter that died before job.json is adopted."""
+    from workshop_lib import runs as runs_module
+
+    profile = quick_profile(isolated)
+    run = submit_experiment(EXPERIMENT, profile, sbatch_args=["--job-name", "mine", "-o", "log-%x-%j.txt"])
+    assert run.record.job_name == "mine" and run.record.stdout == f"log-mine-{run.record.job_id}.txt"
+    [info] = wait_for_runs([run], timeout=60, progress=False)
+    assert info.state == "COMPLETED" and "Exit status: 0" in (run.directory / run.record.stdout).read_text()
+
+    def dies_before_recording(*args):
+        raise KeyboardInterrupt  # the submitter stops between sbatch and job.json
+
+    with monkeypatch.context() as patched, pytest.raises(KeyboardInterrupt):
+        patched.setattr(runs_module, "_install", dies_before_recording)
+        submit_experiment(EXPERIMENT, profile, force=True, sbatch_args=["-J", "again", "--output=again-%j.log"])
+    adopted = submit_experiment(EXPERIMENT, profile)
+    assert "adopted" in adopted.note and adopted.record.job_id != run.record.job_id
+    assert adopted.record.job_name == "again" and adopted.record.stdout == f"again-{adopted.record.job_id}.log"
+    [info] = wait_for_runs([adopted], timeout=60, progress=False)
+    assert info.state == "COMPLETED" and "Exit status: 0" in (adopted.directory / adopted.record.stdout).read_text()

@@ -11,7 +11,6 @@ ended (the footer of its log), never from its absence.
 
 from __future__ import annotations
 
-import re
 import sys
 import time
 from collections import Counter
@@ -22,10 +21,10 @@ from pathlib import Path
 from . import slurm_output
 from .backend import FORGOTTEN, PollPolicy, get_backend, resolve_backend
 from .errors import ClusterError, JobFailed, SubmitError
+from .parse.footer import parse_footer
 from .slurm_output import FINAL_STATES, JobInfo  # noqa: F401  (re-exported: part of this module's API)
 
 # The job footer's last lines (slurm/templates/blocks/footer.j2); a job that printed them has ended.
-_EXIT_STATUS = re.compile(r"^\s*Exit status\s*:\s*(\d+)\s*$", re.MULTILINE)
 UNREACHABLE = "UNKNOWN"  # the scheduler could not be asked: the job may still run
 
 
@@ -174,9 +173,8 @@ def ended_from_log(info: JobInfo) -> JobInfo:
             text = Path(info.stdout_path).read_text(errors="replace")
         except OSError:
             text = ""
-    statuses = _EXIT_STATUS.findall(text)
-    if statuses:
-        code = int(statuses[-1])  # a requeued job's log holds each attempt: the last one counts
+    code = parse_footer(text).exit_status  # a requeued job's log holds each attempt: the last one counts
+    if code is not None:
         return replace(info, state="COMPLETED" if code == 0 else "FAILED", exit_code=code,
                        reason=f"read from the job's footer ({info.reason})")
     return replace(info, state="LOST", reason=f"{info.reason}; its log has no footer, so it did not finish "

@@ -20,7 +20,7 @@ from pathlib import Path
 import jinja2
 
 from .errors import ClusterError
-from .paths import SOURCE_ROOT
+from .paths import SLURM_DIR, SOURCE_ROOT
 
 CLUSTER_NAME = "workshop"
 GPUS_PER_NODE = 8
@@ -36,7 +36,7 @@ DAEMON_COMMANDS = {
     "slurmctld": "slurmctld",
     "slurmd": "slurmd",
 }
-TEMPLATES = SOURCE_ROOT / "slurm" / "local"
+TEMPLATES = SLURM_DIR / "local"
 
 
 def default_state_dir() -> Path:

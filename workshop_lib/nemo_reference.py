@@ -16,9 +16,9 @@ import pandas as pd
 
 from .estimate.fit import check_fit
 from .experiments import chapter_experiments, large_gpu_experiments
+from .paths import SOURCE_ROOT
 
-REPOSITORY = Path(__file__).resolve().parent.parent
-REFERENCE_DIR = REPOSITORY / "book" / "reference"
+REFERENCE_DIR = SOURCE_ROOT / "book" / "reference"
 A100_GIB = 80.0  # the Ibex profile's GPUs (slurm/profiles/ibex.yml, gpu_memory_gib)
 MIB = 1024
 

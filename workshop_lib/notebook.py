@@ -33,7 +33,7 @@ from .experiments import (CHAPTERS, DEFAULT_RECIPE, HF, RECIPES, Experiment, cha
 from .profiles import Profile, load_profile
 from .results import COMPLETED, chapter_results, read_run, run_note, run_record
 from .paths import ROOT_VARIABLE, RUNS_VARIABLE, repository_root, runs_root  # noqa: F401  (part of this API)
-from .runs import Run, explain_run, load_run, query_runs, submit_experiments, wait_for_runs
+from .runs import Run, explain_runs, load_run, query_runs, submit_experiments, wait_for_runs
 from .scripts import render_script
 from .slurm_output import JobInfo
 from .tables import Table
@@ -296,8 +296,8 @@ def _show_run_table(runs: Sequence[Run], read_only: bool = False) -> pd.DataFram
         return frame
     failed = [(run, info) for run, info in zip(runs, infos)
               if run.record is not None and info.finished and info.state != COMPLETED]
-    for run, info in failed:
-        _display(_html(explanation_block(run.experiment.id, explain_run(run, info).text())))
+    for (run, _), explanation in zip(failed, explain_runs(failed)):
+        _display(_html(explanation_block(run.experiment.id, explanation.text())))
     for run in runs:
         if run.damage:
             message(run.damage, "error")

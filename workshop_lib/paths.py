@@ -16,6 +16,9 @@ ROOT_VARIABLE = "WORKSHOP_ROOT"
 RUNS_VARIABLE = "WORKSHOP_RUNS_DIR"
 # The folder this library was installed from (an editable install: the checkout).
 SOURCE_ROOT = Path(__file__).resolve().parent.parent
+# What the checkout ships for jobs: templates, site profiles, DeepSpeed configs.
+SLURM_DIR = SOURCE_ROOT / "slurm"
+DS_CONFIGS_DIR = SLURM_DIR / "ds_configs"
 
 
 def repository_root(start: Path | str | None = None) -> Path:

@@ -16,8 +16,8 @@ import yaml
 
 from .errors import WorkshopError
 from .experiments import Experiment
+from .paths import SLURM_DIR
 
-SLURM_DIR = Path(__file__).resolve().parent.parent / "slurm"
 PROFILES_DIR = SLURM_DIR / "profiles"
 DEFAULT_PROFILE_VARIABLE = "WORKSHOP_PROFILE"
 

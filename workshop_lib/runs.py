@@ -40,7 +40,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 from . import cluster, paths, slurm_output
 from .backend import get_backend, resolve_backend
@@ -49,8 +49,11 @@ from .experiments import Experiment, select_experiments
 from .profiles import Profile, load_profile
 from .sbatch_script import sbatch_request
 from .site_setup import check_before_submit
-from .scripts import CPU_MEMORY_LOG, DS_CONFIGS_DIR, TRAIN_DIR, render_script
+from .scripts import CPU_MEMORY_LOG, TRAIN_DIR, render_script
 from .slurm_output import JobInfo
+
+if TYPE_CHECKING:
+    from .failures import Explanation
 
 RUNS_VARIABLE = paths.RUNS_VARIABLE
 SCRIPT_NAME = "job.sbatch"
@@ -227,7 +230,7 @@ def prepare_run_directory(experiment: Experiment, profile: Profile, directory: P
     directory.mkdir(parents=True, exist_ok=True)
     deepspeed_config = None
     if experiment.deepspeed_config and not (experiment.engine == "nemo" and profile.nemo.enabled):
-        source = DS_CONFIGS_DIR / experiment.deepspeed_config
+        source = paths.DS_CONFIGS_DIR / experiment.deepspeed_config
         if not source.is_file():
             raise WorkshopError(f"DeepSpeed config {source} is missing; it belongs in slurm/ds_configs/ "
                                 f"(needed by {experiment.id})")
@@ -308,13 +311,15 @@ def _submit_new(run: Run, profile: Profile, backend: str | None, sbatch_args: Se
     staging = run.directory / STAGING_DIR
     shutil.rmtree(staging, ignore_errors=True)
     script = prepare_run_directory(run.experiment, profile, staging)
+    # The command line is kept with the reservation: a submitter that dies before job.json leaves the
+    # adopter what it needs to name the job and find its log (--job-name, --output win over the script).
     reservation = {"reserved_at": time.time(), "backend": chosen, "pid": os.getpid(),
                    "experiment_id": run.experiment.id, "content_hash": run.experiment.content_hash,
-                   "profile": profile.name}
+                   "profile": profile.name, "sbatch_args": ["--open-mode=append", *sbatch_args]}
     write_atomically(run.directory / RESERVATION_NAME, json.dumps(reservation) + "\n")
     try:
         job = cluster.submit(script, workdir=run.directory, backend=chosen, hold=True,
-                             sbatch_args=["--open-mode=append", *sbatch_args])
+                             sbatch_args=reservation["sbatch_args"])
     except BaseException:
         (run.directory / RESERVATION_NAME).unlink(missing_ok=True)
         shutil.rmtree(staging, ignore_errors=True)
@@ -360,8 +365,9 @@ def _install(run: Run, job_id: str, reservation: dict) -> None:
     staging.rmdir()
     (directory / TRAIN_DIR).mkdir(exist_ok=True)
     script = directory / SCRIPT_NAME
-    request = sbatch_request(script.read_text(errors="replace"))
-    stdout = slurm_output.expected_stdout(script, directory, job_id, ["--open-mode=append"])
+    sbatch_args = reservation.get("sbatch_args", ["--open-mode=append"])  # absent in an older reservation
+    request = sbatch_request(script.read_text(errors="replace"), sbatch_args)
+    stdout = slurm_output.expected_stdout(script, directory, job_id, sbatch_args)
     run.record = RunRecord(
         experiment_id=reservation["experiment_id"], content_hash=reservation["content_hash"],
         profile=reservation["profile"], job_id=job_id, backend=reservation["backend"],
@@ -439,13 +445,20 @@ def wait_for_runs(runs: Iterable[Run], timeout: float | None = None, progress: b
     return [latest.get(id(run)) or run.info() for run in runs]
 
 
-def explain_run(run: Run, info: JobInfo):
+def explain_run(run: Run, info: JobInfo, attempts: tuple[str, ...] | None = None) -> Explanation:
     """The failure explanation of a run that did not complete (failures.explain with the run's log, the
-    estimator's prediction, and the earlier attempts of a requeued job)."""
+    estimator's prediction, and the earlier attempts of a requeued job). A view of several runs passes
+    `attempts` from its one `earlier_attempts_of` call; without it, sacct is asked for this run alone."""
     from .failures import explain
 
     return explain(info, run.stdout_path, predicted=_predicted_memory(run.experiment),
-                   earlier_attempts=earlier_attempts(run))
+                   earlier_attempts=earlier_attempts(run) if attempts is None else attempts)
+
+
+def explain_runs(pairs: Sequence[tuple[Run, JobInfo]]) -> list[Explanation]:
+    """`explain_run` of several ended runs, with one sacct call for all their earlier attempts."""
+    requeued = earlier_attempts_of([run for run, _ in pairs])
+    return [explain_run(run, info, requeued.get(id(run), ())) for run, info in pairs]
 
 
 def earlier_attempts(run: Run) -> tuple[str, ...]:
@@ -511,7 +524,7 @@ def run_status(experiments: Iterable[Experiment] | None = None, chapter: int | N
         record = run.record
         explanation = run.damage or ""
         if record is not None and info.finished and info.state != "COMPLETED":
-            explanation = explain_run(run, info).text()
+            explanation = explain_run(run, info, requeued.get(id(run), ())).text()
         elif info.state == UNKNOWN:
             explanation = f"the scheduler does not answer: {_first_line(info.reason)}"
         elif requeued.get(id(run)):

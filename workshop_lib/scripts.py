@@ -19,13 +19,13 @@ import jinja2
 from .errors import WorkshopError
 from .experiments import GPT, HF, NEMO, Experiment
 from .profile_schema import SHELL_PATH
-from .profiles import SLURM_DIR, Profile, load_profile
+from .paths import DS_CONFIGS_DIR, SLURM_DIR
+from .profiles import Profile, load_profile
 from .site_setup import (CACHE_VARIABLES, MISSING_SETUP_EXIT, OFFLINE_VARIABLES, import_requirements,
                          job_requirements)
 from .validate import raise_for_experiment
 
 TEMPLATES_DIR = SLURM_DIR / "templates"
-DS_CONFIGS_DIR = SLURM_DIR / "ds_configs"
 # Files every job writes into its run directory (the job's working directory); see workshop_lib.runs.
 STDOUT_PATTERN = "slurm-%j.out"
 TRAIN_DIR = "train"

@@ -22,9 +22,9 @@ from pathlib import Path
 
 from .errors import WorkshopError
 from .experiments import NEMO, Experiment
+from .paths import SOURCE_ROOT
 from .profiles import Profile
 
-REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
 ENVIRONMENT_FILE = "environment.yml"
 LOCK_FILE = "requirements.lock"
 MINIFORGE_INSTALLER = "https://github.com/conda-forge/miniforge/releases/latest/download/Miniforge3-Linux-x86_64.sh"
@@ -179,11 +179,11 @@ class Plan:
     profile: Profile
     steps: list[Step]
     preamble: str  # variable assignments every step starts with
-    checkout: Path = REPOSITORY_ROOT
+    checkout: Path = SOURCE_ROOT
     records: list[str] = field(default_factory=list)
 
 
-def build_plan(profile: Profile, checkout: Path = REPOSITORY_ROOT,
+def build_plan(profile: Profile, checkout: Path = SOURCE_ROOT,
                miniforge_installer: str = MINIFORGE_INSTALLER) -> Plan:
     """The steps that prepare this profile's site, in order."""
     python, nemo = profile.python, profile.nemo

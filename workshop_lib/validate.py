@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable
 
 from .errors import WorkshopError
+from .paths import DS_CONFIGS_DIR
 from .sbatch_script import SbatchHeader, read_header
 
 if TYPE_CHECKING:  # imported for annotations only: profiles imports experiments, not the other way
@@ -23,7 +24,6 @@ if TYPE_CHECKING:  # imported for annotations only: profiles imports experiments
 
 ERROR = "error"
 WARNING = "warning"
-DS_CONFIGS_DIR = Path(__file__).resolve().parent.parent / "slurm" / "ds_configs"
 
 
 @dataclass(frozen=True)

@@ -42,3 +42,12 @@ def test_total_time_past_a_day_and_one_that_is_not_a_time():
     assert parse_footer(" Total time : 1-02:00:00\n").total_time_text == "26:00:00"
     footer = parse_footer(" Total time : 00:61:00\n")
     assert footer.total_time_s is None and footer.skipped_lines == 1
+
+
+def test_exit_status_is_the_last_attempts_and_only_a_whole_footer_line():
+    requeued = (" Exit status: 3\n===\n Start time : 2025-06-14 09:00:02\n"
+                "0: error: the trainer's exit status: 7\n Exit status: 0\n")
+    assert parse_footer(requeued).exit_status == 0
+    assert parse_footer("1: Exit status : 12\n").exit_status == 12  # a launcher prefix is not part of the line
+    killed = parse_footer(" Start time : 2025-06-14 09:00:02\nExit status: unknown\n")
+    assert killed.exit_status is None and killed.skipped_lines == 0

@@ -145,11 +145,11 @@ def _submit(args: argparse.Namespace) -> int:
 
 def _print_explanations(runs, infos) -> None:
     """Why each ended run did not complete (the same text the notebook shows)."""
-    from ..runs import explain_run
+    from ..runs import explain_runs
 
-    for run, info in zip(runs, infos):
-        if info.finished and info.state != "COMPLETED":
-            print(f"\n{run.experiment.id}:\n" + explain_run(run, info).text())
+    ended = [(run, info) for run, info in zip(runs, infos) if info.finished and info.state != "COMPLETED"]
+    for (run, _), explanation in zip(ended, explain_runs(ended)):
+        print(f"\n{run.experiment.id}:\n" + explanation.text())
 
 
 def _status(args: argparse.Namespace) -> int:

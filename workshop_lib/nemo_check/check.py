@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workshop_lib.errors import WorkshopError
+from workshop_lib.paths import SOURCE_ROOT
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
-RESOLVED_DIR = ROOT / "book" / "reference" / "nemo"
+HERE = Path(__file__).resolve().parent  # this package's own files (resolve.py)
+RESOLVED_DIR = SOURCE_ROOT / "book" / "reference" / "nemo"
 RESOLVED_FILE = "resolved.json"
 
 
@@ -143,7 +143,8 @@ def load_resolved(folder: Path = RESOLVED_DIR) -> dict[str, dict]:
     Shared between callers: read them, never change them."""
     path = folder / RESOLVED_FILE
     if not path.exists():
-        raise WorkshopError(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path} is missing; "
+        shown = path.relative_to(SOURCE_ROOT) if path.is_relative_to(SOURCE_ROOT) else path
+        raise WorkshopError(f"{shown} is missing; "
                             "run `make nemo-check` to resolve the chapters' NeMo commands")
     version = path.stat()
     return _read_resolved(path, version.st_mtime_ns, version.st_size)

@@ -23,12 +23,12 @@ import sys
 from pathlib import Path
 
 from workshop_lib.errors import WorkshopError
+from workshop_lib.paths import SOURCE_ROOT
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
+HERE = Path(__file__).resolve().parent  # this package's own files (the lock, the alias module)
 LOCK = HERE / "nemo.lock.txt"
 ALIAS_MODULE = HERE / "onnx_alias.py"
-PROJECT_LOCK = ROOT / "requirements.lock"  # the project's one lock; only its torch pin is used here
+PROJECT_LOCK = SOURCE_ROOT / "requirements.lock"  # the project's one lock; only its torch pin is used here
 COMPLETE = ".complete"
 # nvidia-modelopt[torch] drags PyPI's torchvision, which is linked against CUDA torch and fails to import.
 UNWANTED = ("torchvision",)

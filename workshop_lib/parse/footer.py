@@ -1,4 +1,5 @@
-"""The block a job script echoes around its work: start time, end time and `Total time : HH:MM:SS`."""
+"""The block a job script echoes around its work: start time, end time, `Total time : HH:MM:SS` and the
+`Exit status: N` of its commands (slurm/templates/blocks/footer.j2)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ _END = re.compile(r"End time\s*:\s*" + _TIMESTAMP)
 # HH:MM:SS, hours may pass 24; SLURM-style D-HH:MM:SS also accepted (durations.parse_duration reads it).
 _TOTAL = re.compile(r"Total time\s*:\s*(?:\d+-)?\d+:\d{2}:\d{2}\b")
 _HINT = re.compile(r"(Start time|End time|Total time)\s*:")
+# The whole line, so a program's own "exit status: ..." sentence is not taken for the job's.
+_EXIT_STATUS = re.compile(r"^\s*Exit status\s*:\s*(\d+)\s*$")
 
 
 @dataclass(frozen=True)
@@ -25,6 +28,7 @@ class JobFooter(SkippedLines):
     start_time: datetime | None = None
     end_time: datetime | None = None
     total_time_s: int | None = None
+    exit_status: int | None = None  # the last one: a requeued job's log holds each attempt's footer
     problems: list[LogProblem] = field(default_factory=list)  # footer lines whose time could not be read
 
     @property
@@ -56,9 +60,12 @@ def parse_footer(text: str) -> JobFooter:
     """The last start, end and total time lines of a job's output; the total is computed from the
     start and end when the job printed no `Total time` line."""
     start = end = None
-    total = None
+    total = exit_status = None
     problems: list[LogProblem] = []
     for number, line in log_lines(text):
+        if match := _EXIT_STATUS.match(line):
+            exit_status = int(match.group(1))
+            continue
         if not _HINT.search(line):
             continue
         read_something = False
@@ -73,4 +80,4 @@ def parse_footer(text: str) -> JobFooter:
                                                              "or a duration HH:MM:SS"))
     if total is None and start is not None and end is not None and end >= start:
         total = int((end - start).total_seconds())
-    return JobFooter(start_time=start, end_time=end, total_time_s=total, problems=problems)
+    return JobFooter(start_time=start, end_time=end, total_time_s=total, exit_status=exit_status, problems=problems)
