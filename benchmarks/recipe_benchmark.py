@@ -17,7 +17,7 @@ bf16 matmul peak measured in the same run; peak memory; losses (last step, mean 
 steps, held-out eval loss on the same validation samples).
 
     # on one GPU (from the repo root):
-    python3 benchmarks/recipe_benchmark.py --variants seed,tuned,tuned+grouping --second-job tuned --out benchmarks/results/recipe/h100.json
+    python3 benchmarks/recipe_benchmark.py --variants seed,tuned --second-job tuned --out benchmarks/results/recipe/h100-end-to-end.json
     # the ladder, one change at a time, on one workload:
     python3 benchmarks/recipe_benchmark.py --workloads long --out /tmp/ladder.json
     # CPU check of the whole path with a tiny model (minutes on 2 cores):
