@@ -41,6 +41,7 @@ from dataclasses import dataclass
 import torch
 
 from workshop_lib.errors import WorkshopError
+from workshop_lib.train.graphs import GRAPH_PAD_MULTIPLE
 
 FEATURES = ("bf16", "batch", "padding", "grouping", "chunked-ce", "fused-adamw", "sdpa", "gelu", "graphs",
             "compile", "gc-freeze", "large-batch")
@@ -155,8 +156,6 @@ def apply_recipe(name: str, *, precision: str, per_device_batch: int, grad_accum
         loss_kernel = ("liger" if cuda and liger_available() else "inductor" if "compile" in applied else "eager")
     base = name.split("+")[0].strip()
     label = base if name.strip() in RECIPES else name.strip()
-    from workshop_lib.train.graphs import GRAPH_PAD_MULTIPLE
-
     pad_multiple = GRAPH_PAD_MULTIPLE if "graphs" in applied else PAD_MULTIPLE  # few shapes, few captures
     return AppliedRecipe(label, tuple(applied), skipped, precision, per_device_batch, grad_accum, eval_batch,
                          batch_factor, learning_rate_factor, loss_kernel, pad_multiple)
