@@ -56,6 +56,7 @@ def provenance() -> dict:
             info[package] = getattr(module, "__version__", "?")
         except Exception as error:  # a missing package is part of the record, not a failure
             info[package] = f"unavailable ({type(error).__name__})"
+    info["nemo_toolkit"] = nemo_version() or "unavailable"
     try:
         import torch
 
@@ -63,6 +64,28 @@ def provenance() -> dict:
     except Exception:
         pass
     return info
+
+
+def nemo_version() -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version("nemo_toolkit")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def engine_fields(row: dict, engine: str, gpu: str) -> dict:
+    """What ran the row and on which card: `run_engine` (nemo, stand-in, hf, gpt), `nemo_version` where
+    NeMo ran, `run_gpu` (the card's name as nvidia-smi gives it)."""
+    row["run_engine"] = engine
+    row["nemo_version"] = nemo_version() if engine == "nemo" else None
+    row["run_gpu"] = gpu
+    return row
+
+
+def row_key(row: dict) -> tuple[str, str]:
+    return row.get("id"), row.get("run_engine") or "stand-in"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     from workshop_lib.profiles import load_profile
     from workshop_lib.results import run_record
     from workshop_lib.runs import submit_experiments, wait_for_runs
+    from workshop_lib.scripts import run_engine
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--chapter", type=int, action="append", default=[], help="3 and/or 4")
@@ -124,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, rows in sets.items():
         if not rows:  # nothing of this set ran now: its file stays as it is
             continue
-        measured = pd.DataFrame([run_record(e, args.runs) for e in rows])
+        gpu = (record.get("gpus") or ["unknown GPU"])[0].split(",")[0].strip()
+        measured = pd.DataFrame([engine_fields(run_record(e, args.runs), run_engine(e, profile), gpu) for e in rows])
         if "run_dir" in measured:  # relative to --runs: this machine's folders mean nothing elsewhere
             measured["run_dir"] = [os.path.relpath(path, args.runs) if isinstance(path, str) and os.path.isabs(path)
                                    else path for path in measured["run_dir"]]
@@ -133,8 +158,8 @@ def main(argv: list[str] | None = None) -> int:
         provenance_list = [record]
         if args.merge and target.exists():  # rows of experiments not run now stay, with their provenance
             earlier = json.loads(target.read_text())
-            ran = {e.id for e in rows}
-            results = [row for row in earlier["results"] if row.get("id") not in ran] + results
+            ran = {row_key(row) for row in results}  # the same experiment by another engine stays beside it
+            results = [row for row in earlier["results"] if row_key(row) not in ran] + results
             previous = earlier["provenance"]
             provenance_list = (previous if isinstance(previous, list) else [previous]) + [record]
         target.write_text(json.dumps({"provenance": provenance_list if len(provenance_list) > 1 else record,

@@ -34,7 +34,9 @@ def test_environment_mimics_slurm(tmp_path):
                            "--gpus-per-node=2", "--ntasks-per-node=2"))
     assert info.state == "COMPLETED" and info.exit_code == 0
     assert job.stdout_path == tmp_path / f"out-{job.job_id}.txt"
-    assert job.stdout_path.read_text().split() == [job.job_id, "1", "2", "0,1"]
+    # A number, as SLURM gives it (Lightning reads its last digits as a port offset): local-N -> N.
+    assert job.stdout_path.read_text().split() == [job.job_id.removeprefix("local-"), "1", "2", "0,1"]
+    assert job.job_id.removeprefix("local-").isdigit()
 
 
 def test_srun_runs_one_copy_per_task(tmp_path):

@@ -17,7 +17,8 @@ from workshop_lib.nemo_reference import (REFERENCE_DIR, chapter_rows, memory_sen
 def test_every_experiment_has_a_row_and_unmeasured_rows_say_so(chapter):
     table = reference_table(chapter)
     assert list(table["experiment"]) == [e.id for e in chapter_rows(chapter)]
-    stored = {row["id"]: row for row in json.loads((REFERENCE_DIR / f"chapter{chapter}.json").read_text())["results"]}
+    stored = {row["id"]: row for row in json.loads((REFERENCE_DIR / f"chapter{chapter}.json").read_text())["results"]
+              if row.get("run_engine", "stand-in") == "stand-in"}
     for _, row in table.iterrows():
         run = stored.get(row["experiment"])
         if run is None:
@@ -33,7 +34,7 @@ def test_the_measured_rows_are_real_shapes_on_real_gpus():
     provenance = json.loads((REFERENCE_DIR / "chapter1.json").read_text())["provenance"]
     first = provenance[0] if isinstance(provenance, list) else provenance
     assert first["gpus"] and "H200" in first["gpus"][0]
-    assert "H200" in provenance_line(1) and "stand-ins (not NeMo)" in provenance_line(1)
+    assert "H200" in provenance_line(1) and "stand-ins (not NeMo" in provenance_line(1)
     table = reference_table(1)
     sentences = memory_sentences(table)
     measured = table[table["state"] == "COMPLETED"]
@@ -48,3 +49,44 @@ def test_the_resolved_table_reports_nemos_verdict():
     assert "refused by `workshop validate`" in table.loc["model-parallel/llama/tp2", "NeMo's dry run"]
     assert table.loc["model-parallel/llama/tp4", "learning rate"] == 5e-6
     assert Path(REFERENCE_DIR / "nemo" / "model-parallel_llama_tp4.dryrun.txt").is_file()
+
+
+def test_every_stored_row_says_what_ran_it():
+    for chapter in (1, 2, 3, 4):
+        for row in json.loads((REFERENCE_DIR / f"chapter{chapter}.json").read_text())["results"]:
+            assert row["run_engine"] in ("nemo", "stand-in", "hf", "gpt"), row["id"]
+            assert (row["nemo_version"] is not None) == (row["run_engine"] == "nemo"), row["id"]
+            assert row["run_gpu"].startswith("NVIDIA "), row["id"]
+            if chapter in (1, 2):  # chapters 1-2 teach NeMo: every row is NeMo's or says it is a stand-in
+                assert row["run_engine"] in ("nemo", "stand-in")
+
+
+def test_nemo_and_the_stand_in_side_by_side_with_their_measured_ratios():
+    from workshop_lib.nemo_reference import engine_comparisons, nemo_run_line, stand_in_caveat
+
+    rows = json.loads((REFERENCE_DIR / "chapter1.json").read_text())["results"]
+    nemo = next(r for r in rows if r["id"] == "lora/llama/1-gpu" and r["run_engine"] == "nemo")
+    stand_in = next(r for r in rows if r["id"] == "lora/llama/1-gpu" and r["run_engine"] == "stand-in")
+    assert nemo["state"] == "COMPLETED" and nemo["nemo_version"] == "2.4.1" and nemo["run_gpu"] == stand_in["run_gpu"]
+    [pair] = [p for p in engine_comparisons(1) if p["experiment"] == "lora/llama/1-gpu"]
+    assert pair["step_ratio"] == pytest.approx(stand_in["mean_step_time_s"] / nemo["mean_step_time_s"])
+    assert pair["memory_ratio"] == pytest.approx(stand_in["gpu_peak_max_mib"] / nemo["gpu_peak_max_mib"])
+    caveat = stand_in_caveat(2)  # chapter 2's stand-in rows carry chapter 1's measured ratio
+    assert f"{pair['step_ratio']:.2f}× NeMo" in caveat and f"{pair['memory_ratio']:.2f}× its peak memory" in caveat
+    table = reference_table(1).set_index("experiment")
+    assert table.loc["lora/llama/1-gpu", "NeMo: nvidia-smi peak GiB/GPU"] == round(nemo["gpu_peak_max_mib"] / 1024, 1)
+    assert pd.isna(table.loc["lora/llama/2-gpus", "NeMo: nvidia-smi peak GiB/GPU"])  # NeMo has not run it
+    line = nemo_run_line(1)
+    assert "lora/llama/1-gpu was trained by NeMo 2.4.1 itself" in line and "GiB predicted for NeMo" in line
+
+
+def test_no_ratio_without_both_engines_on_the_same_card(tmp_path):
+    from workshop_lib.nemo_reference import engine_comparisons, stand_in_caveat
+
+    data = json.loads((REFERENCE_DIR / "chapter1.json").read_text())
+    for row in data["results"]:
+        if row["run_engine"] == "stand-in":
+            row["run_gpu"] = "NVIDIA H200"  # the stand-in measured on another card: no ratio may be formed
+    (tmp_path / "chapter1.json").write_text(json.dumps(data))
+    assert engine_comparisons(1, tmp_path) == []
+    assert "No experiment has been run by both NeMo and the stand-in on the same card" in stand_in_caveat(1, tmp_path)

@@ -102,10 +102,13 @@ def test_experiment_rules(rule, experiment):
 
 def test_nemo_needs_an_a100_profile():
     data = {"name": "v100-site", "scheduler": {"constraint": "v100"}, "python": {}, "training": {},
-            "nemo": {"enabled": True, "factories": {"llama-3.1-8b": "llama31_8b"}}}
+            "nemo": {"enabled": True, "image": "/images/nemo.sif", "factories": {"llama-3.1-8b": "llama31_8b"}}}
     profile = profile_from_dict(data)
     rules = {finding.rule for finding in validate_experiment(get_experiment("lora/llama/1-gpu"), profile)}
     assert rules == {"nemo-needs-a100"}
+    # NeMo installed without the container (a GPU workstation): the container's A100 reason does not apply
+    data["nemo"]["image"] = None
+    assert validate_experiment(get_experiment("lora/llama/1-gpu"), profile_from_dict(data)) == []
     assert validate_experiment(get_experiment("lora/llama/1-gpu"), load_profile("ibex")) == []
 
 

@@ -190,6 +190,11 @@ def node_names(nodes: int) -> list[str]:
     return [host] + [f"{host}-node{index}" for index in range(1, nodes)]
 
 
+def slurm_job_number(job_id: str) -> str:
+    """`local-12` -> `12`: the number a job id of this executor stands for."""
+    return job_id.removeprefix("local-")
+
+
 def _job_environment(record: dict) -> dict[str, str]:
     nodes = record.get("nodes", 1)
     names = node_names(nodes)
@@ -199,7 +204,10 @@ def _job_environment(record: dict) -> dict[str, str]:
         **os.environ,
         # srun / scontrol as this machine emulates them, then the submitter's interpreter (as sbatch would hand it over).
         "PATH": f"{SHIMS}{os.pathsep}{python_environment_path()}",
-        "SLURM_JOB_ID": record["job_id"], "SLURM_JOBID": record["job_id"], "SLURM_JOB_NAME": record["name"],
+        # SLURM's job ids are numbers, and tools read them as such (Lightning derives its rendezvous port from
+        # the last digits): the job sees the number of its `local-N` id.
+        "SLURM_JOB_ID": slurm_job_number(record["job_id"]), "SLURM_JOBID": slurm_job_number(record["job_id"]),
+        "SLURM_JOB_NAME": record["name"],
         "SLURM_SUBMIT_DIR": record["workdir"], "SLURM_JOB_NODELIST": ",".join(names),
         "SLURM_NODELIST": ",".join(names), "SLURM_NNODES": str(nodes), "SLURM_JOB_NUM_NODES": str(nodes),
         "SLURM_NODEID": "0", "SLURM_PROCID": "0",  # the batch shell runs on the first node

@@ -1,10 +1,12 @@
-"""Chapters 1-2 on real GPUs: NeMo's layout, the prediction and the measurement, one row per experiment.
+"""Chapters 1-2 on real GPUs: NeMo's layout, the prediction and the measurements, one row per experiment.
 
-Each row joins three sources, all stored in the repository: the command NeMo resolved
+Each row joins four sources, all stored in the repository: the command NeMo resolved
 (``book/reference/nemo/resolved.json``: data-parallel sizes, micro-batches), the memory estimate
 (``workshop_lib.estimate.fit``: NeMo/Megatron on the site's A100s, and the PyTorch stand-in that ran on
-the reference GPUs), and the stand-in's run (``book/reference/chapter<N>.json``). Rows that were not run
-say so ("not measured yet") instead of disappearing.
+the reference GPUs), the stand-in's run and NeMo's own run where one exists (``book/reference/chapter<N>.json``,
+told apart by ``run_engine``). Rows that were not run say so ("not measured yet") instead of disappearing.
+Where NeMo and the stand-in ran the same experiment on the same card, their measured ratios are the caveat
+every stand-in number carries.
 """
 
 from __future__ import annotations
@@ -28,14 +30,64 @@ def chapter_rows(chapter: int):
     return rows + (large_gpu_experiments() if chapter == 2 else [])
 
 
-def measured_results(chapter: int, folder: Path = REFERENCE_DIR) -> tuple[list[dict], dict[str, dict]]:
-    """(provenance records, result rows by experiment id) of book/reference/chapter<N>.json; empty if absent."""
+NEMO = "nemo"
+STAND_IN = "stand-in"
+
+
+def row_engine(row: dict) -> str:
+    """What ran a stored row; rows written before the field existed were the stand-in's."""
+    return row.get("run_engine") or STAND_IN
+
+
+def measured_results(chapter: int, folder: Path = REFERENCE_DIR,
+                     engine: str = STAND_IN) -> tuple[list[dict], dict[str, dict]]:
+    """(provenance records, rows by experiment id that ``engine`` ran) of book/reference/chapter<N>.json."""
     path = folder / f"chapter{chapter}.json"
     if not path.is_file():
         return [], {}
     data = json.loads(path.read_text())
     provenance = data["provenance"] if isinstance(data["provenance"], list) else [data["provenance"]]
-    return provenance, {row["id"]: row for row in data["results"]}
+    return provenance, {row["id"]: row for row in data["results"] if row_engine(row) == engine}
+
+
+def _completed(row: dict | None) -> bool:
+    return bool(row) and row.get("state") == "COMPLETED"
+
+
+def engine_comparisons(chapter: int, folder: Path = REFERENCE_DIR) -> list[dict]:
+    """Experiments that NeMo and the stand-in both completed on the same card: the stand-in's mean step
+    time and nvidia-smi peak as multiples of NeMo's (the same instruments on both sides)."""
+    _, stand_ins = measured_results(chapter, folder, STAND_IN)
+    _, nemos = measured_results(chapter, folder, NEMO)
+    pairs = []
+    for experiment_id, nemo in nemos.items():
+        stand_in = stand_ins.get(experiment_id)
+        if not (_completed(nemo) and _completed(stand_in)) or nemo.get("run_gpu") != stand_in.get("run_gpu"):
+            continue
+        step = (stand_in.get("mean_step_time_s"), nemo.get("mean_step_time_s"))
+        peak = (stand_in.get("gpu_peak_max_mib"), nemo.get("gpu_peak_max_mib"))
+        if None in step or None in peak:
+            continue
+        pairs.append({"experiment": experiment_id, "gpu": nemo["run_gpu"], "nemo_version": nemo.get("nemo_version"),
+                      "nemo_step_s": step[1], "stand_in_step_s": step[0], "step_ratio": step[0] / step[1],
+                      "nemo_peak_mib": peak[1], "stand_in_peak_mib": peak[0], "memory_ratio": peak[0] / peak[1]})
+    return pairs
+
+
+def stand_in_caveat(chapter: int, folder: Path = REFERENCE_DIR) -> str:
+    """The sentence every stand-in number carries: the measured stand-in ÷ NeMo ratios, or that none exist."""
+    pairs = engine_comparisons(1, folder) + (engine_comparisons(chapter, folder) if chapter != 1 else [])
+    if not pairs:
+        return ("No experiment has been run by both NeMo and the stand-in on the same card yet: read every stand-in "
+                "number as the stand-in's alone, not as NeMo's.")
+    parts = [f"{pair['experiment']} on one {pair['gpu']}: the stand-in took {pair['step_ratio']:.2f}× NeMo "
+             f"{pair['nemo_version'] or ''}'s step time ({pair['stand_in_step_s']:.2f} s against "
+             f"{pair['nemo_step_s']:.2f} s) and {pair['memory_ratio']:.2f}× its peak memory "
+             f"({pair['stand_in_peak_mib'] / MIB:.1f} GiB against {pair['nemo_peak_mib'] / MIB:.1f} GiB, nvidia-smi)"
+             for pair in pairs]
+    return ("Stand-in numbers are not NeMo's. Measured side by side, " + "; ".join(parts) + ". The stand-in pads "
+            "every sample to the recipe's 2,048 tokens, while NeMo's SQuAD batches are padded only to their longest "
+            "record, so NeMo moves far fewer tokens per step; other stand-in rows carry the same caveat.")
 
 
 def _resolved():
@@ -48,6 +100,7 @@ def reference_table(chapter: int, folder: Path = REFERENCE_DIR, reference_gpu_gi
     """One row per chapter experiment: layout as NeMo resolved it, predictions, the stand-in's measurement."""
     resolved = _resolved()
     _, measured = measured_results(chapter, folder)
+    _, nemo_runs = measured_results(chapter, folder, NEMO)
     rows = []
     for experiment in chapter_rows(chapter):
         layout = resolved[experiment.id]["layout"]
@@ -73,22 +126,61 @@ def reference_table(chapter: int, folder: Path = REFERENCE_DIR, reference_gpu_gi
             if completed and run.get("gpu_peak_max_mib") else None,
             "last step s": round(run["train_step_time_s"], 2) if completed and run.get("train_step_time_s") else None,
             "state": state or f"not measured yet (needs {experiment.gpus} GPU{'s' if experiment.gpus > 1 else ''})",
+            **_nemo_columns(nemo_runs.get(experiment.id)),
         })
     return pd.DataFrame(rows)
+
+
+def _nemo_columns(run: dict | None) -> dict:
+    """NeMo's own run of the experiment, where one completed (nvidia-smi peak: NeMo records no allocator peak)."""
+    done = _completed(run)
+    return {"NeMo: nvidia-smi peak GiB/GPU": round(run["gpu_peak_max_mib"] / MIB, 1)
+            if done and run.get("gpu_peak_max_mib") else None,
+            "NeMo: mean step s": round(run["mean_step_time_s"], 2) if done and run.get("mean_step_time_s") else None,
+            "NeMo ran on": f"{run.get('run_gpu')}, NeMo {run.get('nemo_version')}" if done else None}
+
+
+def nemo_run_line(chapter: int, folder: Path = REFERENCE_DIR) -> str | None:
+    """What NeMo itself ran for this chapter, and how the estimator's NeMo prediction compares with it."""
+    _, nemo_runs = measured_results(chapter, folder, NEMO)
+    done = [(experiment, nemo_runs[experiment.id]) for experiment in chapter_rows(chapter)
+            if _completed(nemo_runs.get(experiment.id))]
+    if not done:
+        return None
+    parts = []
+    for experiment, run in done:
+        predicted = check_fit(experiment, A100_GIB).predicted_gib
+        measured = run["gpu_peak_max_mib"] / MIB
+        parts.append(f"{experiment.id} was trained by NeMo {run.get('nemo_version')} itself on one {run.get('run_gpu')}: "
+                     f"{run['mean_step_time_s']:.2f} s per step, {measured:.1f} GiB at the nvidia-smi peak, against "
+                     f"{predicted:.1f} GiB predicted for NeMo ({(measured - predicted) / predicted:+.0%})")
+    return ("; ".join(parts) + ". The prediction assumes every micro-batch is the recipe's full 2,048 tokens; NeMo's "
+            "SQuAD records are ~170 tokens, so its activations and logits are a fraction of that (the model's bf16 "
+            "weights alone are 15.0 GiB). It ran the chapter's own `nemo llm finetune` words with Megatron's local "
+            "layers (no Transformer Engine on that machine: the Ibex container has it and runs faster) and random "
+            "weights (benchmarks/NOTES.md, \"NeMo on the lent GPU\").")
 
 
 def provenance_line(chapter: int, folder: Path = REFERENCE_DIR) -> str:
     provenance, measured = measured_results(chapter, folder)
     if not provenance:
         return f"No reference run of chapter {chapter} yet (book/reference/chapter{chapter}.json)."
+    # The stand-ins' sessions only: a session that ran NeMo records its NeMo (and NeMo's own transformers).
+    provenance = [p for p in provenance if p.get("nemo_toolkit") in (None, "unavailable")] or provenance
     first = provenance[0]
     # One machine per session of the driver (2 and 4 GPUs of the same kind so far): name each size once.
     machines = sorted({(len(p.get("gpus") or []), (p.get("gpus") or ["unknown GPU"])[0]) for p in provenance})
     where = " and ".join(f"{count} x {gpu}" for count, gpu in machines)
     dates = sorted({p.get("date", "?")[:10] for p in provenance})
-    return (f"Measured with the PyTorch stand-ins (not NeMo) on {where}, torch {first.get('torch')}, "
-            f"transformers {first.get('transformers')}, peft {first.get('peft')}, on {', '.join(dates)}: "
-            f"{sum(1 for row in measured.values() if row.get('state') == 'COMPLETED')} runs completed.")
+    _, nemo_runs = measured_results(chapter, folder, NEMO)
+    nemo_done = [row for row in nemo_runs.values() if _completed(row)]
+    nemo_text = (f" NeMo itself (run_engine nemo): {len(nemo_done)} run{'s' if len(nemo_done) != 1 else ''} completed, "
+                 f"NeMo {', '.join(sorted({str(row.get('nemo_version')) for row in nemo_done}))}." if nemo_done else
+                 " NeMo itself has not trained any of them on a GPU here yet.")
+    return (f"Measured with the PyTorch stand-ins (not NeMo; run_engine stand-in) on {where}, torch "
+            f"{first.get('torch')}, transformers {first.get('transformers')}, peft {first.get('peft')}, on "
+            f"{', '.join(dates)}: {sum(1 for row in measured.values() if row.get('state') == 'COMPLETED')} runs "
+            f"completed." + nemo_text)
 
 
 def memory_sentences(table: pd.DataFrame) -> list[str]:
@@ -111,9 +203,12 @@ def show(chapter: int) -> pd.DataFrame:
     from IPython.display import HTML, Markdown, display
 
     table = reference_table(chapter)
-    display(Markdown(provenance_line(chapter)))
+    display(Markdown(provenance_line(chapter) + " " + stand_in_caveat(chapter)))
     display(HTML(table.to_html(index=False, na_rep="—")))
     sentences = memory_sentences(table)
+    nemo_line = nemo_run_line(chapter)
+    if nemo_line:
+        sentences = [nemo_line] + sentences
     if sentences:
         display(Markdown("\n".join(f"- {sentence}" for sentence in sentences)))
     return table

@@ -441,18 +441,51 @@ def show_reference_tables(chapter: int, keys: Sequence[str] | None = None,
                            f"(book/reference/chapter{chapter}.json).")
         return []
     data, results = loaded
-    caption = reference_caption(data, results, f"book/reference/chapter{chapter}.json")
-    tables = [tables_module.drop_unrecorded(table)
-              for table in tables_module.tables_from_results(chapter, results)
-              if keys is None or table.key in keys]
-    tables = [table for table in tables if not table.frame.empty and len(table.frame.columns) > 1]
-    if not tables:
+    shown = []
+    # One set of tables per engine that ran (NeMo itself, the stand-in, the HF/GPT engines): a row is never
+    # read as another engine's, and the same experiment by two engines does not collide in one table.
+    for engine, engine_results in _by_engine(results):
+        caption = (f"Engine: {engine_text(engine_results)}. "
+                   + reference_caption(data, engine_results, f"book/reference/chapter{chapter}.json"))
+        tables = [tables_module.drop_unrecorded(table)
+                  for table in tables_module.tables_from_results(chapter, engine_results)
+                  if keys is None or table.key in keys]
+        tables = [table for table in tables if not table.frame.empty and len(table.frame.columns) > 1]
+        for table in tables:
+            titled = replace(table, title=f"{table.title} — on real GPUs, {engine_title(engine)}")
+            _display(_html(table_html(titled, kind="reference", caption=caption, profile=data.get("profile", ""))))
+        shown += tables
+    if not shown:
         _reference_missing(f"No reference measurement for this part: it {missing}. Your runs below are the only "
                            "numbers here.")
-    for table in tables:
-        titled = replace(table, title=f"{table.title} — on real GPUs")
-        _display(_html(table_html(titled, kind="reference", caption=caption, profile=data.get("profile", ""))))
-    return tables
+    return shown
+
+
+def _by_engine(results: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """The reference rows split by `run_engine` (rows from before the field: the engine they declare)."""
+    if results.empty:
+        return []
+    declared = results["engine"] if "engine" in results else pd.Series(["?"] * len(results), index=results.index)
+    engines = results["run_engine"].fillna(declared) if "run_engine" in results else declared
+    order = {"nemo": 0, "stand-in": 1}
+    return [(engine, results[engines == engine].reset_index(drop=True))
+            for engine in sorted(engines.unique(), key=lambda name: (order.get(name, 2), name))]
+
+
+def engine_title(engine: str) -> str:
+    return {"nemo": "NeMo itself", "stand-in": "PyTorch stand-in (not NeMo)"}.get(engine, f"{engine} engine")
+
+
+def engine_text(results: pd.DataFrame) -> str:
+    """"NeMo 2.4.1 on NVIDIA H100 …" / "the PyTorch stand-in (not NeMo)" / "hf", for a caption."""
+    engines = set(results["run_engine"].dropna()) if "run_engine" in results else set()
+    if engines == {"nemo"}:
+        versions = sorted({str(v) for v in results.get("nemo_version", pd.Series(dtype=object)).dropna()})
+        return f"NeMo {', '.join(versions) or '(version not recorded)'} itself (run_engine nemo)"
+    if engines == {"stand-in"}:
+        return ("the PyTorch stand-in at the real model's shape (run_engine stand-in), not NeMo: "
+                "book/reference/nemo and the chapter's reference table give its measured ratio to NeMo")
+    return ", ".join(sorted(engines)) or "as declared by each experiment"
 
 
 def _reference_missing(text: str) -> str:
@@ -729,5 +762,6 @@ __all__ = ["Selection", "chapter_figures", "chapter_header", "chapter_results_fo
            "experiments_overview", "message", "profile_title", "reference_caption", "reference_results",
            "repository_root", "resolve_runs_dir", "run_experiments", "select", "selection_tables", "show_figure",
            "show_figures", "show_plots", "show_reference_script", "show_reference_tables", "show_results",
+           "engine_text", "engine_title",
            "show_scripts", "show_tables", "submitting_enabled", "table_html"]
 

@@ -57,6 +57,7 @@ RULES: dict[str, Rule] = {
     "rendezvous_host": Rule("a host name or IP address", r"[A-Za-z0-9_.:-]+"),
     "nemo.modules.*": MODULE,
     "nemo.image": SHELL_PATH,
+    "nemo.command": TEXT,  # split on spaces, each word shell-quoted where the script runs it
     "nemo.image_source": Rule("a container reference such as docker://nvcr.io/nvidia/nemo:25.07",
                               r"(?:docker|library|oras|shub)://[A-Za-z0-9_./:@-]+"),
     "nemo.binds.*": SHELL_PATH,

@@ -43,7 +43,10 @@ class NemoSetup:
 
     enabled: bool = False
     modules: tuple[str, ...] = ()  # environment modules loaded before the container starts
-    image: str | None = None  # the .sif file (shell path: $USER expands in the job)
+    image: str | None = None  # the .sif file (shell path: $USER expands in the job); None: NeMo is on PATH
+    # What the job runs for `nemo llm finetune`: NeMo's CLI, or a drop-in that takes the same words
+    # (workshop_lib.train.nemo_finetune, on a GPU machine that has NeMo but not the models).
+    command: str = "nemo llm finetune"
     image_source: str | None = None  # what `singularity pull` fetches, e.g. docker://nvcr.io/nvidia/nemo:25.07
     binds: tuple[str, ...] = ()
     factories: dict[str, str] = field(default_factory=dict)

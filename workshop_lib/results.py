@@ -159,6 +159,7 @@ def read_run(folder: str | Path, experiment_id: str | None = None) -> RunResult:
         _from_metrics(values, metrics)
     if nemo.last_step:  # NeMo's own step lines are what seeds 000/001 read
         values["train_step_time_s"] = nemo.last_step.train_step_timing_s
+        _fill(values, "mean_step_time_s", nemo.mean_step_time_s)  # a job's own metrics, when written, win
         values["last_loss"] = nemo.last_step.reduced_train_loss
         if nemo.after_lora:
             _fill(values, "trainable_params", nemo.after_lora.trainable_params)

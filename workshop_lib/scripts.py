@@ -45,6 +45,17 @@ class Directive:
         return f"#SBATCH --{self.option}={self.value}"
 
 
+STAND_IN = "stand-in"  # chapters 1-2 realised by the PyTorch/PEFT engines where NeMo is off
+
+
+def run_engine(experiment: Experiment, profile: Profile) -> str:
+    """What actually trains this experiment on this site: `nemo`, `stand-in` (a NeMo experiment on a
+    profile without NeMo), or the experiment's own engine (`hf`, `gpt`)."""
+    if experiment.engine == NEMO:
+        return NEMO if profile.nemo.enabled else STAND_IN
+    return experiment.engine
+
+
 def template_for(experiment: Experiment, profile: Profile) -> str:
     """Which template realises this experiment on this site."""
     if experiment.engine == NEMO and profile.nemo.enabled:
@@ -237,8 +248,10 @@ def nemo_context(experiment: Experiment, profile: Profile) -> dict:
     if not factory:
         raise WorkshopError(f"profile {profile.name!r} has no NeMo factory for model {experiment.model!r}: "
                             f"add it under nemo.factories")
-    return {"factory": nemo_factory(experiment, factory), "overrides": nemo_overrides(experiment),
-            "container": _container_prefix(profile)}
+    return {"factory": nemo_factory(experiment, factory),
+            "overrides": nemo_overrides(experiment, profile.training.max_steps),
+            "container": _container_prefix(profile) if profile.nemo.image else "",
+            "command": " ".join(shlex.quote(word) for word in profile.nemo.command.split())}
 
 
 def nemo_factory(experiment: Experiment, factory: str) -> str:
@@ -247,13 +260,14 @@ def nemo_factory(experiment: Experiment, factory: str) -> str:
     return factory if experiment.peft == "lora" else f"{factory}(peft_scheme=None)"
 
 
-def nemo_overrides(experiment: Experiment) -> list[str]:
-    """NeMo Factory `key=value` overrides for an experiment, in the order the seeds explain them."""
+def nemo_overrides(experiment: Experiment, max_steps_cap: int | None = None) -> list[str]:
+    """NeMo Factory `key=value` overrides for an experiment, in the order the seeds explain them
+    (``max_steps_cap``: a profile's cap on the optimizer steps, as the Hugging Face jobs get it)."""
     overrides = [
         f"trainer.num_nodes={experiment.nodes}",
         f"trainer.devices={experiment.gpus_per_node}",
     ]
-    for key, value in (("trainer.max_steps", experiment.max_steps),
+    for key, value in (("trainer.max_steps", _smallest(experiment.max_steps, max_steps_cap)),
                        ("data.global_batch_size", experiment.global_batch),
                        ("optim.lr_scheduler.warmup_steps", experiment.warmup_steps),
                        ("trainer.limit_val_batches", experiment.limit_val_batches)):

@@ -79,6 +79,14 @@ class NemoLog(SkippedLines):
         return self.steps[-1] if self.steps else None
 
     @property
+    def mean_step_time_s(self) -> float | None:
+        """Mean of NeMo's own step timings, the first step left out when there are others (it carries the
+        one-off costs: allocation, NCCL set-up), the rule the Hugging Face jobs' metrics follow."""
+        timed = [step.train_step_timing_s for step in self.steps if step.train_step_timing_s is not None]
+        timed = timed[1:] if len(timed) > 1 else timed
+        return sum(timed) / len(timed) if timed else None
+
+    @property
     def before_lora(self) -> ParameterSummary | None:
         """The first summary: the model as loaded (every weight trainable)."""
         return self.parameter_summaries[0] if self.parameter_summaries else None
