@@ -21,6 +21,7 @@ from .experiments import GPT, HF, NEMO, Experiment
 from .profile_schema import SHELL_PATH
 from .paths import DS_CONFIGS_DIR, SLURM_DIR
 from .profiles import Profile, load_profile
+from .reservation import find_reservation
 from .site_setup import (CACHE_VARIABLES, MISSING_SETUP_EXIT, OFFLINE_VARIABLES, import_requirements,
                          job_requirements)
 from .validate import raise_for_experiment
@@ -180,8 +181,10 @@ def _site_directives(profile: Profile, time_limit: str) -> list[Directive]:
         lines.append(Directive("partition", scheduler.partition, "partition of this site"))
     if scheduler.account:
         lines.append(Directive("account", scheduler.account, "account charged for the job"))
-    if scheduler.reservation:
-        lines.append(Directive("reservation", scheduler.reservation, "the workshop's reserved nodes"))
+    reservation = find_reservation(profile)
+    if reservation:
+        lines.append(Directive("reservation", reservation.name,
+                               f"the workshop's reserved nodes (set by {reservation.origin})"))
     lines.append(Directive("time", time_limit, "wall-clock limit"))
     return lines
 

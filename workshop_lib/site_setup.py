@@ -24,6 +24,7 @@ from .errors import WorkshopError
 from .experiments import NEMO, Experiment
 from .paths import SOURCE_ROOT
 from .profiles import Profile
+from .reservation import describe_reservation
 
 ENVIRONMENT_FILE = "environment.yml"
 LOCK_FILE = "requirements.lock"
@@ -328,6 +329,7 @@ def is_done(plan: Plan, step: Step) -> bool:
 def describe(plan: Plan, steps: list[Step]) -> str:
     """The dry run: each step, whether it is done, and the commands it would run."""
     lines = [f"# {SETUP_COMMAND} --dry-run, profile {plan.profile.name!r} ({plan.profile.source or 'built in'})",
+             f"# Batch jobs: {describe_reservation(plan.profile)}",
              "# Variables every step starts with:"]
     lines += [f"    {line}" for line in plan.preamble.splitlines()]
     for number, step in enumerate(steps, 1):
@@ -347,6 +349,8 @@ def _marker_note(step: Step) -> str:
 def run(plan: Plan, steps: list[Step], force: bool = False, echo=print, env: dict | None = None) -> list[str]:
     """Run the steps in order, skipping done ones; returns the names of the steps that ran."""
     env = dict(os.environ if env is None else env)
+    # The import steps submit batch jobs: a bad reservation name stops the setup before anything runs.
+    echo(f"Batch jobs: {describe_reservation(plan.profile, env)}")
     ran = []
     for number, step in enumerate(steps, 1):
         prefix = f"[{number}/{len(steps)}] {step.name}"
