@@ -204,7 +204,7 @@ def test_unsupported_experiment_and_import_script_errors():
 
 def test_import_script_reads_the_downloaded_checkpoint_offline():
     text = render_import_script("mixtral-8x7b", "ibex")
-    assert 'nemo llm import model=mixtral_8x7b source=hf://mistralai/Mixtral-8x7B-v0.1 -y' in text
+    assert 'nemo llm import model=mixtral_8x7b source=hf://mistralai/Mixtral-8x7B-v0.1 output_path="$PARTIAL" -y' in text
     assert "export HF_HUB_OFFLINE=1" in text and "HF_TOKEN" not in text  # the token stays on the login node
     assert "--only hub-download" in text and "--only nemo-image" in text
     assert lint_script(text) == []

@@ -19,11 +19,12 @@ import jinja2
 from .errors import WorkshopError
 from .experiments import GPT, HF, NEMO, Experiment
 from .profile_schema import SHELL_PATH
+from .nemo_checkpoint import COMPLETE_FILES, INCOMPLETE_EXIT, PARTIAL_SUFFIX, checkpoint_shell_path, complete_test
 from .paths import DS_CONFIGS_DIR, SLURM_DIR
 from .profiles import Profile, load_profile
 from .reservation import find_reservation
-from .site_setup import (CACHE_VARIABLES, MISSING_SETUP_EXIT, OFFLINE_VARIABLES, import_requirements,
-                         job_requirements)
+from .site_setup import (CACHE_VARIABLES, MISSING_SETUP_EXIT, OFFLINE_VARIABLES, import_requirements, import_step,
+                         job_requirements, setup_command)
 from .validate import raise_for_experiment
 
 TEMPLATES_DIR = SLURM_DIR / "templates"
@@ -127,6 +128,9 @@ def render_import_script(model: str, profile: Profile | str | None = None) -> st
                  "requirements": import_requirements(profile),
                  "missing_exit": MISSING_SETUP_EXIT},
         "container": _container_prefix(profile),
+        "checkpoint": {"path": checkpoint_shell_path(profile.nemo.hub_ids[model]), "partial_suffix": PARTIAL_SUFFIX,
+                       "files": COMPLETE_FILES, "test": complete_test('"$1"'), "incomplete_exit": INCOMPLETE_EXIT,
+                       "rerun": setup_command(profile, only=import_step(model))},
         "q": shlex.quote,
         "dq": _double_quoted,
     }
