@@ -102,7 +102,7 @@ def test_nemo_script_uses_the_container_and_every_override():
                      "trainer.strategy.pipeline_model_parallel_size=2",
                      "trainer.strategy.virtual_pipeline_model_parallel_size=None",
                      "trainer.strategy.expert_model_parallel_size=2",
-                     "trainer.strategy.sequence_parallel=True"):
+                     "trainer.strategy.sequence_parallel=True", "log.ckpt=None", "trainer.enable_checkpointing=False"):
         assert override in text
     assert "--yes || TRAIN_STATUS" in text and " -y " not in text
     assert directives(text)["ntasks-per-node"] == "8" and "--ntasks=" not in text
