@@ -8,7 +8,7 @@ What only Ibex has is stood in by shims that record every call (JSON lines in $I
   `conda activate` puts it first on PATH;
 - `singularity pull` writes the image; `singularity exec IMAGE ...` refuses a missing image and stands
   in for NeMo with the tiny engines (`nemo llm finetune` -> the LoRA / tensor-parallel engine of the
-  experiment, `nemo llm import` and SquadDataModule -> the files they would write).
+  experiment, `nemo llm import` (into its output_path) and SquadDataModule -> the files they would write).
 Python processes of the jobs run with the network blocked (a sitecustomize that refuses any
 connection or name lookup beyond this host, and records the attempt).
 """
@@ -22,6 +22,7 @@ from pathlib import Path
 
 import yaml
 
+from workshop_lib.nemo_checkpoint import COMPLETE_FILES
 from workshop_lib.profiles import PROFILES_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,9 +65,13 @@ if not Path(image).is_file():
     sys.exit(f"FATAL:   could not open image {{image}}: failed to retrieve path for {{image}}: no such file")
 if command[:3] == ["nemo", "llm", "import"]:
     source = next(word for word in command if word.startswith("source=hf://"))[len("source=hf://"):]
-    target = Path(os.environ["NEMO_HOME"]) / "models" / source
-    target.mkdir(parents=True, exist_ok=True)
-    (target / "weights").write_text("stand-in checkpoint\\n")
+    output = next((word.split("=", 1)[1] for word in command if word.startswith("output_path=")), None)
+    target = Path(output) if output else Path(os.environ["NEMO_HOME"]) / "models" / source
+    if target.exists():  # as NeMo: an existing folder is left alone, complete or not
+        sys.exit(0)
+    for name in {complete_files!r}:  # the files the job checks before renaming the folder into place
+        (target / name).parent.mkdir(parents=True, exist_ok=True)
+        (target / name).write_text("stand-in checkpoint\\n")
 elif command[:2] == ["python", "-c"] and "SquadDataModule" in command[2]:
     target = Path(os.environ["NEMO_DATASETS_CACHE"]) / "squad"
     target.mkdir(parents=True, exist_ok=True)
@@ -181,7 +186,7 @@ class IbexSite:
         (self.netblock / "sitecustomize.py").write_text(SITECUSTOMIZE)
         header = f"#!{sys.executable}\n"
         _executable(self.shims / "module", header + _RECORD + MODULE.format(modules=SITE_MODULES))
-        _executable(self.shims / "singularity", header + _RECORD + SINGULARITY.format())
+        _executable(self.shims / "singularity", header + _RECORD + SINGULARITY.format(complete_files=COMPLETE_FILES))
         env_programs = {
             "python": ENV_PYTHON.format(python=sys.executable),
             **{name: f"#!/bin/bash\nexec {Path(sys.executable).parent / name} \"$@\"\n"

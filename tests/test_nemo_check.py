@@ -141,3 +141,18 @@ def test_a_full_fine_tune_uses_the_recipe_not_peft_none():
     assert command.factory == "llama31_8b(peft_scheme=None)" and "peft=none" not in command.overrides
     lora = dataclasses.replace(experiment, peft="lora", tensor_parallel=1)
     assert command_from_script(render_script(lora, "ibex")).factory == "llama31_8b"
+
+
+def test_full_fine_tunes_write_no_checkpoints_and_lora_keeps_its_adapters():
+    """Chapter 2's recipes would save weights and optimizer state every 50 steps (terabytes per participant);
+    NeMo's own resolution (resolved.json) shows the rendered overrides switch that off, and only there."""
+    stored = load_resolved()
+    for experiment in nemo_experiments():
+        overrides = commands_for([experiment])[0]["overrides"]
+        checkpoints = stored[experiment.id]["resolved"]["checkpoints"]
+        if experiment.peft == "none":
+            assert overrides[-2:] == ["log.ckpt=None", "trainer.enable_checkpointing=False"], experiment.id
+            assert checkpoints == {"enable_checkpointing": False, "model_checkpoint": None}, experiment.id
+        else:  # LoRA: the recipe's checkpoints hold the adapter only (NeMo's PEFT wraps the checkpoint IO)
+            assert not any(override.startswith(("log.ckpt", "trainer.enable_checkpointing")) for override in overrides)
+            assert checkpoints["model_checkpoint"]["every_n_train_steps"] == 50, experiment.id

@@ -74,7 +74,7 @@ def _write(tmp_path, data, name="site.yml"):
     ("cache_root", "/scratch/$(touch /tmp/pwned)", r"cache_root: expected a path .*no quotes.*\$\( \)"),
     ("python.modules", "cuda/12.4.1", r"python\.modules: expected a list"),  # a string rendered one letter per line
     ("python.modules", ["cuda; touch /tmp/pwned"], r"python\.modules\[\]: expected an environment module name"),
-    ("scheduler.reservation", "day one", r"scheduler\.reservation: expected a SLURM name"),
+    ("scheduler.reservation", "day one", r"scheduler\.reservation: expected a SLURM reservation name"),
     ("scheduler.time_limits", {1: 3600}, r"scheduler\.time_limits\[\]: expected a time limit in quotes"),
     ("scheduler.time_limits", {7: "01:00:00"}, r"scheduler\.time_limits \(a key\): expected a chapter number"),
     ("has_nvidia_smi", "yes please", r"has_nvidia_smi: expected true or false"),

@@ -102,7 +102,7 @@ def test_nemo_script_uses_the_container_and_every_override():
                      "trainer.strategy.pipeline_model_parallel_size=2",
                      "trainer.strategy.virtual_pipeline_model_parallel_size=None",
                      "trainer.strategy.expert_model_parallel_size=2",
-                     "trainer.strategy.sequence_parallel=True"):
+                     "trainer.strategy.sequence_parallel=True", "log.ckpt=None", "trainer.enable_checkpointing=False"):
         assert override in text
     assert "--yes || TRAIN_STATUS" in text and " -y " not in text
     assert directives(text)["ntasks-per-node"] == "8" and "--ntasks=" not in text
@@ -142,9 +142,11 @@ def test_multi_node_script_rendezvous_and_per_node_monitors():
     assert 'srun --nodes="$SLURM_NNODES" --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" bash -c "$NODE_TASK"' \
         in text
     per_node = _here_document(text, "NODE_TASK")
-    assert '--node_rank="$SLURM_NODEID"' in per_node
-    assert "gpu_monitor_pid=$!" in per_node and 'kill "$gpu_monitor_pid"' in per_node
+    assert '--node_rank="$SLURM_NODEID"' in per_node and "nvidia-smi" not in per_node  # one monitor block for all
+    monitor = _here_document(text, "GPU_MONITOR_TASK")
+    assert '> "gpu_memory_${node}.csv"' in monitor and text.index("GPU_MONITOR_PID=$!") < text.index("NODE_TASK")
     subprocess.run(["bash", "-n"], input=per_node, text=True, check=True)
+    subprocess.run(["bash", "-n"], input=monitor, text=True, check=True)
     tiny = render_script(get_experiment("fsdp/strategies/hybrid-shard-offload"), "tiny")
     assert "MASTER_ADDR=127.0.0.1" in tiny and "all_reduce_perf" not in tiny
 
@@ -178,7 +180,7 @@ def test_srun_steps_and_directives_give_every_process_its_cores():
         text = render_script(get_experiment(experiment_id), "ibex")
         assert directives(text)["cpus-per-task"] == str(cores), experiment_id
         for line in text.splitlines():
-            if line.startswith("srun ") and "--mpi" not in line:
+            if line.startswith("srun ") and "--mpi" not in line and "--overlap" not in line:  # the monitor: 1 core
                 assert '--cpus-per-task="$SLURM_CPUS_PER_TASK"' in line, line
 
 
@@ -204,7 +206,7 @@ def test_unsupported_experiment_and_import_script_errors():
 
 def test_import_script_reads_the_downloaded_checkpoint_offline():
     text = render_import_script("mixtral-8x7b", "ibex")
-    assert 'nemo llm import model=mixtral_8x7b source=hf://mistralai/Mixtral-8x7B-v0.1 -y' in text
+    assert 'nemo llm import model=mixtral_8x7b source=hf://mistralai/Mixtral-8x7B-v0.1 output_path="$PARTIAL" -y' in text
     assert "export HF_HUB_OFFLINE=1" in text and "HF_TOKEN" not in text  # the token stays on the login node
     assert "--only hub-download" in text and "--only nemo-image" in text
     assert lint_script(text) == []

@@ -157,3 +157,13 @@ def test_planning_and_rendering_for_ibex_imports_no_torch():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert result.stdout.strip() == "[]", result.stderr
+
+
+def test_the_reservation_is_named_before_any_step_and_a_bad_one_stops_the_setup(site):
+    dry = setup(site, "--dry-run", only=None, extra_env={"WORKSHOP_RESERVATION": "ws-day1"})
+    assert "# Batch jobs: jobs carry --reservation=ws-day1 (set by $WORKSHOP_RESERVATION)" in dry.stdout
+    bad = setup(site, extra_env={"WORKSHOP_RESERVATION": "ws day1"})
+    assert bad.returncode == 2 and "$WORKSHOP_RESERVATION is 'ws day1'" in bad.stderr
+    assert "[1/" not in bad.stdout and site.calls() == []  # stopped before the first step
+    good = setup(site, extra_env={"WORKSHOP_RESERVATION": "ws-day1"}, only=["folders"])
+    assert good.returncode == 0 and good.stdout.startswith("Batch jobs: jobs carry --reservation=ws-day1")

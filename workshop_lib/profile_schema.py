@@ -37,6 +37,8 @@ SHELL_PATH = Rule("a path (variables such as $USER allowed; no quotes, backquote
 # One word on an #SBATCH line: no spaces, no quotes.
 SLURM_WORD = Rule("a SLURM name (letters, digits and _ . , : & | [ ] - only)", r"[A-Za-z0-9_.,:&|\[\]*+-]+")
 # Text that is quoted with shlex.quote wherever it reaches a script: anything printable.
+# A reservation name as `scontrol show reservation` prints it (also what $WORKSHOP_RESERVATION may hold).
+RESERVATION = Rule("a SLURM reservation name (letters, digits, _ . - only)", r"[A-Za-z0-9_.-]+")
 TEXT = Rule("text on one line", r"[^\x00-\x1f\x7f]+")
 MODULE = Rule("an environment module name such as cuda/12.4.1", r"[A-Za-z0-9_.+/-]+")
 TIME = Rule("a time limit in quotes, \"HH:MM:SS\" or \"D-HH:MM:SS\"", r"(?:\d+-)?\d{1,3}:\d{2}:\d{2}")
@@ -48,7 +50,7 @@ RULES: dict[str, Rule] = {
     "scheduler.constraint": SLURM_WORD,
     "scheduler.partition": SLURM_WORD,
     "scheduler.account": SLURM_WORD,
-    "scheduler.reservation": SLURM_WORD,
+    "scheduler.reservation": RESERVATION,
     "scheduler.time_limits.*": TIME,
     "scheduler.time_limits.<key>": Rule("a chapter number (1 to 4)", minimum=1, maximum=4),
     "cache_root": SHELL_PATH,

@@ -22,8 +22,10 @@ from pathlib import Path
 
 from .errors import WorkshopError
 from .experiments import NEMO, Experiment
+from .nemo_checkpoint import COMPLETE_FILES, checkpoint_shell_path, complete_test
 from .paths import SOURCE_ROOT
 from .profiles import Profile
+from .reservation import describe_reservation
 
 ENVIRONMENT_FILE = "environment.yml"
 LOCK_FILE = "requirements.lock"
@@ -121,7 +123,7 @@ def job_requirements(experiment: Experiment, profile: Profile) -> list[Requireme
     if uses_nemo:
         needs.append(Requirement(profile.nemo.image, "nemo-image", "The NeMo container image", site))
         needs.append(Requirement(marker(profile, "nemo-data"), "nemo-data", "NeMo's prepared SQuAD", site))
-        needs.append(Requirement(marker(profile, f"nemo-import-{experiment.model}"), f"nemo-import-{experiment.model}",
+        needs.append(Requirement(marker(profile, import_step(experiment.model)), import_step(experiment.model),
                                  f"The NeMo checkpoint of {experiment.model}", site))
         return needs
     python = profile.python
@@ -273,17 +275,34 @@ def _nemo_steps(profile: Profile) -> list[Step]:
              _marker_test("nemo-data"), produces=(marker(profile, "nemo-data"),)),
     ]
     for model in nemo.hub_ids:
-        step = f"nemo-import-{model}"
+        step = import_step(model)
+        checkpoint = checkpoint_shell_path(nemo.hub_ids[model])
+        missing = (shlex.quote("The import job ended without a complete checkpoint in ") + '"$CHECKPOINT"'
+                   + shlex.quote(f" (it needs {', '.join(COMPLETE_FILES)}); the job's log is slurm-*.out in ") + '"$PWD"')
         steps.append(Step(
             step, f"convert {nemo.hub_ids[model]} to NeMo's format (`nemo llm import`, a batch job; waits for it)",
-            ('mkdir -p "$SETUP_STATE/' + step + '"',
-             'cd "$SETUP_STATE/' + step + '"',
+            ('mkdir -p "$SETUP_STATE"/' + shlex.quote(step),
+             'cd "$SETUP_STATE"/' + shlex.quote(step),
              f"{workshop} render --import-model {shlex.quote(model)} --profile {shlex.quote(_profile_argument(profile))} "
              "-o job.sbatch",
              # --wait: sbatch returns when the job ends, with the job's exit status.
-             "sbatch --wait job.sbatch"),
-            _marker_test(step), produces=(marker(profile, step),)))
+             "sbatch --wait job.sbatch",
+             # Checked again on this side: the step is done only once the complete checkpoint is in place.
+             f"CHECKPOINT={checkpoint}",
+             f'{complete_test(chr(34) + "$CHECKPOINT" + chr(34))} || {{ echo {missing} >&2; exit 1; }}'),
+            f"{_marker_test(step)} && {complete_test(checkpoint)}", produces=(marker(profile, step),)))
     return steps
+
+
+def import_step(model: str) -> str:
+    """The setup step that converts one model for NeMo."""
+    return f"nemo-import-{model}"
+
+
+def setup_command(profile: Profile, only: str | None = None) -> str:
+    """The `workshop setup` command line for this profile (one step with `only`), as a participant types it."""
+    words = ["workshop", "setup", _profile_argument(profile)] + (["--only", only] if only else [])
+    return shlex.join(words)
 
 
 def _profile_argument(profile: Profile) -> str:
@@ -328,6 +347,7 @@ def is_done(plan: Plan, step: Step) -> bool:
 def describe(plan: Plan, steps: list[Step]) -> str:
     """The dry run: each step, whether it is done, and the commands it would run."""
     lines = [f"# {SETUP_COMMAND} --dry-run, profile {plan.profile.name!r} ({plan.profile.source or 'built in'})",
+             f"# Batch jobs: {describe_reservation(plan.profile)}",
              "# Variables every step starts with:"]
     lines += [f"    {line}" for line in plan.preamble.splitlines()]
     for number, step in enumerate(steps, 1):
@@ -347,6 +367,8 @@ def _marker_note(step: Step) -> str:
 def run(plan: Plan, steps: list[Step], force: bool = False, echo=print, env: dict | None = None) -> list[str]:
     """Run the steps in order, skipping done ones; returns the names of the steps that ran."""
     env = dict(os.environ if env is None else env)
+    # The import steps submit batch jobs: a bad reservation name stops the setup before anything runs.
+    echo(f"Batch jobs: {describe_reservation(plan.profile, env)}")
     ran = []
     for number, step in enumerate(steps, 1):
         prefix = f"[{number}/{len(steps)}] {step.name}"

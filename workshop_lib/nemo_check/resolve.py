@@ -149,7 +149,17 @@ def summary(task) -> dict:
         "limit_val_batches": value(task.trainer, "limit_val_batches"),
         "restore_path": value(value(value(task, "resume"), "restore_config"), "path"),
         "peft": peft,
+        "checkpoints": checkpoints(task),
     }
+
+
+def checkpoints(task) -> dict:
+    """What the run writes to disk besides its logs: the logger's ModelCheckpoint, if any (None: Lightning's
+    default, on)."""
+    ckpt = value(task.log, "ckpt")
+    saved = None if ckpt is None else {name: value(ckpt, name) for name in
+                                       ("every_n_train_steps", "save_top_k", "save_last", "save_weights_only")}
+    return {"enable_checkpointing": value(task.trainer, "enable_checkpointing"), "model_checkpoint": saved}
 
 
 def resolve_one(command: dict, out_dir: Path) -> dict:
