@@ -139,9 +139,15 @@ nemo_reference.show_resolved(1, "lora/llama/2-gpus");
 # The memory estimator predicts each run's peak per GPU before it runs: for NeMo on Ibex's 80 GB A100s
 # (Megatron's layout, Mixtral's experts split over EP) and for the PyTorch stand-in, which was run at
 # the real models' shapes (random weights, synthetic data) on the GPUs named below. Rows no run has
-# measured yet say "not measured yet" and how many GPUs they need. The stand-in's numbers are not NeMo's: no
-# Megatron kernels, and for Mixtral every GPU holds all experts, so its memory is higher than NeMo's
-# with EP and its speed says nothing about an A100.
+# measured yet say "not measured yet" and how many GPUs they need.
+#
+# Two engines ran these rows, and every row says which (`run_engine`). NeMo 2.4.1 itself trained
+# `lora/llama/1-gpu` from this chapter's own `nemo llm finetune` words, on one H100, with random weights and
+# without Transformer Engine (the Ibex container has it, so NeMo there is faster). The other rows are the
+# PyTorch stand-in: no Megatron kernels, every sample padded to 2,048 tokens, and for Mixtral every GPU holds
+# all experts. Where both engines ran the same experiment on the same card, the text under the table gives the
+# stand-in's step time and peak memory as multiples of NeMo's: read every other stand-in number with that ratio
+# in mind, never as NeMo's own.
 
 # %%
 nemo_reference.show(1);
