@@ -390,7 +390,7 @@ def reference_results(chapter: int | str) -> tuple[dict, pd.DataFrame] | None:
     return data, pd.DataFrame(data["results"])
 
 
-def reference_caption(data: dict, results: pd.DataFrame, source: str) -> str:
+def reference_caption(data: dict, results: pd.DataFrame, source: str, engine: str | None = None) -> str:
     """Where and how the reference ran: GPUs, recipe, steps, weights, data, software, date and file."""
     provenance = data["provenance"] if isinstance(data["provenance"], list) else [data["provenance"]]
     first = provenance[0]
@@ -408,10 +408,13 @@ def reference_caption(data: dict, results: pd.DataFrame, source: str) -> str:
     data_kind = f"{profile.training.data} data" if profile is not None else ""
     dates = sorted({p.get("date", "")[:10] for p in provenance if p.get("date")})
     steps_text = f"{' / '.join(map(str, steps))} optimizer steps" if steps else "full epochs"
+    if engine and engine.startswith("NeMo"):  # NeMo's steps are its job script's trainer.max_steps (the profile's cap)
+        steps_text = "the optimizer steps of its job script's trainer.max_steps"
     software = ", ".join(f"{name} {first[key]}" for key, name in
                          (("torch", "torch"), ("transformers", "transformers"), ("deepspeed", "DeepSpeed"),
                           ("nemo", "NeMo")) if first.get(key))
     return (f"Reference, measured on real GPUs: {where} (profile {data.get('profile')}); "
+            + (f"trained by {engine}; " if engine else "") +
             f"{'; '.join(recipes) or 'recipe as declared'}; {steps_text}; {weights}; {data_kind}; "
             f"{software or 'software versions not recorded'}; measured {', '.join(dates)}. Source: {source}.")
 
@@ -445,8 +448,8 @@ def show_reference_tables(chapter: int, keys: Sequence[str] | None = None,
     # One set of tables per engine that ran (NeMo itself, the stand-in, the HF/GPT engines): a row is never
     # read as another engine's, and the same experiment by two engines does not collide in one table.
     for engine, engine_results in _by_engine(results):
-        caption = (f"Engine: {engine_text(engine_results)}. "
-                   + reference_caption(data, engine_results, f"book/reference/chapter{chapter}.json"))
+        caption = reference_caption(data, engine_results, f"book/reference/chapter{chapter}.json",
+                                    engine=engine_text(engine_results))
         tables = [tables_module.drop_unrecorded(table)
                   for table in tables_module.tables_from_results(chapter, engine_results)
                   if keys is None or table.key in keys]
