@@ -121,3 +121,17 @@ def longest_poll_override() -> float | None:
         return max(0.1, float(value))
     except ValueError:
         raise ClusterError(f"WORKSHOP_POLL_MAX_S={value!r} is not a number of seconds") from None
+
+
+POLL_POLICY_VARIABLE = "WORKSHOP_POLL_POLICY"
+POLL_POLICIES = ("auto", "shared", "local")
+
+
+def chosen_poll_policy() -> str:
+    """$WORKSHOP_POLL_POLICY: `shared` polls as on a cluster many people use (Ibex, a class rehearsal on the
+    project's cluster), `local` as on a cluster nobody else uses, `auto` (default) lets the backend decide."""
+    value = os.environ.get(POLL_POLICY_VARIABLE, "auto").strip().lower() or "auto"
+    if value not in POLL_POLICIES:
+        raise ClusterError(f"{POLL_POLICY_VARIABLE}={value!r}: use one of {', '.join(POLL_POLICIES)} (shared: as on "
+                           "a cluster a class shares, local: fast, for a cluster nobody else uses)")
+    return value

@@ -12,9 +12,10 @@ ended (the footer of its log), never from its absence.
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -116,6 +117,8 @@ def submit(script: Path | str, workdir: Path | str | None = None, sbatch_args: S
     workdir = Path(workdir).resolve() if workdir else script.parent
     chosen = resolve_backend(backend)
     submission = get_backend(chosen).submit(script, workdir, sbatch_args, hold=hold)
+    with _ANSWERS_LOCK:  # a reset scheduler reuses ids: an answer about the id's earlier job is not this job's
+        _ANSWERS.pop((chosen, submission.job_id), None)
     return Job(submission.job_id, chosen, stdout_path=submission.stdout_path, name=submission.name)
 
 
@@ -135,15 +138,33 @@ def test_only(script: Path | str, sbatch_args: Sequence[str] = ()) -> str:
 
 
 # ---- asking about many jobs at once ---------------------------------------------------------
-def query_jobs(jobs: Sequence[Job]) -> list[JobInfo]:
+# The process's latest answer per job, with when it came: a job monitor refreshing beside a waiter (or two
+# waiters) reuses a fresh answer instead of asking the scheduler again, so one notebook stays one poller.
+_ANSWERS: dict[tuple[str, str], tuple[float, JobInfo]] = {}
+_ANSWERS_LOCK = threading.Lock()
+
+
+def query_jobs(jobs: Sequence[Job], max_age_s: float = 0.0) -> list[JobInfo]:
     """Every job's state, with one backend call per backend for the jobs that have not ended.
+
+    An answer this process got less than `max_age_s` seconds ago is reused (0: always ask).
     Raises ClusterError when a scheduler cannot be asked (the jobs may still run)."""
     asking: dict[str, list[Job]] = {}
+    now = time.monotonic()
     for job in jobs:
-        if job._last is None or not job._last.finished:  # an ended job does not change again
+        if job._last is not None and job._last.finished:  # an ended job does not change again
+            continue
+        with _ANSWERS_LOCK:
+            cached = _ANSWERS.get((job.backend, job.job_id))
+        if cached is not None and now - cached[0] <= max_age_s:
+            job._last = _settle(job, cached[1])
+        else:
             asking.setdefault(job.backend, []).append(job)
     for backend, group in asking.items():
         answers = get_backend(backend).query([job.job_id for job in group])
+        stamp = time.monotonic()
+        with _ANSWERS_LOCK:
+            _ANSWERS.update({(backend, job.job_id): (stamp, answers[job.job_id]) for job in group})
         for job in group:
             job._last = _settle(job, answers[job.job_id])
     return [job._last for job in jobs]
@@ -183,12 +204,14 @@ def ended_from_log(info: JobInfo) -> JobInfo:
 
 # ---- waiting ------------------------------------------------------------------------------
 def wait_for(jobs: Iterable[Job], timeout: float | None = None, poll_interval: float | None = None,
-             progress: bool = True, policy: PollPolicy | None = None) -> list[JobInfo]:
+             progress: bool = True, policy: PollPolicy | None = None,
+             on_poll: Callable[[list[JobInfo]], None] | None = None) -> list[JobInfo]:
     """Poll until every job has ended or `timeout` seconds passed; returns their last known states.
 
     One backend call per poll for all the jobs, at the backend's growing interval (or every
     `poll_interval` seconds). A scheduler that cannot be asked is reported and asked again: its jobs
-    read UNKNOWN (never ended) until it answers."""
+    read UNKNOWN (never ended) until it answers. `on_poll` gets the states after each poll (a job
+    monitor shows them: it asks the scheduler nothing itself)."""
     jobs = list(jobs)
     if not jobs:
         return []
@@ -208,7 +231,7 @@ def wait_for(jobs: Iterable[Job], timeout: float | None = None, poll_interval: f
     try:
         while True:
             try:
-                infos = query_jobs(jobs)
+                infos = query_jobs(jobs, max_age_s=policy.first / 2)
                 trouble = ""
             except ClusterError as error:
                 infos = [job._last if job._last is not None and job._last.finished
@@ -218,6 +241,8 @@ def wait_for(jobs: Iterable[Job], timeout: float | None = None, poll_interval: f
             elapsed = time.monotonic() - started
             if bar is not None:
                 _show(bar, infos, trouble)
+            if on_poll is not None:
+                on_poll(infos)
             if all(info.finished for info in infos):
                 return infos
             if timeout is not None and elapsed >= timeout:

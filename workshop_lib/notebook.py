@@ -265,9 +265,25 @@ def run_experiments(selection: Selection, runs_dir: Path | str | None = None,
     runs = submit_experiments(selection.runnable, selection.profile, root=root)
     fresh = sum(run.submitted_now for run in runs)
     message(f"{fresh} job(s) submitted, {len(runs) - fresh} reused or already queued; run folders under {root}.")
-    wait_for_runs(runs, timeout=wait_timeout_s, progress=progress)
+    monitor = _live_monitor(runs, selection.chapter, root)
+    wait_for_runs(runs, timeout=wait_timeout_s, progress=progress, on_poll=monitor.show_states if monitor else None)
     _show_run_table(runs)
     return runs
+
+
+def _live_monitor(runs: Sequence[Run], chapter: int, root: Path):
+    """In JupyterLab (a live widget frontend): the job monitor, fed by the waiter's polls, so it asks the
+    scheduler nothing itself. None elsewhere (papermill, the book): the run table below says it all."""
+    from .widgets.frontend import live_widgets
+
+    if not live_widgets():
+        return None
+    from .widgets.monitor import JobMonitor
+
+    monitor = JobMonitor(runs=[run for run in runs if run.record is not None], chapter=None, runs_dir=root,
+                         stop_when_done=True, interactive=True)
+    _display(monitor.widget)  # filled by the waiter's first poll, a moment later
+    return monitor
 
 
 def _show_run_table(runs: Sequence[Run], read_only: bool = False) -> pd.DataFrame:

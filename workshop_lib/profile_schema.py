@@ -89,6 +89,8 @@ RULES: dict[str, Rule] = {
     "bandwidth_check.nccl_tests_modules.*": MODULE,
     "bandwidth_check.nccl_tests_command": TEXT,
     "bandwidth_check.nccl_tests_arguments.*": TEXT,
+    "rehearsal.sleep_s": Rule("seconds each rehearsal job sleeps, 0 to 600", minimum=0, maximum=600),
+    "rehearsal.staged": SHELL_PATH,
     "limits.max_gpus": COUNT,
     "limits.max_nodes": COUNT,
 }

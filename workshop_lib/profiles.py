@@ -101,6 +101,16 @@ class BandwidthCheck:
 
 
 @dataclass(frozen=True)
+class RehearsalSetup:
+    """A class rehearsal: jobs train nothing. Each reads the staged folder, sleeps, and writes the files a run
+    leaves (metrics, log lines, monitors) with made-up numbers, so a chapter's tables fill while the
+    scheduler, the run folders and the notebooks see a class's real traffic (benchmarks/class_rehearsal/)."""
+
+    sleep_s: float = 3.0  # how long each job "trains"
+    staged: str | None = None  # the shared read-only folder each job reads (shell path); None: none
+
+
+@dataclass(frozen=True)
 class Limits:
     """The grid this site runs: experiments beyond it are not realised here."""
 
@@ -126,6 +136,7 @@ class Profile:
     rendezvous_host: str | None = None
     bandwidth_check: BandwidthCheck | None = None
     gpu_memory_gib: float | None = None  # memory of one GPU; the fit check refuses what cannot fit (null: no check)
+    rehearsal: RehearsalSetup | None = None  # set: jobs only sleep and write a run's files (no training)
     source: Path | None = None
 
     def time_limit(self, chapter: int) -> str:

@@ -40,7 +40,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from . import cluster, paths, slurm_output
 from .backend import get_backend, resolve_backend
@@ -188,8 +188,9 @@ class Run:
         return self.info().state
 
 
-def query_runs(runs: Sequence[Run]) -> list[JobInfo]:
-    """Each run's state, asking the scheduler once for all the runs still active. Writes nothing.
+def query_runs(runs: Sequence[Run], max_age_s: float = 0.0) -> list[JobInfo]:
+    """Each run's state, asking the scheduler once for all the runs still active (an answer this process got
+    less than `max_age_s` seconds ago is reused). Writes nothing.
     A scheduler that cannot be asked gives UNKNOWN (with its message as the reason)."""
     answers: dict[int, JobInfo] = {}
     asking: list[tuple[int, cluster.Job]] = []
@@ -208,7 +209,7 @@ def query_runs(runs: Sequence[Run]) -> list[JobInfo]:
             asking.append((index, run.job))
     if asking:
         try:
-            infos = cluster.query_jobs([job for _, job in asking])
+            infos = cluster.query_jobs([job for _, job in asking], max_age_s=max_age_s)
         except ClusterError as error:
             infos = [JobInfo(job_id=job.job_id, state=UNKNOWN, reason=str(error), stdout_path=job.stdout_path)
                      for _, job in asking]
@@ -433,12 +434,22 @@ def submit_experiments(experiments: Iterable[Experiment], profile: Profile | str
 
 
 def wait_for_runs(runs: Iterable[Run], timeout: float | None = None, progress: bool = True,
-                  poll_interval: float | None = None) -> list[JobInfo]:
-    """Wait until every submitted run has ended; records final states in job.json."""
+                  poll_interval: float | None = None,
+                  on_poll: Callable[[list[tuple[Run, JobInfo]]], None] | None = None) -> list[JobInfo]:
+    """Wait until every submitted run has ended; records final states in job.json.
+    `on_poll` gets every run with its state after each poll (a job monitor shows them)."""
     runs = [run for run in runs if run.record is not None]
     waiting = [run for run in runs if not run.record.final_state]
+    recorded = {id(run): run.info() for run in runs if run.record.final_state}  # from job.json: no scheduler call
+
+    def report(infos: list[JobInfo]) -> None:
+        latest = {id(run): info for run, info in zip(waiting, infos)}
+        on_poll([(run, latest.get(id(run)) or recorded[id(run)]) for run in runs])
+
     infos = cluster.wait_for([run.job for run in waiting], timeout=timeout, progress=progress,
-                             poll_interval=poll_interval) if waiting else []
+                             poll_interval=poll_interval, on_poll=report if on_poll else None) if waiting else []
+    if on_poll is not None and not waiting:
+        report([])
     for run, info in zip(waiting, infos):
         run.remember(info)
     latest = {id(run): info for run, info in zip(waiting, infos)}

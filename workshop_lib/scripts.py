@@ -52,11 +52,14 @@ class Directive:
 
 
 STAND_IN = "stand-in"  # chapters 1-2 realised by the PyTorch/PEFT engines where NeMo is off
+REHEARSAL = "rehearsal"  # the class rehearsal's jobs: they sleep and write made-up numbers
 
 
 def run_engine(experiment: Experiment, profile: Profile) -> str:
     """What actually trains this experiment on this site: `nemo`, `stand-in` (a NeMo experiment on a
-    profile without NeMo), or the experiment's own engine (`hf`, `gpt`)."""
+    profile without NeMo), or the experiment's own engine (`hf`, `gpt`); `rehearsal` where nothing trains."""
+    if profile.rehearsal is not None:
+        return REHEARSAL
     if experiment.engine == NEMO:
         return NEMO if profile.nemo.enabled else STAND_IN
     return experiment.engine
@@ -64,6 +67,8 @@ def run_engine(experiment: Experiment, profile: Profile) -> str:
 
 def template_for(experiment: Experiment, profile: Profile) -> str:
     """Which template realises this experiment on this site."""
+    if profile.rehearsal is not None:
+        return "rehearsal.sbatch.j2"
     if experiment.engine == NEMO and profile.nemo.enabled:
         return "nemo_finetune.sbatch.j2"
     return "torchrun_multi_node.sbatch.j2" if experiment.multi_node else "torchrun_single_node.sbatch.j2"
@@ -96,7 +101,9 @@ def render_script(experiment: Experiment, profile: Profile | str | None = None,
         "q": shlex.quote,
         "dq": _double_quoted,
     }
-    if uses_nemo:
+    if profile.rehearsal is not None:
+        context["rehearsal"] = rehearsal_context(experiment, profile)
+    elif uses_nemo:
         context["nemo"] = nemo_context(experiment, profile)
     else:
         if experiment.zero_stage is not None and deepspeed_config is None:
@@ -251,6 +258,17 @@ def bandwidth_context(experiment: Experiment, profile: Profile) -> dict:
         context["modules"] = check.nccl_tests_modules
         context["command"] = _join([check.nccl_tests_command, *check.nccl_tests_arguments, "-g", "1"])
     return context
+
+
+def rehearsal_context(experiment: Experiment, profile: Profile) -> dict:
+    """The rehearsal's stand-in for training (workshop_lib.train.rehearsal): read the staged folder, sleep,
+    write the run's files."""
+    rehearsal = profile.rehearsal
+    words = [shlex.quote(profile.python.python), "-m", "workshop_lib.train.rehearsal",
+             "--experiment", shlex.quote(experiment.id), "--output-dir", TRAIN_DIR, "--sleep", f"{rehearsal.sleep_s:g}"]
+    if rehearsal.staged:
+        words += ["--staged", _double_quoted(rehearsal.staged)]
+    return {"sleep_s": f"{rehearsal.sleep_s:g}", "command": " ".join(words)}
 
 
 def nemo_context(experiment: Experiment, profile: Profile) -> dict:

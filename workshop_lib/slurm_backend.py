@@ -1,7 +1,7 @@
 """The SLURM backend: sbatch, squeue, sacct, scontrol and scancel, as few calls as a shared scheduler wants.
 
-One `squeue` call answers for all of a waiter's jobs; `sacct` is asked only about the jobs the controller
-no longer lists; `scontrol show job` once per job, when it has ended, for its exit code. A failing call
+One `squeue` call answers for all of a waiter's jobs, exit codes of the ended ones included; `sacct` (which
+asks slurmdbd, not the controller) only about the jobs the controller no longer lists. A failing call
 raises ClusterError with the tool's own message: an unreachable scheduler is never read as a job's state.
 """
 
@@ -20,8 +20,12 @@ from .errors import ClusterError, SubmitError
 from .sbatch_script import sbatch_request
 from .slurm_output import JobInfo
 
-# squeue columns: id, name, state, reason, time used, time limit, nodes, working directory, submit time.
-SQUEUE_FORMAT = "%i|%j|%T|%r|%M|%l|%N|%Z|%V"
+# squeue columns: id (array tasks as ID_TASK), name, state, reason, time used, time limit, nodes, working
+# directory, submit time, and the wait status of an ended job (exit code << 8 | signal): with it, an ended
+# job needs no `scontrol show job` of its own. "Field:|" = no padding, "|" after each value.
+SQUEUE_FIELDS = ("JobArrayID", "Name", "State", "Reason", "TimeUsed", "TimeLimit", "NodeList", "WorkDir", "SubmitTime",
+                 "exit_code")
+SQUEUE_FORMAT = ",".join(f"{field}:|" for field in SQUEUE_FIELDS)
 # A shared scheduler: squeue costs 2 controller RPCs; 10 s growing to 15 s keeps a waiter under
 # 12 RPCs a minute whatever the number of jobs (benchmarks/polling_rpcs.py measures it).
 CLUSTER_POLLING = PollPolicy(first=10.0, longest=15.0)
@@ -90,11 +94,8 @@ class SlurmBackend:
         listed = self._squeue(job_ids)
         infos: dict[str, JobInfo] = {}
         for job_id in job_ids:
-            info = listed.get(job_id)
-            if info is not None and info.finished:
-                info = self._ended(job_id, info)
-            if info is not None:
-                infos[job_id] = info
+            if job_id in listed:
+                infos[job_id] = listed[job_id]
         missing = [job_id for job_id in job_ids if job_id not in infos]
         if missing:
             records = self.accounting(missing)
@@ -133,7 +134,7 @@ class SlurmBackend:
         _checked(["scancel", job_id], f"scancel {job_id}")
 
     def jobs_in(self, workdir: Path, since: float) -> list[str]:
-        output = _checked(["squeue", "-h", "-t", "all", "--me", "-o", SQUEUE_FORMAT], "squeue")
+        output = _checked(["squeue", "-h", "-t", "all", "--me", "-O", SQUEUE_FORMAT], "squeue")
         found = []
         for line in output.splitlines():
             fields = line.split("|")
@@ -148,7 +149,12 @@ class SlurmBackend:
         return found
 
     def poll_policy(self) -> PollPolicy:
-        return LOCAL_CLUSTER_POLLING if _is_project_cluster() else CLUSTER_POLLING
+        from .backend import chosen_poll_policy
+
+        choice = chosen_poll_policy()
+        if choice == "auto":
+            choice = "local" if _is_project_cluster() else "shared"
+        return LOCAL_CLUSTER_POLLING if choice == "local" else CLUSTER_POLLING
 
     available = staticmethod(slurm_available)
 
@@ -157,23 +163,27 @@ class SlurmBackend:
         # All of this user's jobs, filtered here: one controller request (plus squeue's partition request)
         # whatever the number of jobs; `-j ID` alone would cost a third one.
         wanted = set(job_ids)
-        result = _run(["squeue", "-h", "-t", "all", "--me", "-o", SQUEUE_FORMAT], "squeue")
+        result = _run(["squeue", "-h", "-t", "all", "--me", "-O", SQUEUE_FORMAT], "squeue")
         if result.returncode != 0:
             raise ClusterError(f"squeue failed: {result.stderr.strip()} (the controller is unreachable; the jobs "
                                "are not known to have ended: ask again later)")
         rows: dict[str, list[JobInfo]] = {}
         for line in result.stdout.splitlines():
             fields = line.split("|")
-            if len(fields) < 9:
+            if len(fields) < len(SQUEUE_FIELDS):
                 continue
             task_id, name, state, reason, used, limit, nodes = fields[:7]
             parent = task_id.split("_")[0]
             if parent not in wanted:
                 continue
+            state = slurm_output.normalise_state(state)
+            exit_code, signal = (slurm_output.parse_wait_status(fields[9]) if state in slurm_output.FINAL_STATES
+                                 else (None, None))
             rows.setdefault(parent, []).append(JobInfo(
-                job_id=task_id, state=slurm_output.normalise_state(state), reason=reason or None,
+                job_id=task_id, state=state, reason=reason or None, exit_code=exit_code, signal=signal,
                 elapsed_s=slurm_output.parse_elapsed(used), name=name or None,
-                node_list=nodes or None, time_limit_s=slurm_output.parse_elapsed(limit)))
+                node_list=nodes if nodes and nodes != "(null)" else None,
+                time_limit_s=slurm_output.parse_elapsed(limit)))
         infos = {}
         for job_id, tasks in rows.items():
             if len(tasks) == 1 and tasks[0].job_id == job_id:
@@ -181,14 +191,6 @@ class SlurmBackend:
             else:
                 infos[job_id] = slurm_output.aggregate_array(job_id, tasks)
         return infos
-
-    def _ended(self, job_id: str, listed: JobInfo) -> JobInfo:
-        """An ended job's full record (exit code, signal) from scontrol, asked once per job."""
-        result = _run(["scontrol", "show", "job", "-o", job_id], "scontrol")
-        if result.returncode == 0 and result.stdout.strip():
-            info = slurm_output.job_info_from_scontrol(job_id, result.stdout)
-            return info if info.time_limit_s is not None else info.with_limit(listed.time_limit_s)
-        return listed
 
 
 def _refusal_hint(stderr: str) -> str:

@@ -80,6 +80,15 @@ def parse_exit_code(raw: str | None) -> tuple[int | None, int | None]:
         return None, None
 
 
+def parse_wait_status(raw: str | None) -> tuple[int | None, int | None]:
+    """squeue's exit_code (a wait status: exit code << 8 | signal) -> (exit code, signal or None)."""
+    try:
+        status = int(str(raw).strip())
+    except ValueError:
+        return None, None
+    return (status >> 8) & 0xFF, (status & 0x7F) or None
+
+
 def parse_elapsed(raw: str | None) -> float | None:
     """sacct's ElapsedRaw (seconds) or scontrol's RunTime ('1-02:03:04') -> seconds; None if unreadable."""
     try:

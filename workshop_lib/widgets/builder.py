@@ -92,7 +92,7 @@ class ExperimentBuilder:
         self.estimate_text = ""
         self.run: Run | None = None
         self.submit_note = ""
-        self.monitor = JobMonitor(runs_dir=self.runs_dir, interval_s=3.0, log_lines=8, interactive=self.interactive)
+        self.monitor = JobMonitor(runs_dir=self.runs_dir, log_lines=8, interactive=self.interactive)
         self._controls: dict = {}
         self._views: dict = {}
         self._widget = None

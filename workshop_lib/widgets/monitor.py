@@ -6,6 +6,9 @@
 
 The refresh runs in a thread rather than an asyncio task so that it also updates while another cell
 blocks (a `wait_for` in progress); widget updates from a thread are what ipywidgets documents for this.
+A chapter's submit cell shows a monitor fed by its waiter (`show_states` after each poll): it then asks the
+scheduler nothing itself. A monitor refreshing on its own reuses an answer the process got within half its
+interval, and its default interval is the backend's longest pause, so it adds at most one poller.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import Iterable
 from ..durations import format_duration
 from ..experiments import Experiment, chapter_experiments
 from ..runs import NOT_SUBMITTED, Run, RunRecord, load_run, query_runs
-from ..slurm_output import FINAL_STATES, tail
+from ..slurm_output import FINAL_STATES, JobInfo, tail
 from . import frontend
 
 MONITOR_CLASS = "workshop-job-monitor"
@@ -52,13 +55,13 @@ class JobMonitor:
 
     def __init__(self, runs: Iterable[Run] = (), chapter: int | None = None,
                  experiments: Iterable[Experiment] = (), runs_dir: Path | str | None = None,
-                 interval_s: float = 5.0, log_lines: int = 5, stop_when_done: bool = True,
+                 interval_s: float | None = None, log_lines: int = 5, stop_when_done: bool = True,
                  interactive: bool | None = None):
-        from ..notebook import resolve_runs_dir
+        from ..paths import runs_root
 
-        self.runs_dir = resolve_runs_dir(runs_dir)
+        self.runs_dir = runs_root(runs_dir)
         self.chapter = chapter
-        self.interval_s = interval_s
+        self.interval_s = interval_s if interval_s is not None else _backend_interval()
         self.log_lines = log_lines
         self.stop_when_done = stop_when_done
         self.interactive = frontend.live_widgets(interactive)
@@ -104,8 +107,16 @@ class JobMonitor:
         for run in runs:
             if run.record is None and not run.damage:  # submitted since (by a notebook cell or the CLI)?
                 run.record = RunRecord.load(run.directory)
-        # One scheduler call for all the runs (runs.query_runs), not one per run and refresh.
-        rows = [self._row(run, info) for run, info in zip(runs, query_runs(runs))]
+        # One scheduler call for all the runs (runs.query_runs), not one per run and refresh; none at all when
+        # this process asked about them less than half an interval ago (a waiter in another cell).
+        return self.show_states(list(zip(runs, query_runs(runs, max_age_s=self.interval_s / 2))))
+
+    def show_states(self, pairs: list[tuple[Run, JobInfo]]) -> list[MonitorRow]:
+        """Show states someone else asked for (a waiter's poll): no scheduler call. Returns the rows."""
+        with self._lock:
+            for run, _ in pairs:
+                self._runs.setdefault(run.experiment.id, run)
+        rows = [self._row(run, info) for run, info in pairs]
         self.rows = rows
         self.refreshed_at = datetime.now(timezone.utc)
         if self._widget is not None:
@@ -262,6 +273,16 @@ class JobMonitor:
 
     def __repr__(self) -> str:
         return self.text()
+
+
+def _backend_interval() -> float:
+    """The longest pause of the scheduler's poll policy (15 s on a shared cluster), at least 2 s."""
+    from ..backend import get_backend, resolve_backend
+
+    try:
+        return max(2.0, get_backend(resolve_backend()).poll_policy().longest)
+    except Exception:  # noqa: BLE001 - no scheduler known yet: the monitor still shows what is on disk
+        return 15.0
 
 
 def _since(timestamp: str | None) -> float | None:
