@@ -134,7 +134,7 @@ class SlurmBackend:
         _checked(["scancel", job_id], f"scancel {job_id}")
 
     def jobs_in(self, workdir: Path, since: float) -> list[str]:
-        output = _checked(["squeue", "-h", "-t", "all", "--me", "-O", SQUEUE_FORMAT], "squeue")
+        output = _checked(["squeue", "-h", "-t", "all", "--me", "--local", "-O", SQUEUE_FORMAT], "squeue")
         found = []
         for line in output.splitlines():
             fields = line.split("|")
@@ -161,9 +161,10 @@ class SlurmBackend:
     # ---- helpers ------------------------------------------------------------------------------
     def _squeue(self, job_ids: Sequence[str]) -> dict[str, JobInfo]:
         # All of this user's jobs, filtered here: one controller request (plus squeue's partition request)
-        # whatever the number of jobs; `-j ID` alone would cost a third one.
+        # whatever the number of jobs; `-j ID` would cost a third one, and so would the federation lookup
+        # squeue makes for a user other than root without --local.
         wanted = set(job_ids)
-        result = _run(["squeue", "-h", "-t", "all", "--me", "-O", SQUEUE_FORMAT], "squeue")
+        result = _run(["squeue", "-h", "-t", "all", "--me", "--local", "-O", SQUEUE_FORMAT], "squeue")
         if result.returncode != 0:
             raise ClusterError(f"squeue failed: {result.stderr.strip()} (the controller is unreachable; the jobs "
                                "are not known to have ended: ask again later)")
