@@ -54,6 +54,7 @@ from pathlib import Path
 import jupytext, papermill
 chapter, profile, runs_dir, output, go, done = sys.argv[1:7]
 notebook = jupytext.read(chapter)
+Path(done).with_name("ready").write_text("ready")
 while not Path(go).exists():
     time.sleep(0.05)
 started = time.time()
@@ -341,6 +342,7 @@ def rehearse(users: int, chapter: int = 1, nodes: int = 16, sleep_s: float = 3.0
         env["SLURM_CONF"] = str(local.conf)
     reservation = f"rehearsal-{os.getpid()}"
     participants: list[Participant] = []
+    processes: list[subprocess.Popen] = []
     try:
         participants = add_users(users, folder)
         enforced = ensure_associations(participants, env)
@@ -351,7 +353,6 @@ def rehearse(users: int, chapter: int = 1, nodes: int = 16, sleep_s: float = 3.0
         python = participant_python(folder)
         env["PATH"] = os.pathsep.join([str(python.parent), env["PATH"]])
         go = folder / "go"
-        processes = []
         for participant in participants:
             entry = pwd.getpwnam(participant.user)
             command = [str(python), "-c", PARTICIPANT, str(chapter_path), str(profile), str(participant.runs_dir),
@@ -360,7 +361,12 @@ def rehearse(users: int, chapter: int = 1, nodes: int = 16, sleep_s: float = 3.0
                 command, user=entry.pw_uid, group=entry.pw_gid, extra_groups=[], cwd=participant.home,
                 env=participant_environment(participant, env, reservation),
                 stdout=open(participant.home / "participant.log", "wb"), stderr=subprocess.STDOUT))
-        time.sleep(3.0)  # every participant has imported papermill and waits for the common start
+        # Every participant has imported papermill and read the chapter: all start together.
+        deadline = time.time() + 300
+        while not all((participant.home / "ready").exists() for participant in participants):
+            if time.time() > deadline or any(process.poll() is not None for process in processes):
+                raise RuntimeError("a participant did not get ready; its log is participant.log in its home")
+            time.sleep(0.2)
         run(["sdiag", "-r"], env)
         started = time.time()
         go.write_text("go")
@@ -394,6 +400,10 @@ def rehearse(users: int, chapter: int = 1, nodes: int = 16, sleep_s: float = 3.0
             accounting_enforced=enforced, staged_files=len(json.loads((staged / "manifest.json").read_text())["files"]),
             experiments_per_notebook=len(expected), polling="shared (WORKSHOP_POLL_POLICY=shared)"))
     finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
         run(["scontrol", "delete", f"ReservationName={reservation}"], env, check=False)
         for participant in participants:
             run(["scancel", "--user", participant.user], env, check=False)

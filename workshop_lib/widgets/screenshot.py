@@ -39,9 +39,15 @@ NOTEBOOK_CELLS = [
 ]
 INVALID_CHANGE = "builder.set(zero_stage=0).select_tab('estimate')"
 # Quiet JupyterLab: no news toast, no update check over a closed network.
-_NOTEBOOK_PANEL = "Array.from(window.jupyterapp.shell.widgets('main')).find(w => w.sessionContext)"
+NOTEBOOK_PANEL = "Array.from(window.jupyterapp.shell.widgets('main')).find(w => w.sessionContext)"
+KERNEL_IDLE = (f"(() => {{ const kernel = {NOTEBOOK_PANEL}.sessionContext.session?.kernel;"
+               " return !!kernel && kernel.status === 'idle'; })()")
 LAB_SETTINGS = {"@jupyterlab/apputils-extension/notification.jupyterlab-settings":
-                {"fetchNews": "false", "checkForUpdates": False}}
+                {"fetchNews": "false", "checkForUpdates": False},
+                # Every cell in the page, not only those scrolled into view: a test reads outputs anywhere.
+                "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
+                # A driven session edits cells (the parameters cell): nothing is written back to disk.
+                "@jupyterlab/docmanager-extension/plugin.jupyterlab-settings": {"autosave": False}}
 
 
 def find_chromium() -> str | None:
@@ -64,43 +70,65 @@ def take_screenshot(output: Path | str | None = None, width: int = 1400, height:
 
     With ``invalid_output``, a second PNG shows the same widget after ``INVALID_CHANGE`` ran in the kernel.
     """
+    output = Path(output) if output else repository_root() / DEFAULT_OUTPUT
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="workshop-screenshot-") as name:
+        folder = Path(name)
+        _write_notebook(folder / "builder.ipynb", cells or NOTEBOOK_CELLS)
+        with lab_page(folder, width, height, timeout) as (page, port):
+            open_notebook(page, port, "builder.ipynb", timeout)
+            page.evaluate("window.jupyterapp.shell.collapseLeft(); window.jupyterapp.shell.collapseRight(); "
+                          "window.jupyterapp.commands.execute('notebook:run-all-cells')")
+            page.wait_for(f"!!document.querySelector('.{BUILDER_CLASS} .jupyter-widgets')", timeout,
+                          "the builder widget to render")
+            page.evaluate("window.jupyterapp.commands.execute('notebook:enter-command-mode')")
+            time.sleep(1.5)  # fonts and the tab bar settle
+            _capture(page, output)
+            if invalid_output is not None:
+                # The same live widget after a change made in the kernel: an invalid combination, estimate tab.
+                page.evaluate(f"void {NOTEBOOK_PANEL}.sessionContext.session.kernel.requestExecute("
+                              f"{{code: {json.dumps(INVALID_CHANGE)}}})")
+                page.wait_for(f"document.querySelector('.{BUILDER_CLASS}').innerText.includes('offload-with-zero0')",
+                              timeout, "the builder to show the validator's message")
+                time.sleep(1.0)
+                _capture(page, Path(invalid_output))
+    return output
+
+
+@contextmanager
+def lab_page(folder: Path, width: int = 1400, height: int = 900, timeout: float = 120.0):
+    """JupyterLab serving `folder` (runs in `folder`/runs) and a headless Chromium page to drive it: yields
+    (page, port). Both are stopped, and with them the kernels, when the block ends."""
     chromium = find_chromium()
     if chromium is None:
         raise WorkshopError("no Chromium found: install it (Debian: apt-get install chromium) or set $CHROMIUM")
-    output = Path(output) if output else repository_root() / DEFAULT_OUTPUT
-    output.parent.mkdir(parents=True, exist_ok=True)
     with ExitStack() as stack:
-        folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="workshop-screenshot-")))
-        _write_notebook(folder / "builder.ipynb", cells or NOTEBOOK_CELLS)
         port = free_port()
         stack.enter_context(_jupyterlab(folder, port, timeout))
         browser = stack.enter_context(_chromium(chromium, folder / "chrome", width, height, timeout))
         page = stack.enter_context(_DevTools(_page_websocket(browser, timeout)))
         page.call("Page.enable")
         page.call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1, mobile=False)
-        page.call("Page.navigate", url=f"http://127.0.0.1:{port}/lab/tree/builder.ipynb")
-        page.wait_for("!!(window.jupyterapp && document.querySelector('.jp-NotebookPanel .jp-Cell'))",
-                      timeout, "the notebook to open in JupyterLab")
-        # Headless Chromium has no focus, so JupyterLab's "current" notebook stays unset: activate it by hand.
-        page.evaluate(f"window.jupyterapp.shell.activateById({_NOTEBOOK_PANEL}.id)")
-        page.wait_for(f"(() => {{ const kernel = {_NOTEBOOK_PANEL}.sessionContext.session?.kernel;"
-                      " return !!kernel && kernel.status === 'idle'; })()", timeout, "the kernel to start")
-        page.evaluate("window.jupyterapp.shell.collapseLeft(); window.jupyterapp.shell.collapseRight(); "
-                      "window.jupyterapp.commands.execute('notebook:run-all-cells')")
-        page.wait_for(f"!!document.querySelector('.{BUILDER_CLASS} .jupyter-widgets')", timeout,
-                      "the builder widget to render")
-        page.evaluate("window.jupyterapp.commands.execute('notebook:enter-command-mode')")
-        time.sleep(1.5)  # fonts and the tab bar settle
-        _capture(page, output)
-        if invalid_output is not None:
-            # The same live widget after a change made in the kernel: an invalid combination, estimate tab.
-            page.evaluate(f"void {_NOTEBOOK_PANEL}.sessionContext.session.kernel.requestExecute("
-                          f"{{code: {json.dumps(INVALID_CHANGE)}}})")
-            page.wait_for(f"document.querySelector('.{BUILDER_CLASS}').innerText.includes('offload-with-zero0')",
-                          timeout, "the builder to show the validator's message")
-            time.sleep(1.0)
-            _capture(page, Path(invalid_output))
-    return output
+        yield page, port
+
+
+def open_notebook(page: "_DevTools", port: int, name: str, timeout: float = 120.0) -> None:
+    """Open `name` (a path under the served folder) in JupyterLab and wait for its kernel to be idle."""
+    page.call("Page.navigate", url=f"http://127.0.0.1:{port}/lab/tree/{name}")
+    page.wait_for("!!(window.jupyterapp && document.querySelector('.jp-NotebookPanel .jp-Cell'))",
+                  timeout, f"{name} to open in JupyterLab as a notebook")
+    # Headless Chromium has no focus, so JupyterLab's "current" notebook stays unset: activate it by hand.
+    page.evaluate(f"window.jupyterapp.shell.activateById({NOTEBOOK_PANEL}.id)")
+    page.wait_for(KERNEL_IDLE, timeout, "the kernel to start")
+
+
+def capture(page: "_DevTools", path: Path, selector: str | None = None) -> Path:
+    """A PNG of the page, scrolled so that the first element matching `selector` is at the top."""
+    if selector:
+        page.evaluate(f"document.querySelector({json.dumps(selector)}).scrollIntoView()")
+        time.sleep(0.5)
+    _capture(page, path)
+    return path
 
 
 def _capture(page: "_DevTools", path: Path) -> None:
