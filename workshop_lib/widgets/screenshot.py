@@ -123,9 +123,9 @@ def open_notebook(page: "_DevTools", port: int, name: str, timeout: float = 120.
 
 
 def capture(page: "_DevTools", path: Path, selector: str | None = None) -> Path:
-    """A PNG of the page, scrolled so that the first element matching `selector` is at the top."""
+    """A PNG of the page, scrolled so that the first element matching `selector` is in the middle."""
     if selector:
-        page.evaluate(f"document.querySelector({json.dumps(selector)}).scrollIntoView()")
+        page.evaluate(f"document.querySelector({json.dumps(selector)}).scrollIntoView({{block: 'center'}})")
         time.sleep(0.5)
     _capture(page, path)
     return path
