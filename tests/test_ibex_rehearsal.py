@@ -36,7 +36,7 @@ REHEARSED = ["lora/llama/1-gpu", "model-parallel/llama/tp2-dp2", "zero/baseline"
 @pytest.fixture(scope="module")
 def rehearsal(local_cluster, tmp_path_factory):
     root = tmp_path_factory.mktemp("ibex")
-    site = IbexSite(root)
+    site = IbexSite(root, real_srun=True)
     saved = dict(os.environ)
     os.environ.update(site.environment(dict(os.environ)))  # sbatch hands this environment to the jobs
     try:

@@ -54,6 +54,7 @@ RULES: dict[str, Rule] = {
     "scheduler.time_limits.*": TIME,
     "scheduler.time_limits.<key>": Rule("a chapter number (1 to 4)", minimum=1, maximum=4),
     "cache_root": SHELL_PATH,
+    "shared_root": SHELL_PATH,
     "gpu_monitor_interval_s": Rule("seconds between samples, 1 to 3600", minimum=1, maximum=3600),
     "cpu_monitor_interval_s": Rule("seconds between samples, 1 to 3600", minimum=1, maximum=3600),
     "rendezvous_host": Rule("a host name or IP address", r"[A-Za-z0-9_.:-]+"),
@@ -72,6 +73,9 @@ RULES: dict[str, Rule] = {
     "python.python": TEXT,
     "python.torchrun": TEXT,
     "python.psrecord": TEXT,
+    # srun options, each --name=value with a plain value: they reach `srun` as separate words.
+    "python.build_allocation": Rule("srun options such as \"--time=01:00:00 --cpus-per-task=8\"",
+                                    r"--[a-z][a-z-]*=[A-Za-z0-9_.,:-]+(?: --[a-z][a-z-]*=[A-Za-z0-9_.,:-]+)*"),
     "training.data": TEXT,
     "training.models.*": TEXT,
     "training.precision": Rule("one of fp32, fp16, bf16", choices=("fp32", "fp16", "bf16")),

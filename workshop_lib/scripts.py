@@ -24,6 +24,7 @@ from .paths import DS_CONFIGS_DIR, SLURM_DIR
 from .profiles import Profile, load_profile
 from .reservation import find_reservation
 from .site_setup import (CACHE_VARIABLES, MISSING_SETUP_EXIT, OFFLINE_VARIABLES, import_requirements, import_step,
+                         shared_exports,
                          job_requirements, setup_command)
 from .validate import raise_for_experiment
 
@@ -235,7 +236,7 @@ def cache_exports(profile: Profile) -> list[tuple[str, str]]:
     """(variable, shell value) pairs redirecting caches under the profile's cache root, if it has one."""
     if not profile.cache_root:
         return []
-    return [(name, f'"$CACHE_ROOT/{folder}"') for name, folder in CACHE_VARIABLES.items()]
+    return [(name, f'"$CACHE_ROOT/{folder}"') for name, folder in CACHE_VARIABLES.items()] + shared_exports(profile)
 
 
 def bandwidth_context(experiment: Experiment, profile: Profile) -> dict:
