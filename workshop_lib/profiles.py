@@ -105,6 +105,18 @@ class BandwidthCheck:
 
 
 @dataclass(frozen=True)
+class JupyterSetup:
+    """JupyterLab as a batch job (`workshop lab --batch`), the way KAUST documents Jupyter on Ibex: a job
+    on a compute node, reached from a laptop through an SSH tunnel via the login node."""
+
+    login_host: str | None = None  # the tunnel's host, e.g. glogin.ibex.kaust.edu.sa; None: this machine
+    node_domain: str | None = None  # appended to the node's short name; None: the server listens on 127.0.0.1
+    time: str = "04:00:00"
+    cpus: int = 4  # the notebooks only render, submit and tabulate: no GPU
+    memory: str = "16G"
+
+
+@dataclass(frozen=True)
 class Limits:
     """The grid this site runs: experiments beyond it are not realised here."""
 
@@ -133,6 +145,7 @@ class Profile:
     rendezvous_host: str | None = None
     bandwidth_check: BandwidthCheck | None = None
     gpu_memory_gib: float | None = None  # memory of one GPU; the fit check refuses what cannot fit (null: no check)
+    jupyter: JupyterSetup = field(default_factory=JupyterSetup)
     source: Path | None = None
 
     def time_limit(self, chapter: int) -> str:
@@ -219,11 +232,12 @@ def shared_root_of(profile: Profile, environ: dict | None = None) -> tuple[str, 
         value, origin = profile.shared_root.rstrip("/"), f"shared_root of profile {profile.name!r}"
     else:
         return None
+    from .profile_schema import ABSOLUTE_SHELL_PATH  # the schema's rule for the key, applied to the variable too
+
     # The folder reaches scripts as double-quoted shell text: only $NAME / ${NAME} may expand in it.
-    if not value.startswith(("/", "$")) or not re.fullmatch(r'(?:[^$"`\\\x00-\x1f\x7f]|\$\{?[A-Za-z_]\w*\}?)+', value):
-        raise ProfileError(f"{origin} is {value!r}: it must be an absolute path (variables such as $USER "
-                           "allowed; no quotes, backquotes or $( )). Use the folder the instructor announced, "
-                           f"e.g. export {SHARED_ROOT_VARIABLE}=/ibex/project/c1234/dist-ft-workshop")
+    if not re.fullmatch(ABSOLUTE_SHELL_PATH.pattern, value):
+        raise ProfileError(f"{origin} is {value!r}: it must be {ABSOLUTE_SHELL_PATH.expected}. Use the folder "
+                           f"the instructor announced, e.g. export {SHARED_ROOT_VARIABLE}=/ibex/project/c1234/dist-ft-workshop")
     return value, origin
 
 

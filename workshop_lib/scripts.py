@@ -209,6 +209,17 @@ def _site_directives(profile: Profile, time_limit: str) -> list[Directive]:
     return lines
 
 
+def site_directives_without_gpu_type(profile: Profile, time_limit: str) -> list[Directive]:
+    """The site's placement for a CPU-only job (JupyterLab): partition, account, reservation and time,
+    without the GPU-type constraint (any compute node will do)."""
+    return [line for line in _site_directives(profile, time_limit) if line.option != "constraint"]
+
+
+def render_template(name: str, context: dict) -> str:
+    """A template of slurm/templates with the quoting helpers every script uses."""
+    return _tidy(_environment().get_template(name).render({"q": shlex.quote, "dq": _double_quoted, **context}))
+
+
 def torchrun_launch(experiment: Experiment, profile: Profile, arguments: list[str]) -> str:
     """The torchrun command line, one flag per line so that a reader can follow it."""
     torchrun = shlex.quote(profile.python.torchrun)
