@@ -270,7 +270,7 @@ def build_plan(profile: Profile, checkout: Path = SOURCE_ROOT,
     if profile.offline:
         steps.append(_hub_download_step(profile, nemo_models=list(nemo.hub_ids.values()) if nemo.enabled else []))
     if nemo.enabled:
-        steps += _nemo_steps(profile)
+        steps += _nemo_steps(profile, staging=bool(stage))
     if stage:
         steps.append(_publish_step(profile, [step.name for step in steps if is_staged_step(step.name)]))
     return Plan(profile, steps, "\n".join(lines), checkout)
@@ -297,8 +297,12 @@ def _checkout_copy_step() -> Step:
     # Tracked and new files, not runs/, .venv/ or build output; written aside and renamed into place.
     return Step("workshop-copy", "a copy of this workshop checkout that the staged environment is installed from",
                 ('rm -rf "$CHECKOUT.partial" && mkdir -p "$CHECKOUT.partial"',
+                 # A git checkout: its tracked and new files. Otherwise: all but runs, environments, builds.
+                 'if git -C "$SOURCE" rev-parse --is-inside-work-tree >/dev/null 2>&1; then '
                  'git -C "$SOURCE" ls-files -z --cached --others --exclude-standard '
-                 '| (cd "$SOURCE" && tar --null -T - -cf -) | tar -xf - -C "$CHECKOUT.partial"',
+                 '| (cd "$SOURCE" && tar --null -T - -cf -) | tar -xf - -C "$CHECKOUT.partial"; '
+                 'else tar -C "$SOURCE" --exclude=./runs --exclude=./.venv --exclude=./_build --exclude=./.state '
+                 '-cf - . | tar -xf - -C "$CHECKOUT.partial"; fi',
                  'rm -rf "$CHECKOUT" && mv "$CHECKOUT.partial" "$CHECKOUT"'),
                 _marker_test("workshop-copy"), produces=(f"{STAGED_CHECKOUT}",))
 
@@ -393,7 +397,7 @@ def _hub_download_step(profile: Profile, nemo_models: list[str]) -> Step:
                 requires_environment=(profile.nemo.hf_token_variable,) if gated else ())
 
 
-def _nemo_steps(profile: Profile) -> list[Step]:
+def _nemo_steps(profile: Profile, staging: bool = False) -> list[Step]:
     nemo = profile.nemo
     modules = tuple(f"module load {shlex.quote(module)}" for module in nemo.modules)
     # The environment's own command: the setup may run without the environment activated.
@@ -428,7 +432,7 @@ def _nemo_steps(profile: Profile) -> list[Step]:
             ('mkdir -p "$SETUP_STATE"/' + shlex.quote(step),
              'cd "$SETUP_STATE"/' + shlex.quote(step),
              f"{workshop} render --import-model {shlex.quote(model)} --profile {shlex.quote(_profile_argument(profile))} "
-             "-o job.sbatch",
+             + ('--stage "$STAGE" ' if staging else "") + "-o job.sbatch",
              # --wait: sbatch returns when the job ends, with the job's exit status.
              "sbatch --wait job.sbatch",
              # Checked again on this side: the step is done only once the complete checkpoint is in place.
