@@ -52,7 +52,7 @@ def read_staged(folder: Path) -> tuple[int, int]:
                                 "once, readable by every participant") from None
     except ValueError as error:
         raise StagedFolderError(f"{manifest_path} is not JSON ({error}): stage the folder again") from None
-    if os.access(folder, os.W_OK):
+    if os.getuid() != 0 and os.access(folder, os.W_OK):  # root writes anywhere: the question is a participant's
         raise StagedFolderError(f"{folder} is writable by this job's user ({os.getuid()}): a participant could change "
                                 "what the whole class reads; make it read-only (chmod -R a-w) and owned by the "
                                 "instructor")
@@ -83,11 +83,16 @@ def engine_of(experiment: Experiment) -> str:
     return "fsdp" if experiment.fsdp else "hf"
 
 
+def base_step_time(experiment: Experiment) -> float:
+    """The made-up step time of the model on one GPU."""
+    return 2.0 if "mixtral" in experiment.model else 1.0
+
+
 def made_up_shape(experiment: Experiment) -> dict:
     """Plausible numbers from the experiment's shape: time per step falls with the GPUs (with a
     communication cost), memory per GPU falls where something is sharded."""
     gpus = experiment.gpus
-    base_step_s = 2.0 if "mixtral" in experiment.model else 1.0
+    base_step_s = base_step_time(experiment)
     sharded = experiment.tensor_parallel * (experiment.expert_parallel or 1) * experiment.pipeline_parallel
     if experiment.zero_stage or experiment.fsdp:
         sharded = max(sharded, gpus)
@@ -152,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--experiment", required=True)
     parser.add_argument("--output-dir", type=Path, required=True)
-    parser.add_argument("--sleep", type=float, default=3.0)
+    parser.add_argument("--sleep", type=float, default=3.0, help="seconds the job 'trains' on one GPU")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--staged", type=Path)
     args = parser.parse_args(argv)
@@ -166,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"Staged folder: {error}", file=sys.stderr, flush=True)
             return STAGED_ERROR_EXIT
         print(f"Staged folder {args.staged}: {files} file(s), {size} bytes read and checked, read-only", flush=True)
-    time.sleep(args.sleep)
+    # The job "trains" `--sleep` seconds on one GPU, less on more: the total job times scale like the steps.
+    time.sleep(args.sleep * made_up_shape(experiment)["step_time_s"] / base_step_time(experiment))
     seconds = (datetime.now() - started).total_seconds()
     write_metrics(experiment, args.output_dir, args.steps, seconds)
     write_gpu_monitors(experiment, Path.cwd(), started, seconds)
