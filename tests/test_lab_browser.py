@@ -68,6 +68,7 @@ def test_a_participant_runs_chapter_1_in_jupyterlab(local_cluster, tmp_path):
         page.wait_for(KERNEL_IDLE, 300, "every cell to finish")
         monitor = page.evaluate(f"document.querySelector('{MONITOR}').innerText")
         assert monitor.count("COMPLETED") >= len(EXPERIMENTS), f"the monitor does not show both jobs ended:\n{monitor}"
+        assert "updated at each poll of the waiting cell" in monitor, monitor  # fed by the waiter, no poller of its own
         cells = page.evaluate(f"Array.from(document.querySelector('{YOUR_TABLE}').querySelectorAll('td'))"
                               ".map(cell => cell.innerText.trim())")
         errors = page.evaluate("Array.from(document.querySelectorAll('.jp-OutputArea-output[data-mime-type="

@@ -74,6 +74,7 @@ class JobMonitor:
         self.refreshed_at: datetime | None = None
         self.last_error: Exception | None = None
         self._elapsed_of_finished: dict[str, float | None] = {}
+        self._fed = False  # shown states come from a waiter's polls (the submit cell), not from this monitor
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -109,10 +110,14 @@ class JobMonitor:
                 run.record = RunRecord.load(run.directory)
         # One scheduler call for all the runs (runs.query_runs), not one per run and refresh; none at all when
         # this process asked about them less than half an interval ago (a waiter in another cell).
-        return self.show_states(list(zip(runs, query_runs(runs, max_age_s=self.interval_s / 2))))
+        return self._show(list(zip(runs, query_runs(runs, max_age_s=self.interval_s / 2))))
 
     def show_states(self, pairs: list[tuple[Run, JobInfo]]) -> list[MonitorRow]:
         """Show states someone else asked for (a waiter's poll): no scheduler call. Returns the rows."""
+        self._fed = True
+        return self._show(pairs)
+
+    def _show(self, pairs: list[tuple[Run, JobInfo]]) -> list[MonitorRow]:
         with self._lock:
             for run, _ in pairs:
                 self._runs.setdefault(run.experiment.id, run)
@@ -226,7 +231,10 @@ class JobMonitor:
             counts[row.state] = counts.get(row.state, 0) + 1
         summary = ", ".join(f"{count} {state}" for state, count in sorted(counts.items())) or "no job"
         stamp = self.refreshed_at.astimezone().strftime("%H:%M:%S")
-        refreshing = f"refreshing every {self.interval_s:g} s" if self.running else "not refreshing"
+        if self.running:
+            refreshing = f"refreshing every {self.interval_s:g} s"
+        else:
+            refreshing = "updated at each poll of the waiting cell" if self._fed else "not refreshing"
         return f"{summary} · refreshed {stamp} · {refreshing}"
 
     @property
