@@ -153,6 +153,17 @@ nemo_reference.show_resolved(1, "lora/llama/2-gpus");
 nemo_reference.show(1);
 
 # %% [markdown]
+# ## How many GPUs, and how long on Ibex
+#
+# Before anything is submitted: how many GPUs this chapter's jobs ask for on Ibex, how they queue under
+# KAUST's limit of 24 GPUs per user in running jobs, and about how long each job runs on an A100. The
+# times come from the reference runs (H100/H200), scaled by the datasheet ratios named under the table,
+# and the sentence is written from the same numbers. Whatever profile runs here, this is the Ibex plan.
+
+# %% tags=["hide-input"]
+nb.show_time_plan(selection);
+
+# %% [markdown]
 # ## Submit and wait
 #
 # The next cell submits every experiment that has no completed run yet and waits for all of them,

@@ -125,6 +125,17 @@ nb.show_file("slurm/ds_configs/zero2_offload_pinned.json");
 nb.experiments_overview(selection)
 nb.show_scripts(selection);
 
+# %% [markdown]
+# ## How many GPUs, and how long on Ibex
+#
+# Before anything is submitted: how many GPUs this chapter's jobs ask for on Ibex, how they queue under
+# KAUST's limit of 24 GPUs per user in running jobs, and about how long each job runs on an A100. The
+# times come from the reference runs (H100/H200), scaled by the datasheet ratios named under the table,
+# and the sentence is written from the same numbers. Whatever profile runs here, this is the Ibex plan.
+
+# %% tags=["hide-input"]
+nb.show_time_plan(selection);
+
 # %% tags=["hide-input"]
 runs = nb.run_experiments(selection, runs_dir, wait_timeout_s)
 

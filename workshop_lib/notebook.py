@@ -244,6 +244,21 @@ def show_log_lines(experiment_id: str, pattern: str, runs_dir: Path | str | None
     return lines
 
 
+# ---- how long, before submitting --------------------------------------------------------------------
+def show_time_plan(selection: Selection, site: str = "ibex") -> pd.DataFrame:
+    """Before submitting: the GPUs the chapter's jobs ask for, how they queue under Ibex's per-user GPU cap,
+    and about how long each runs on an A100 (``workshop_lib.time_plan``, from the reference runs). Always
+    the Ibex plan, whatever profile runs here: it is what the chapter costs on the cluster."""
+    from . import time_plan
+
+    sentence, table, factors = time_plan.chapter_plan(selection.chosen, site)
+    _display(_html(f'<p class="workshop-time-plan">{_escape(sentence)}</p>'
+                   f"<details><summary>Each job on Ibex: GPUs, steps, A100 estimate, queue</summary>"
+                   + table.to_html(index=False, border=0, classes="workshop-time-plan-table")
+                   + f"<p>{_escape(factors)}</p></details>"))
+    return table
+
+
 # ---- submit and wait ------------------------------------------------------------------------------
 def run_experiments(selection: Selection, runs_dir: Path | str | None = None,
                     wait_timeout_s: float | None = 1800, progress: bool = True) -> list[Run]:
@@ -769,5 +784,5 @@ __all__ = ["Selection", "chapter_figures", "chapter_header", "chapter_results_fo
            "repository_root", "resolve_runs_dir", "run_experiments", "select", "selection_tables", "show_figure",
            "show_figures", "show_plots", "show_reference_script", "show_reference_tables", "show_results",
            "engine_text", "engine_title",
-           "show_scripts", "show_tables", "submitting_enabled", "table_html"]
+           "show_scripts", "show_tables", "show_time_plan", "submitting_enabled", "table_html"]
 
