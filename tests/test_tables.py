@@ -62,6 +62,28 @@ def test_chapter_1_table_from_runs(chapter_1_runs):
     assert 0 not in list(four.values())[2:] + list(eight.values())[2:]
 
 
+def test_ratios_use_the_smallest_layout_that_completed_and_the_note_says_which(tmp_path):
+    runs = tmp_path / "runs"
+    failed = runs / "lora/llama/1-gpu"
+    failed.mkdir(parents=True)
+    (failed / "job.json").write_text(json.dumps({"job_id": "100", "final_state": "FAILED", "exit_code": 1}))
+    _nemo_run(runs / "lora/llama/2-gpus", "00:09:55", "h200x2_nounits.csv", 101)
+    _nemo_run(runs / "lora/llama/4-gpus", "00:05:00", "h200x2_units.csv", 102)
+    table = chapter_tables(1, runs)[0]
+    two, four = table.frame.to_dict("records")[1:3]
+    assert two["Time scaling vs 2 GPU"] == 1.0 and four["Time scaling vs 2 GPU"] == round(595 / 300, 2)
+    assert "smallest layout that completed: lora/llama/2-gpus (2 GPUs)" in table.note
+
+
+def test_a_dropped_column_is_named_in_the_note(chapter_1_runs):
+    table = chapter_tables(1, chapter_1_runs)[0]  # NeMo logs: no tensor census
+    shown = drop_unrecorded(table)
+    assert "Model States per Rank (MiB)" not in shown.frame.columns
+    assert "Not shown, because no completed run recorded a value: " in shown.note
+    assert "Model States per Rank (MiB)" in shown.note
+    assert "No run of this table has completed yet" in chapter_tables(1, chapter_1_runs)[1].note  # Mixtral
+
+
 def test_mixtral_table_uses_two_gpus_as_baseline(chapter_1_runs):
     table = chapter_tables(1, chapter_1_runs)[1].frame
     assert "Time scaling vs 2 GPU" in table.columns and list(table["GPUs"]) == [2, 4, 8]

@@ -194,14 +194,26 @@ TENSOR_COLUMNS: list[Column] = [
 ]
 
 
-def nemo_scaling_table(records: list[dict], baseline_gpus: int) -> pd.DataFrame:
-    """Seed 000/001's scaling table; ratios are against the run on `baseline_gpus` GPUs.
+def scaling_baseline(records: list[dict]) -> dict | None:
+    """The run the ratios divide by: the completed run on the fewest GPUs (the smallest layout that ran)."""
+    done = [record for record in records if completed(record)]
+    return min(done, key=lambda record: (record["gpus"], record["id"])) if done else None
+
+
+def nemo_scaling_table(records: list[dict], baseline_gpus: int | None = None) -> pd.DataFrame:
+    """Seed 000/001's scaling table; ratios are against the completed run on `baseline_gpus` GPUs, by default
+    the smallest layout that completed (`scaling_baseline`).
 
     Time scaling = T_base / T_N (total job time), peak-memory scaling = peak_base / peak_N (GPU 0), as the
     seeds define them. The tiny stand-in engines (no NeMo log) fill the same columns from metrics.jsonl:
     last step time and loss, and rank 0's engine peak where no nvidia-smi log exists.
     """
-    base = next((record for record in records if record["gpus"] == baseline_gpus), {})
+    if baseline_gpus is None:
+        base = scaling_baseline(records) or {}
+        # Before anything completed the columns still name the smallest layout; their cells stay empty.
+        baseline_gpus = base["gpus"] if base else min((record["gpus"] for record in records), default=1)
+    else:
+        base = next((record for record in records if record["gpus"] == baseline_gpus and completed(record)), {})
     unit = f"{baseline_gpus} GPU"
 
     def batch_per_gpu(record: dict):
@@ -236,21 +248,32 @@ def _nemo_note(records: list[dict], text: str) -> str:
     return text + (_CPU_PEAK_NOTE if uses_engine_peak else "") + _utilization_note(records)
 
 
+def _baseline_note(records: list[dict]) -> str:
+    """Which run the ratios divide by, or why the ratio columns are empty."""
+    base = scaling_baseline(records)
+    if base is None:
+        return "No run of this table has completed yet, so the ratio columns stay empty."
+    return (f"Ratios are against the smallest layout that completed: {base['id']} ({base['gpus']} GPU"
+            f"{'s' if base['gpus'] > 1 else ''}). Time scaling = time(baseline) / time(N GPUs), from the total job "
+            "time; memory scaling = GPU 0 peak(baseline) / GPU 0 peak(N GPUs).")
+
+
+def _nemo_tables(results: pd.DataFrame, titles: dict[str, str]) -> list[Table]:
+    tables = []
+    for group, title in titles.items():
+        records = _group(results, group)
+        tables.append(Table(title, nemo_scaling_table(records), _nemo_note(records, _baseline_note(records)), group))
+    return tables
+
+
 def chapter_1_tables(results: pd.DataFrame) -> list[Table]:
-    note = ("Time scaling = time(baseline) / time(N GPUs), from the total job time; "
-            "memory scaling = GPU 0 peak(baseline) / GPU 0 peak(N GPUs).")
-    llama, mixtral = _group(results, "llama"), _group(results, "mixtral")
-    return [Table("Llama 3.1 8B + LoRA, data parallel", nemo_scaling_table(llama, 1), _nemo_note(llama, note), "llama"),
-            Table("Mixtral 8x7B + LoRA, data parallel", nemo_scaling_table(mixtral, 2), _nemo_note(mixtral, note),
-                  "mixtral")]
+    return _nemo_tables(results, {"llama": "Llama 3.1 8B + LoRA, data parallel",
+                                  "mixtral": "Mixtral 8x7B + LoRA, data parallel"})
 
 
 def chapter_2_tables(results: pd.DataFrame) -> list[Table]:
-    note = "Ratios are against the smallest run that fits: 2 GPUs for Llama, 4 for Mixtral."
-    llama, mixtral = _group(results, "llama"), _group(results, "mixtral")
-    return [Table("Llama 3.1 8B, tensor parallel", nemo_scaling_table(llama, 2), _nemo_note(llama, note), "llama"),
-            Table("Mixtral 8x7B, tensor x expert parallel", nemo_scaling_table(mixtral, 4), _nemo_note(mixtral, note),
-                  "mixtral")]
+    return _nemo_tables(results, {"llama": "Llama 3.1 8B, tensor parallel",
+                                  "mixtral": "Mixtral 8x7B, tensor x expert parallel"})
 
 
 # --- chapter 3: DeepSpeed ----------------------------------------------------------------------
@@ -679,7 +702,11 @@ def drop_unrecorded(table: Table) -> Table:
     if "Metric" in frame.columns and measured:
         frame = frame[[not _unrecorded(row) for row in frame[measured].itertuples(index=False)]]
     empty = [c for c in frame.columns if c not in _DESCRIBING and _unrecorded(frame[c])]
-    return replace(table, frame=frame.drop(columns=empty).reset_index(drop=True))
+    note = table.note
+    if empty:  # never drop a column silently: the note names what went and why
+        note = (note + " " if note else "") + (f"Not shown, because no completed run recorded a value: "
+                                               f"{', '.join(map(str, empty))}.")
+    return replace(table, frame=frame.drop(columns=empty).reset_index(drop=True), note=note)
 
 
 # Column sets of the seeds' tables (what `tests/test_tables_columns.py` checks) and the derived extras.
