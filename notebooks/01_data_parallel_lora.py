@@ -89,8 +89,10 @@ nb.experiments_overview(selection);
 # **What the tables measure.** The *total job time* (from the job's footer) includes starting the
 # container, loading the checkpoint and saving the adapters; the *train step time* is NeMo's own
 # timing of the last step. *Time scaling* is time(baseline) / time(*N* GPUs): 2.0 on 2 GPUs would be
-# perfect. *Peak memory scaling* divides the baseline's GPU 0 peak by the *N*-GPU one: under pure
-# data parallelism expect about 1.0, because nothing is sharded.
+# perfect. *Peak memory scaling* divides the baseline's GPU 0 peak by the *N*-GPU one. For Llama, pure
+# data parallelism, expect about 1.0: nothing is sharded. For Mixtral expect it to *grow* with the GPU
+# count, because EP = *N* leaves each GPU 8/*N* of the experts (about 24.2 B parameters per GPU on 2
+# GPUs, 12.9 B on 4, 7.2 B on 8).
 
 # %% tags=["hide-input"]
 from workshop_lib import plots

@@ -200,8 +200,8 @@ nb.show_results(selection, ["mixtral"], runs_dir, missing="needs 2 nodes of 8 GP
 # **Reading the tiny results.** A tiny model split over more CPU ranks gets slower: there is almost no
 # arithmetic to divide and every layer now waits for collective communication. What carries over to
 # real hardware is the bookkeeping: each rank holds 1/TP of the sharded weights, the losses do not
-# depend on the layout (the split changes who computes, not what), and the global batch is the batch
-# of each data-parallel rank is the global batch divided by DP. On GPUs the interesting numbers are the
+# depend on the layout (the split changes who computes, not what), and each data-parallel rank gets the
+# global batch divided by DP (the TP ranks of one group share theirs). On GPUs the interesting numbers are the
 # peak memory per GPU against the prediction, and the step time, which TP does not shorten the way
 # data parallelism does.
 

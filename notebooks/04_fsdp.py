@@ -262,10 +262,14 @@ nb.show_results(selection, ["prediction"], runs_dir, plots=False)
 #
 # - It computed weak-scaling efficiency as current ÷ baseline runtime × 100, which exceeds 100 % when
 #   a run gets *slower*. The right ratio is baseline ÷ current × 100, as used above.
-# - Its scripts exported `GRAD_ACC` and `LEARNING_RATE` while the training read `GRAD_ACC_STEPS` and
-#   `LR`, so neither setting took effect, and its "total batch = GPUs × per-device batch" left out
-#   the accumulation of 4. Here batch and accumulation are fields of each experiment and reach the
-#   trainer as arguments.
+# - Its two names for the same settings disagree: the description of `baseline.py` maps the Trainer's
+#   accumulation and learning rate to `GRAD_ACC_STEPS` and `LR`, while every `env_vars.sh` it shows exports
+#   `GRAD_ACC` and `LEARNING_RATE`. The scripts themselves are not part of the material, so which name they
+#   read cannot be checked from it; whichever it is, one side is set for nothing. Its weak-scaling rule
+#   "total batch = GPUs × per-device batch" counts one micro-batch per GPU per step: with accumulation
+#   (4 in the `env_vars.sh` files shown; the weak-scaling one shows only `BATCH_SIZE` and `NUM_LAYERS`) a
+#   step takes that many times more samples. Here batch and accumulation are fields of each experiment
+#   and reach the trainer as arguments.
 # - It said the model "doubles" with the layer count; the fixed embedding makes it grow by less (above).
 # - It put about 80 % of BLOOM-560m's parameters in its blocks; they hold about half, the embedding
 #   most of the rest.
