@@ -22,6 +22,7 @@ from typing import Sequence
 import pandas as pd
 
 from .durations import format_duration, parse_duration
+from .gpu_cards import CARDS, Card, card_of
 from .experiments import GPT, HF, NEMO, Experiment
 from .paths import SOURCE_ROOT
 from .profiles import Profile, load_profile
@@ -35,31 +36,6 @@ CAP_SOURCE = "KAUST's Ibex policy (kaust-rccl/ksl-docs, docs/source/policy/ibex.
 
 # The NeMo reference row ran under this profile's trainer.max_steps (its row records no run_settings).
 NEMO_REFERENCE_PROFILE = "gpu-workstation-nemo"
-
-
-@dataclass(frozen=True)
-class Card:
-    """A GPU's datasheet peaks: dense bf16/fp16 tensor math and memory bandwidth."""
-
-    name: str
-    dense_tflops: float
-    bandwidth_tb_s: float
-    source: str
-
-
-CARDS = {
-    "A100": Card("A100 80GB SXM", 312.0, 2.039, "NVIDIA A100 datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4)"),
-    "H100": Card("H100 SXM", 989.0, 3.35, "NVIDIA H100 datasheet (H100 SXM column, without sparsity)"),
-    "H200": Card("H200 SXM", 989.0, 4.8, "NVIDIA H200 datasheet (H200 SXM column, without sparsity)"),
-}
-
-
-def card_of(gpu_name: str | None) -> Card | None:
-    """The datasheet card for a GPU name as nvidia-smi prints it ("NVIDIA H100 80GB HBM3"), else None."""
-    for key, card in CARDS.items():
-        if gpu_name and key in gpu_name.upper():
-            return card
-    return None
 
 
 def a100_factors(card: Card) -> tuple[float, float]:
