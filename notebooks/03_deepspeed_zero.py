@@ -86,7 +86,9 @@ nb.show_figure(plots.memory_layout_diagram(plots.zero_layouts(2), "What each of 
 # faster on the CPU but is compiled on the node the first time it is used. The offload figures below are therefore torch AdamW's; put the seed's `optimizer`
 # block back into a configuration to measure CPU Adam. **Pinned memory** (`pin_memory: true`) allocates
 # the host buffers page-locked, so copies can use DMA and overlap with compute: faster transfers, at the
-# price of memory the operating system cannot swap or reuse.
+# price of memory the operating system cannot swap or reuse. How much that buys depends on how often a
+# stage copies: the results below show it for stage 2, which moves gradients to the host after every
+# micro-batch.
 #
 # **The configuration itself.** This is the file the stage-2 offload runs use; `"auto"` means "take the
 # value from the Trainer's arguments" (batch size, accumulation, fp16), so the script and the JSON never
@@ -94,6 +96,30 @@ nb.show_figure(plots.memory_layout_diagram(plots.zero_layouts(2), "What each of 
 
 # %% tags=["hide-input"]
 nb.show_file("slurm/ds_configs/zero2_offload_pinned.json");
+
+# %% [markdown]
+# Key by key, and what the original material's file had that this one leaves out:
+#
+# | key | value here | what it does |
+# |---|---|---|
+# | `train_batch_size` | `"auto"` | samples per optimizer step over all GPUs. DeepSpeed checks that it equals micro-batch × accumulation × GPUs; `"auto"` lets the Trainer compute it (4 × 4 × 1 = 16 on one GPU). It does not look for the largest batch that fits. |
+# | `train_micro_batch_size_per_gpu` | `"auto"` | samples in one forward and backward pass on one GPU: the Trainer's `--per-device-batch` (4). |
+# | `gradient_accumulation_steps` | `"auto"` | micro-batches summed before each optimizer step: the Trainer's `--grad-accum` (4). DeepSpeed's engine, not the Trainer, decides where a step ends, and ZeRO-2 with offload copies gradients at every one of these micro-batches. |
+# | `gradient_clipping` | `1.0` | rescales the gradients when their global L2 norm exceeds 1.0, before the update. With ZeRO the norm is computed over all partitions (one extra reduction). |
+# | `fp16.enabled` / `bf16.enabled` | `"auto"` | mixed precision as the Trainer's `--precision` says (fp16 here, as the seeds). With fp16 DeepSpeed adds dynamic loss scaling: it multiplies the loss before backward and skips a step whose gradients overflow. |
+# | `zero_allow_untested_optimizer` | `true` | accepts an optimizer DeepSpeed did not create (the Trainer's `torch.optim.AdamW`). Without it DeepSpeed refuses any optimizer it has not tested with ZeRO. |
+# | `zero_force_ds_cpu_optimizer` | `false` | with offload, lets that torch AdamW step on the host copy instead of requiring DeepSpeed's compiled `DeepSpeedCPUAdam`. |
+# | `steps_per_print` / `wall_clock_breakdown` | `1000000` / `false` | keep DeepSpeed's own progress and timing lines out of the log; the Trainer logs the metrics. |
+# | `zero_optimization.stage` | `2` | what is partitioned: 1 optimizer states, 2 also gradients, 3 also parameters; 0 turns ZeRO off and keeps DeepSpeed's engine (its fp16 optimizer and loss scaling). |
+# | `offload_optimizer.device` | `"cpu"` | keeps the fp32 master weights and Adam moments in host memory and runs the update there. |
+# | `offload_optimizer.pin_memory` | `true` | allocates those host buffers page-locked (the unpinned files say `false`). |
+# | `offload_param` (stage 3 file only) | `{"device": "cpu"}` | also keeps the 16-bit parameters on the host; each layer's are fetched for its forward and backward pass. |
+#
+# The original material's files also had an `optimizer` block (`AdamW`, learning rate 5e-5, betas 0.9 and
+# 0.999, eps 1e-8, weight decay 0.01). Here those values come from the Trainer's own flags and the Trainer
+# builds the optimizer, for the reason given above. Every other setting (bucket sizes, `overlap_comm`,
+# `contiguous_gradients`, stage 3's prefetch and persistence thresholds) is DeepSpeed's default; the
+# [configuration reference](https://www.deepspeed.ai/docs/config-json/) lists them.
 
 # %% [markdown]
 # **Data and prompt.** Each SQuAD example becomes one training text,
