@@ -135,6 +135,22 @@ nb.show_file("slurm/ds_configs/zero2_offload_pinned.json");
 # `srun` to start one `torchrun` per node; all of them connect to a static master address (the first
 # node of the allocation) and a port chosen free when the job starts (`MASTER_ADDR`, `MASTER_PORT`),
 # see {doc}`../book/slurm_primer`.
+#
+# **What the training script needs for several nodes.** Two edits, both in
+# `workshop_lib/train/runtime.py`, which every training entry point calls first:
+#
+# - *Pick the GPU before any collective.* A node runs one process per GPU, and every process first sees
+#   all the node's GPUs. `torch.cuda.set_device(local_rank)`, with `local_rank` read from `LOCAL_RANK`
+#   (set by `torchrun`: the process's index on its node, 0 to GPUs per node − 1), binds each process to
+#   its own card. Skip it and every process of a node creates its CUDA context and NCCL communicator on
+#   GPU 0: the job either runs out of memory there or NCCL refuses two ranks on one device. `RANK` (the
+#   index in the whole job) is the wrong number for this on the second node: rank 4 of a 2 × 4 job would
+#   ask for a fifth GPU that does not exist.
+# - *Let one process speak.* Every rank runs the same code, so every `print` appears once per GPU, and a
+#   file written by all ranks is overwritten in a race. The entry points write metrics and summaries only
+#   where `runtime.is_main` (rank 0) is true, and the Trainer logs on the main process only. Lines that
+#   differ per rank, such as which GPU a process bound to or which master address it connects to, are
+#   worth printing on every rank *with the rank in front*: when one node hangs, they tell you which.
 
 # %% [markdown]
 # ## The experiments, their scripts, and the jobs

@@ -81,6 +81,28 @@ nb.show_figure(plots.memory_layout_diagram(plots.fsdp_layouts(2, 2),
 # them to the GPU when a unit needs them: the largest memory saving, paid for in PCIe traffic and a
 # CPU optimizer step (the Trainer's AdamW, stepping on the CPU copy).
 #
+# **Labels and the loss.** Each example is one text, `Question: … Context: … Answer: …<eos>`, padded to
+# 512 tokens (`workshop_lib/train/data.py`). A causal model predicts every next token, so the labels are
+# the input ids themselves (the model shifts them by one inside its loss). Where a label is **-100**,
+# PyTorch's cross-entropy (`ignore_index=-100`) leaves that position out of the loss and of its average.
+# Here the padding positions get -100: without that, most of each 512-token row would train the model to
+# predict padding. The original material described a stricter scheme, with the prompt masked too, so that
+# only the answer's tokens count. This workshop keeps the prompt in the loss (its loss then also measures
+# how well the model copies question and context, and falls faster than the answer quality improves);
+# masking it is one line in `CausalLMDataset`: set the labels of the prompt's tokens to -100 as well.
+#
+# **Exact match and F1** (`workshop_lib/train/evaluation.py`, the original's `evaluate_model` and
+# `compute_em_and_f1`). After training, each held-out question's prompt, cut at `Answer:`, is fed to the
+# model, which generates greedily (always the most likely token, at most 16 of them, stopping at the end
+# token); the first line of that text is the prediction. Prediction and each reference answer are
+# normalised the way SQuAD's official script does: lower case, punctuation removed, the articles *a*,
+# *an*, *the* dropped, whitespace collapsed. *Exact match* is 1 when the two normalised strings are equal;
+# *F1* compares them as bags of words, with precision = shared words / predicted words and recall = shared
+# words / reference words. SQuAD lists several reference answers per question and a prediction keeps its
+# best score over them; the reported figures are the means over the questions, in percent. With
+# sharded parameters (FULL_SHARD) every forward pass is a collective, so all ranks keep generating until
+# the slowest is done (`synced_gpus`).
+#
 # **Throughput, two ways.** The Trainer reports `train_samples_per_second` over the whole run,
 # including the first steps, evaluation and saving; the custom GPT's callback also times each
 # training step on its own. The two disagree, and the tables show both.
