@@ -37,8 +37,8 @@
 # ```{admonition} The hyperparameters are deliberately small
 # :class: note
 # Every run here stops after 250 optimizer steps with a global batch of 8 sequences, a short warm-up and a
-# few validation batches, so that the chapter's jobs fit a workshop day (the plan before submitting gives each job's time). That is enough
-# to see how time and memory change with the layout, which is the lesson. It is not a fine-tune worth
+# few validation batches, so that the chapter's jobs fit a workshop day (the plan before submitting gives
+# each job's time). That is enough to see how time and memory change with the layout, which is the lesson. It is not a fine-tune worth
 # keeping: a useful one of an 8-billion-parameter model runs over a whole data set, with global batches of
 # hundreds of sequences and a learning-rate schedule tuned to them, for hours or days.
 # ```
