@@ -96,8 +96,9 @@ nb.experiments_overview(selection);
 # out of the data-parallel ones, so these runs are data parallel *and* expert parallel.
 #
 # **What the tables measure.** The *total job time* (from the job's footer) includes starting the
-# container, loading the checkpoint and saving the adapters; the *train step time* is NeMo's own
-# timing of the last step. *Time scaling* is time(baseline) / time(*N* GPUs): 2.0 on 2 GPUs would be
+# container, loading the checkpoint and saving the adapters; the *train step time* is the mean of
+# NeMo's own per-step timings (`train_step_timing`), the first step left out because it carries the
+# one-off set-up (one step alone is too noisy to compare). *Time scaling* is time(baseline) / time(*N* GPUs): 2.0 on 2 GPUs would be
 # perfect. *Peak memory scaling* divides the baseline's GPU 0 peak by the *N*-GPU one. For Llama, pure
 # data parallelism, expect about 1.0: nothing is sharded. For Mixtral expect it to *grow* with the GPU
 # count, because EP = *N* leaves each GPU 8/*N* of the experts (about 24.2 B parameters per GPU on 2

@@ -102,6 +102,8 @@ def test_engine_scaling_sentence_says_zero2_is_against_its_own_baseline():
         assert f"**{name} {efficiency:.0f} %**" in text
     assert "its *own* one-GPU step" in text
     assert ("passes 100 %" in text) == (step["scaling/zero2/1-gpu"] / step["scaling/zero2/4-gpus"] > 1)
+    ddp_above = step["scaling/ddp/1-gpu"] > step["scaling/ddp/4-gpus"]
+    assert ("DDP above 100 % is not a gain" in text) == ddp_above
 
 
 def test_losses_are_quoted_as_measured():

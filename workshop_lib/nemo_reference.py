@@ -124,7 +124,7 @@ def reference_table(chapter: int, folder: Path = REFERENCE_DIR, reference_gpu_gi
             "stand-in: measured GiB/GPU": round(allocated / MIB, 1) if allocated else None,
             "nvidia-smi peak GiB/GPU": round(run["gpu_peak_max_mib"] / MIB, 1)
             if completed and run.get("gpu_peak_max_mib") else None,
-            "last step s": round(run["train_step_time_s"], 2) if completed and run.get("train_step_time_s") else None,
+            "mean step s": round(run["mean_step_time_s"], 2) if completed and run.get("mean_step_time_s") else None,
             "state": state or f"not measured yet (needs {experiment.gpus} GPU{'s' if experiment.gpus > 1 else ''})",
             **_nemo_columns(nemo_runs.get(experiment.id)),
         })

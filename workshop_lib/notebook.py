@@ -51,6 +51,19 @@ def submitting_enabled() -> bool:
     return os.environ.get(SUBMIT_VARIABLE, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
+def shown_path(path: Path) -> str:
+    """A folder as a page shows it: relative to the workshop's folder when inside it (``runs/``), so a built
+    book never prints the folders of the machine that built it; a folder elsewhere is named by the
+    variable that chose it, else shown whole (a participant's own notebook)."""
+    path = Path(path).resolve()
+    try:
+        return f"{path.relative_to(repository_root().resolve())}/"
+    except ValueError:
+        if os.environ.get(RUNS_VARIABLE) and Path(os.environ[RUNS_VARIABLE]).resolve() == path:
+            return f"${RUNS_VARIABLE}"
+        return str(path)
+
+
 # ---- which experiments --------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Selection:
@@ -279,7 +292,8 @@ def run_experiments(selection: Selection, runs_dir: Path | str | None = None,
         return runs
     runs = submit_experiments(selection.runnable, selection.profile, root=root)
     fresh = sum(run.submitted_now for run in runs)
-    message(f"{fresh} job(s) submitted, {len(runs) - fresh} reused or already queued; run folders under {root}.")
+    message(f"{fresh} job(s) submitted, {len(runs) - fresh} reused or already queued; run folders under "
+            f"{shown_path(root)}.")
     wait_for_runs(runs, timeout=wait_timeout_s, progress=progress)
     _show_run_table(runs)
     return runs
@@ -402,6 +416,13 @@ def reference_results(chapter: int | str) -> tuple[dict, pd.DataFrame] | None:
     if not path.is_file():
         return None
     data = json.loads(path.read_text())
+    # Rows from before an engine recorded its step cap (the custom GPT's) ran under the reference profile's
+    # max_steps: say so, or their tables would describe the full epochs they never trained.
+    cap = load_profile(data["profile"]).training.max_steps if data.get("profile") else None
+    for row in data["results"]:
+        settings = row.get("run_settings")
+        if cap and isinstance(settings, dict) and settings and settings.get("max_steps") is None:
+            row["run_settings"] = {**settings, "max_steps": cap}
     return data, pd.DataFrame(data["results"])
 
 
@@ -756,7 +777,7 @@ def chapter_header(chapter: int, profile: str, experiments, runs_dir, recipe: st
     mode = "submits what has not completed yet" if submitting_enabled() else "only reads results"
     message(f"Chapter {chapter} ({CHAPTERS[chapter]}) on profile {selection.profile.name!r}: "
             f"{len(selection.runnable)} of {len(selection.chosen)} selected experiment(s) run here; "
-            f"runs in {root}; this execution {mode}.")
+            f"runs in {shown_path(root)}; this execution {mode}.")
     return selection
 
 

@@ -200,6 +200,12 @@ def scaling_baseline(records: list[dict]) -> dict | None:
     return min(done, key=lambda record: (record["gpus"], record["id"])) if done else None
 
 
+def _mean_step_time(record: dict):
+    """The mean step time where the run recorded it, else its last step's (older runs)."""
+    value = _get("mean_step_time_s", digits=3)(record)
+    return value if value is not None else _get("train_step_time_s", digits=3)(record)
+
+
 def nemo_scaling_table(records: list[dict], baseline_gpus: int | None = None) -> pd.DataFrame:
     """Seed 000/001's scaling table; ratios are against the completed run on `baseline_gpus` GPUs, by default
     the smallest layout that completed (`scaling_baseline`).
@@ -225,7 +231,8 @@ def nemo_scaling_table(records: list[dict], baseline_gpus: int | None = None) ->
         ("GPUs", lambda r: r["gpus"]),
         ("Batch per GPU", batch_per_gpu),
         ("Total job time (HH:MM:SS)", _hms),
-        ("Train step time (s)", _get("train_step_time_s", digits=3)),
+        # The mean over the logged steps (the first left out), not the last step: one step is noisy.
+        ("Train step time (s)", _mean_step_time),
         ("Last reduced_train_loss", _get("last_loss", digits=4)),
         ("GPU 0 Peak (MiB)", _gpu0_peak),
         ("GPU 0 Avg (MiB)", _get("gpu0_avg_mib", digits=2)),
@@ -251,11 +258,12 @@ def _nemo_note(records: list[dict], text: str) -> str:
 def _baseline_note(records: list[dict]) -> str:
     """Which run the ratios divide by, or why the ratio columns are empty."""
     base = scaling_baseline(records)
+    step = " Train step time: the mean of the logged steps, the first left out."
     if base is None:
-        return "No run of this table has completed yet, so the ratio columns stay empty."
+        return "No run of this table has completed yet, so the ratio columns stay empty." + step
     return (f"Ratios are against the smallest layout that completed: {base['id']} ({base['gpus']} GPU"
             f"{'s' if base['gpus'] > 1 else ''}). Time scaling = time(baseline) / time(N GPUs), from the total job "
-            "time; memory scaling = GPU 0 peak(baseline) / GPU 0 peak(N GPUs).")
+            "time; memory scaling = GPU 0 peak(baseline) / GPU 0 peak(N GPUs)." + step)
 
 
 def _nemo_tables(results: pd.DataFrame, titles: dict[str, str]) -> list[Table]:
