@@ -310,7 +310,7 @@ nb.say(claims.engine_scaling(nb.reference_results("engine_scaling")[1]));
 # with the ALiBi bias as its mask; BLOOM's tanh-GELU as PyTorch's single kernel; fused AdamW; the
 # objects alive at the start of training frozen out of Python's garbage collector; and the 24 transformer
 # blocks of each training step replayed as CUDA graphs, one graph per batch length (`workshop_lib/train/graphs.py`).
-# There is **no `torch.compile`**: an earlier version compiled each block and was 5× faster per step, but
+# There is **no `torch.compile`**: an earlier version compiled each block and its steps ran faster, but
 # its compile took longer than the whole job, so end to end it was slower than the seed. Without the graphs
 # the step is bound by the host CPU launching kernels one by one, which also makes the seed's own speed
 # depend on the host: compare recipes only within one run. A graph is recorded the first time a batch
