@@ -204,7 +204,9 @@ def show(chapter: int) -> pd.DataFrame:
 
     table = reference_table(chapter)
     display(Markdown(provenance_line(chapter) + " " + stand_in_caveat(chapter)))
-    display(HTML(table.to_html(index=False, na_rep="—")))
+    from .notebook import scrollable
+
+    display(HTML(scrollable(table.to_html(index=False, na_rep="—"))))
     sentences = memory_sentences(table)
     nemo_line = nemo_run_line(chapter)
     if nemo_line:
@@ -244,7 +246,9 @@ def show_resolved(chapter: int, example: str) -> pd.DataFrame:
     from IPython.display import HTML, Markdown, display
 
     table = resolved_table(chapter)
-    display(HTML(table.to_html(index=False)))
+    from .notebook import scrollable
+
+    display(HTML(scrollable(table.to_html(index=False))))
     display(Markdown(f"NeMo's dry run of `{example}` (`nemo llm finetune ... --dryrun`):"))
     display(Markdown("```text\n" + dry_run_text(example) + "\n```"))
     return table

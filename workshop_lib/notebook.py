@@ -131,6 +131,11 @@ def _escape(text: str) -> str:
     return html.escape(str(text), quote=False)
 
 
+def scrollable(table_html: str) -> str:
+    """A wide table scrolls inside the page's text column instead of being cut off at its edge."""
+    return f'<div class="workshop-scroll" style="overflow-x:auto;max-width:100%">{table_html}</div>'
+
+
 def message(text: str, kind: str = "note") -> str:
     """A short boxed note (kind: note, warning, error) as HTML; returns the HTML."""
     colours = {"note": ("#e8f1fb", "#2b6cb0"), "warning": ("#fff7e0", "#b7791f"), "error": ("#fdecea", "#c53030")}
@@ -267,7 +272,7 @@ def show_time_plan(selection: Selection, site: str = "ibex") -> pd.DataFrame:
     sentence, table, factors = time_plan.chapter_plan(selection.chosen, site)
     _display(_html(f'<p class="workshop-time-plan">{_escape(sentence)}</p>'
                    f"<details><summary>Each job on Ibex: GPUs, steps, A100 estimate, queue</summary>"
-                   + table.to_html(index=False, border=0, classes="workshop-time-plan-table")
+                   + scrollable(table.to_html(index=False, border=0, classes="workshop-time-plan-table"))
                    + f"<p>{_escape(factors)}</p></details>"))
     return table
 
@@ -312,7 +317,7 @@ def _show_run_table(runs: Sequence[Run], read_only: bool = False) -> pd.DataFram
     rows = [{"experiment": run.experiment.id, "job": run.record.job_id if run.record else "", "state": info.state,
              "note": run.note} for run, info in zip(runs, infos)]
     frame = pd.DataFrame(rows)
-    _display(_html(frame.to_html(index=False, border=0, classes="workshop-runs")))
+    _display(_html(scrollable(frame.to_html(index=False, border=0, classes="workshop-runs"))))
     for run in runs:  # a damaged line costs a value or a sample; say which, once per run
         unreadable = read_run(run.directory, run.experiment.id).unreadable
         if unreadable:
@@ -448,11 +453,17 @@ def reference_caption(data: dict, results: pd.DataFrame, source: str, engine: st
         steps_text = "the optimizer steps of its job script's trainer.max_steps"
     software = ", ".join(f"{name} {first[key]}" for key, name in
                          (("torch", "torch"), ("transformers", "transformers"), ("deepspeed", "DeepSpeed"),
-                          ("nemo", "NeMo")) if first.get(key))
+                          ("nemo", "NeMo")) if _installed(first.get(key)))
     return (f"Reference, measured on real GPUs: {where} (profile {data.get('profile')}); "
             + (f"trained by {engine}; " if engine else "") +
             f"{'; '.join(recipes) or 'recipe as declared'}; {steps_text}; {weights}; {data_kind}; "
             f"{software or 'software versions not recorded'}; measured {', '.join(dates)}. Source: {source}.")
+
+
+def _installed(version) -> bool:
+    """A version the reference machine had; not its "unavailable (ModuleNotFoundError)" of a package that run
+    did not need (chapter 1's stand-in runs without DeepSpeed)."""
+    return bool(version) and not str(version).startswith("unavailable")
 
 
 def _recipe_text(record: dict) -> str:
@@ -599,7 +610,7 @@ def table_html(table: Table, kind: str = "participant", caption: str = "", profi
     provenance = f'<p class="workshop-provenance"><small>{_escape(caption)}</small></p>' if caption else ""
     # Wide tables scroll inside the page's text column instead of running under the side bar.
     return (f'<div class="workshop-table-block workshop-{kind}" data-profile="{_escape(profile)}">'
-            f'<h4>{_escape(table.title)}</h4>{provenance}<div style="overflow-x:auto">{text}</div>{note}</div>')
+            f'<h4>{_escape(table.title)}</h4>{provenance}{scrollable(text)}{note}</div>')
 
 
 def format_cell(value) -> str:
@@ -796,7 +807,7 @@ def experiments_overview(selection: Selection) -> pd.DataFrame:
     # Folded: the list is reference material, the chapter's narrative reads on without it.
     _display(_html(f"<details><summary>The chapter's {len(rows)} experiments ({runs_here} run on profile "
                    f"{_escape(selection.profile.name)})</summary>"
-                   + frame.to_html(index=False, border=0, classes="workshop-experiments") + "</details>"))
+                   + scrollable(frame.to_html(index=False, border=0, classes="workshop-experiments")) + "</details>"))
     return frame
 
 
