@@ -214,7 +214,11 @@ nb.show_results(selection, ["mixtral"], runs_dir)
 # milliseconds of arithmetic and much more of process start-up and communication, and the "GPUs"
 # share two CPU cores. So the tiny tables show the overheads of data parallelism, not its benefit:
 # the total time is dominated by starting Python and `torchrun`, and more ranks often mean a slower
-# job. The loss, on the other hand, behaves as it should on any hardware: with the same global batch,
+# job. One exception reads the other way: the first job on a fresh machine also pays a one-off warm-up
+# (Python, PyTorch and the data loaded and cached for the first time), so if the 1-GPU job ran first its
+# time ratios come out *above* the ideal, which no number of GPUs can give. The note under the table
+# and the plot name such rows; the step times, which leave each run's first step out, are the fairer
+# comparison. The loss, on the other hand, behaves as it should on any hardware: with the same global batch,
 # learning rate and seed, the last loss is nearly the same on every GPU count, because data
 # parallelism changes who computes the gradient, not the gradient itself. On A100s the training part
 # is large enough for the step time to fall as GPUs are added.

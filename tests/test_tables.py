@@ -233,3 +233,23 @@ def test_many_unreadable_lines_make_one_short_note(chapter_1_runs, capsys):
     assert len(shown) == 1  # the undamaged run says nothing
     assert "lora/llama/1-gpu: 10 lines of gpu_memory_node1.csv could not be read: line 3: " in shown[0]
     assert shown[0].count("line ") == 3 and shown[0].endswith("; and 7 more.</div>")  # three named, the rest counted
+
+
+def test_chapter_2_rows_name_their_layouts():
+    from workshop_lib.experiments import chapter_experiments
+    from workshop_lib.tables import layout_name
+
+    names = [layout_name({**e.to_dict(), "gpus": e.gpus}) for e in chapter_experiments(2)]
+    assert names == ["TP 2 x DP 2", "TP 4", "TP 8", "TP 2 x PP 4 x EP 2 x DP 2 + SP", "TP 4 x PP 2 x EP 2 x DP 2 + SP"]
+
+
+def test_time_scaling_above_the_gpu_ratio_is_called_warm_up(tmp_path):
+    runs = tmp_path / "runs"
+    _nemo_run(runs / "lora/llama/1-gpu", "00:09:55", "h200x2_nounits.csv", 101)
+    _nemo_run(runs / "lora/llama/2-gpus", "00:02:00", "h200x2_units.csv", 102)  # 4.96x on 2x the GPUs
+    note = chapter_tables(1, runs)[0].note
+    assert "Time scaling above the GPU ratio: lora/llama/2-gpus (4.96 on 2x the GPUs)" in note
+    assert "measures warm-up, not scaling" in note
+    _nemo_run(tmp_path / "even" / "lora/llama/1-gpu", "00:09:55", "h200x2_nounits.csv", 103)
+    _nemo_run(tmp_path / "even" / "lora/llama/2-gpus", "00:05:00", "h200x2_units.csv", 104)  # 1.98x: below ideal
+    assert "above the GPU ratio" not in chapter_tables(1, tmp_path / "even")[0].note

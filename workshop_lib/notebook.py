@@ -684,8 +684,13 @@ def _chapter_figures(chapter: int, results: pd.DataFrame, keys: Sequence[str] | 
         for name, model in (("llama", "llama-3.1-8b"), ("mixtral", "mixtral-8x7b")):
             if wanted(name) and len(group(name)) > 1:
                 shown = tables_module.MODEL_NAMES[model]
-                figures.append(plots.speedup_plot(group(name), "total_time_s",
-                                                  f"{shown} ({what}): speedup of the total job time{suffix}"))
+                if chapter == 1:
+                    figures.append(plots.speedup_plot(group(name), "total_time_s",
+                                                      f"{shown} ({what}): speedup of the total job time{suffix}"))
+                else:  # layouts, not GPU counts, are what differ (two of them use 4 GPUs)
+                    step = tables_module._step_time_key(group(name).to_dict("records"))
+                    figures.append(plots.step_time_plot(group(name), step, tables_module.layout_name,
+                                                        f"{shown} ({what}): step time per layout{suffix}"))
         if wanted("memory"):
             figures.append(plots.memory_plot(results, by="id", metric=memory[0],
                                              title=f"Peak memory per process ({memory[1]}){suffix}", ylabel="MiB"))
