@@ -55,9 +55,12 @@ def factor_sentence(cards: Sequence[Card]) -> str:
                      f"{a100.dense_tflops:.0f} TFLOP/s), {bandwidth:.1f}× by memory bandwidth "
                      f"({card.bandwidth_tb_s:g} against {a100.bandwidth_tb_s:g} TB/s)")
     return ("Factors from NVIDIA's datasheets: " + "; ".join(parts) + ". A step bound by arithmetic slows by the "
-            "first, one bound by memory traffic by the second; the range below spans both and the plan takes the "
-            "longer. Start-up and evaluation are taken as the reference measured them (not scaled). Offloaded "
-            "work runs on the host and changes little with the card, so offload rows are overestimated.")
+            "first, one bound by memory traffic by the second; the range spans both and the plan takes the "
+            "longer. Start-up and evaluation are taken as the reference measured them (not scaled; on Ibex, "
+            "loading a real checkpoint from the shared file system adds to it). Offloaded work runs on the host "
+            "and changes little with the card, so offload rows are overestimated. Rows measured by the PyTorch "
+            "stand-in (chapters 1-2) estimate NeMo's jobs from the stand-in's step time (chapter 1 compares the two "
+            "engines on the same card); \"like <id>\" rows borrow a measured experiment's step.")
 
 
 # ---- steps ---------------------------------------------------------------------------------------
@@ -156,6 +159,7 @@ class JobEstimate:
     low_s: float | None  # steps × step × bandwidth ratio + overhead
     high_s: float | None  # steps × step × compute ratio + overhead: the planning figure
     time_limit_s: float
+    reference_engine: str | None = None  # what trained the reference row: nemo, stand-in, hf, gpt
 
     @property
     def planned_s(self) -> float:
@@ -183,7 +187,8 @@ def estimate_job(experiment: Experiment, profile: Profile, rows: list[dict]) -> 
     overhead = max(0.0, float(total) - ref_steps * step) if total is not None and not pd.isna(total) else 0.0
     bandwidth, compute = a100_factors(card)
     return JobEstimate(experiment, steps, basis, row.get("run_gpu"), step, overhead,
-                       overhead + steps * step * bandwidth, overhead + steps * step * compute, limit)
+                       overhead + steps * step * bandwidth, overhead + steps * step * compute, limit,
+                       row.get("run_engine") or row.get("engine"))
 
 
 def estimate_chapter(experiments: Sequence[Experiment], profile: Profile | str = "ibex",
@@ -250,7 +255,7 @@ def plan_table(slots: Sequence[Slot]) -> pd.DataFrame:
         rows.append({
             "experiment": e.experiment.id, "GPUs": e.experiment.gpus, "nodes": e.experiment.nodes,
             "steps on Ibex": e.steps if e.steps is not None else "n/a",
-            "from the reference": (f"{e.basis}, {e.reference_step_s:.2f} s/step on {e.card.name}"
+            "from the reference": (f"{e.basis}, {e.reference_step_s:.2f} s/step by {e.reference_engine} on {e.card.name}"
                                    if e.high_s is not None else "not measured: the time limit is assumed"),
             "A100 estimate": (f"{_minutes(e.low_s)} – {_minutes(e.high_s)}" if e.high_s is not None
                               else f"≤ {format_duration(e.time_limit_s)}"),
