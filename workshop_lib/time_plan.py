@@ -245,7 +245,11 @@ def _count(number: int, word: str) -> str:
 
 
 def _minutes(seconds: float | None) -> str:
-    return "n/a" if seconds is None else f"{seconds / 60:.0f} min" if seconds >= 600 else f"{seconds / 60:.1f} min"
+    if seconds is None:
+        return "n/a"
+    if seconds >= 7200:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 60:.0f} min" if seconds >= 600 else f"{seconds / 60:.1f} min"
 
 
 def plan_table(slots: Sequence[Slot]) -> pd.DataFrame:
