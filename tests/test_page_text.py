@@ -45,3 +45,13 @@ def test_reference_rows_without_a_recorded_cap_get_their_profiles(monkeypatch):
     data, results = nb.reference_results(4)
     gpt = results[results["id"] == "fsdp/gpt/1-gpu"].iloc[0]
     assert gpt["run_settings"]["max_steps"] == 30  # gpu-workstation's max_steps; the GPT engine did not record it
+
+
+def test_messages_about_missing_runs_show_the_folder_relative(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("WORKSHOP_ROOT", str(tmp_path))
+    (tmp_path / "runs").mkdir()
+    nb.show_log_lines("zero/baseline", "train_loss", tmp_path / "runs")
+    nb.show_results(nb.select(3, "tiny"), ["baseline"], tmp_path / "runs")
+    out = capsys.readouterr().out
+    assert "No log of zero/baseline in runs/zero/baseline/ yet" in out
+    assert "No completed run of chapter 3 in runs/ yet" in out and str(tmp_path) not in out

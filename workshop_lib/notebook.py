@@ -253,7 +253,7 @@ def show_log_lines(experiment_id: str, pattern: str, runs_dir: Path | str | None
     folder = resolve_runs_dir(runs_dir) / experiment_id
     logs = sorted(folder.glob("slurm-*.out"))
     if not logs:
-        message(f"No log of {experiment_id} in {folder} yet: run the chapter's jobs first (the submission cell), "
+        message(f"No log of {experiment_id} in {shown_path(folder)} yet: run the chapter's jobs first (the submission cell), "
                 "then this cell shows the lines you looked for.")
         return []
     lines = [line for line in logs[-1].read_text(errors="replace").splitlines() if pattern in line][-limit:]
@@ -387,7 +387,7 @@ def show_tables(selection: Selection, runs_dir: Path | str | None = None, keys: 
         above = (" The reference above is what these runs measured on real GPUs."
                  if reference_results(selection.chapter) is not None else "")
         message(f"Your runs ({profile_title(profile)}): No completed run of chapter {selection.chapter} in "
-                f"{resolve_runs_dir(runs_dir)} yet, so there is nothing of yours to show here.{above} Execute the "
+                f"{shown_path(resolve_runs_dir(runs_dir))} yet, so there is nothing of yours to show here.{above} Execute the "
                 f"submission cell (or `workshop submit --chapter {selection.chapter} --profile {profile.name}`) and "
                 "run this cell again.", "note")
         return []
