@@ -109,7 +109,7 @@ nb.show_figure(plots.gpu_layout_diagram({name: mixtral_on_2[name] for name in ("
 # ```{raw} html
 # <iframe class="memory-calculator" title="Memory calculator" loading="lazy"
 #         src="../_static/memory-calculator/calculator.html?chapter=1&experiment=lora/llama/1-gpu"
-#         style="width: 100%; height: 1300px; border: 1px solid #ddd;"></iframe>
+#         style="width: 100%; height: 900px; border: 1px solid #ddd;"></iframe>
 # ```
 
 # %% [markdown]

@@ -107,7 +107,7 @@ nb.show_figure(plots.gpu_layout_diagram(plots.mixtral_layouts(4), "What each of 
 # ```{raw} html
 # <iframe class="memory-calculator" title="Memory calculator" loading="lazy"
 #         src="../_static/memory-calculator/calculator.html?chapter=2&experiment=model-parallel/llama/tp2-dp2"
-#         style="width: 100%; height: 1300px; border: 1px solid #ddd;"></iframe>
+#         style="width: 100%; height: 900px; border: 1px solid #ddd;"></iframe>
 # ```
 
 # %% [markdown]

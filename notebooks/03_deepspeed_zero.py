@@ -120,7 +120,7 @@ nb.show_file("slurm/ds_configs/zero2_offload_pinned.json");
 # ```{raw} html
 # <iframe class="memory-calculator" title="Memory calculator" loading="lazy"
 #         src="../_static/memory-calculator/calculator.html?chapter=3&experiment=zero/two-gpus/zero2"
-#         style="width: 100%; height: 1300px; border: 1px solid #ddd;"></iframe>
+#         style="width: 100%; height: 900px; border: 1px solid #ddd;"></iframe>
 # ```
 
 # %% [markdown]

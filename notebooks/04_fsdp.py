@@ -124,7 +124,7 @@ nb.say(claims.gpt_architecture(reference));
 # ```{raw} html
 # <iframe class="memory-calculator" title="Memory calculator" loading="lazy"
 #         src="../_static/memory-calculator/calculator.html?chapter=4&experiment=fsdp/strategies/full-shard"
-#         style="width: 100%; height: 1300px; border: 1px solid #ddd;"></iframe>
+#         style="width: 100%; height: 900px; border: 1px solid #ddd;"></iframe>
 # ```
 
 # %% [markdown]

@@ -40,6 +40,15 @@ def _chromium() -> str:
     pytest.skip("no Chromium on PATH (Debian: apt-get install chromium)")
 
 
+class Site(str):
+    """The served book's address (a str, for f-strings), with the folder it is served from."""
+
+    def __new__(cls, url: str, html_dir: Path):
+        site = super().__new__(cls, url)
+        site.html_dir = html_dir
+        return site
+
+
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
     """Serves the built book with the types browsers insist on for ES modules and WebAssembly."""
 
@@ -67,7 +76,7 @@ def site(tmp_path_factory):
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
+    yield Site(f"http://127.0.0.1:{server.server_address[1]}", html)
     server.shutdown()
     server.server_close()
 
@@ -153,12 +162,27 @@ def _assert_matches(shown: dict, result: dict) -> None:
 def test_the_book_page_runs_the_estimator_in_the_page(site, browser, expected):
     _open(browser, f"{site}/book/memory_calculator.html", IFRAME_DOC)
     shown = _shown(browser, IFRAME_DOC)
-    first = expected.chapters["1"]["experiments"][0]
-    result = expected.calculate(first["inputs"])
-    _assert_matches(shown, result)
-    assert shown["presets"] == [run["id"] for run in expected.chapters["1"]["experiments"]]
-    browser.evaluate(f"document.querySelector('iframe.memory-calculator').scrollIntoView()")
+    _assert_matches(shown, expected.calculate({}))  # the form's defaults
+    every_run = [run["id"] for chapter in expected.chapters.values() for run in chapter["experiments"]]
+    assert shown["presets"] == [""] + every_run
+    # The book's embed.js sizes the iframe to the calculator's content (no box scrolling inside the page).
+    browser.wait_for("document.querySelector('iframe.memory-calculator').style.height !== '900px'", timeout=10)
+    browser.evaluate("document.querySelector('iframe.memory-calculator').scrollIntoView()")
     browser.screenshot(SCREENSHOT_DIR / "memory_calculator_book_page.png")
+    # A run picked from the list loads its layout.
+    browser.evaluate(f"(() => {{ const select = ({IFRAME_DOC}).getElementById('preset');"
+                     " select.value = 'fsdp/strategies/full-shard-offload';"
+                     " select.dispatchEvent(new Event('change')); return true; })()")
+    shown = _shown(browser, IFRAME_DOC)
+    assert shown["reference"] == "fsdp/strategies/full-shard-offload" and shown["exact"]
+    _assert_matches(shown, expected.calculate(shown["values"]))
+
+
+def test_opened_from_disk_it_says_how_to_serve_the_book(site, browser):
+    browser.navigate((site.html_dir / CALCULATOR).as_uri())
+    browser.wait_for(READY % ("document", "document"), timeout=30)
+    assert browser.evaluate("document.getElementById('calculator').dataset.state") == "failed"
+    assert "python -m http.server -d _build/html" in browser.evaluate("document.getElementById('status').textContent")
 
 
 # Three layouts a reader tries: one that fits everywhere, one that fits only an H200, one that fits nothing,

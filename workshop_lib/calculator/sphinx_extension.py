@@ -20,5 +20,6 @@ def _write(app, exception) -> None:
 
 
 def setup(app) -> dict:
+    app.add_js_file("memory-calculator/embed.js")  # sizes embedded calculators to their content
     app.connect("build-finished", _write)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -13,6 +13,7 @@ let options = null;
 function fail(message) {
   root.dataset.state = "failed";
   document.getElementById("status").textContent = message;
+  tellHeight();
 }
 
 async function fetchChecked(name, kind) {
@@ -201,30 +202,51 @@ function update() {
   const values = formValues();
   showFieldsOf(values.engine);
   render(JSON.parse(calculator.calculate_json(JSON.stringify(values))));
+  shareLink(values);
+  tellHeight();
 }
 
+// ?chapter=N: that chapter's runs, opened on ?experiment=ID (else its first run); no chapter: every chapter's
+// runs, grouped, and the form opens on the defaults.
 function applyPresets(query) {
   const chapter = options.chapters[query.get("chapter") || ""];
-  if (!chapter) return null;
-  document.getElementById("preset-title").textContent = chapter.title;
-  presetSelect.replaceChildren(...chapter.experiments.map((run) => element("option", { value: run.id }, `${run.id} — ${run.title}`)));
+  const chapters = chapter ? [chapter] : Object.values(options.chapters);
+  const runs = chapters.flatMap((each) => each.experiments);
+  const option = (run) => element("option", { value: run.id }, `${run.id} — ${run.title}`);
+  if (chapter) {
+    document.getElementById("preset-title").textContent = chapter.title;
+    presetSelect.replaceChildren(...chapter.experiments.map(option));
+  } else {
+    document.getElementById("preset-title").textContent = "Start from a run of the workshop";
+    presetSelect.replaceChildren(element("option", { value: "" }, "(your own layout)"), ...chapters.map((each) => {
+      const group = element("optgroup", { label: each.title });
+      group.append(...each.experiments.map(option));
+      return group;
+    }));
+  }
   document.getElementById("presets").hidden = false;
   presetSelect.addEventListener("change", () => {
-    const run = chapter.experiments.find((candidate) => candidate.id === presetSelect.value);
-    setValues(run.inputs);
-    update();
+    const run = runs.find((candidate) => candidate.id === presetSelect.value);
+    if (run) { setValues(run.inputs); update(); }
   });
-  const wanted = chapter.experiments.find((run) => run.id === query.get("experiment")) || chapter.experiments[0];
-  presetSelect.value = wanted.id;
-  return wanted.inputs;
+  const wanted = runs.find((run) => run.id === query.get("experiment")) || (chapter ? runs[0] : null);
+  presetSelect.value = wanted ? wanted.id : "";
+  return wanted ? wanted.inputs : null;
+}
+
+// The page's height to the page that embeds it (the book's embed.js sizes the iframe to fit).
+function tellHeight() {
+  if (window.parent !== window) {
+    window.parent.postMessage({ memoryCalculatorHeight: Math.ceil(root.getBoundingClientRect().bottom + window.scrollY) }, "*");
+  }
+}
+
+function shareLink(values) {
+  const link = document.getElementById("share");
+  link.href = `${location.pathname}?${new URLSearchParams(values)}`;
 }
 
 async function start() {
-  if (location.protocol === "file:") {
-    fail("The calculator runs Python in this page, which browsers allow only for pages served over http(s). "
-         + "Serve the built book, e.g. `python -m http.server -d _build/html`, and open this page through it.");
-    return;
-  }
   const [pyodide, modules, data] = await Promise.all([
     loadPyodide({ indexURL: new URL("pyodide/", here).href }),
     fetchChecked("workshop_lib.zip", "binary"),
@@ -245,4 +267,6 @@ async function start() {
   update();
 }
 
-start().catch((error) => fail(`The calculator could not start: ${error.message || error}`));
+for (const details of document.querySelectorAll("details")) details.addEventListener("toggle", tellHeight);
+window.addEventListener("resize", tellHeight);
+start().catch((error) => fail(`The calculator could not start: ${error.message || error}`)).finally(tellHeight);
