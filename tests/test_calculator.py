@@ -175,7 +175,7 @@ def test_chapter_presets_are_the_chapters_runs():
                                            ("03_deepspeed_zero", 3), ("04_fsdp", 4)])
 def test_each_chapter_embeds_the_calculator_on_its_own_runs(stem, chapter):
     text = (ROOT / "notebooks" / f"{stem}.py").read_text()
-    found = re.findall(r'src="\.\./_static/memory-calculator/calculator\.html\?chapter=(\d)&experiment=([^"]+)"', text)
+    found = re.findall(r'src="\.\./_static/memory-calculator/calculator\.html\?chapter=(\d)&amp;experiment=([^"]+)"', text)
     assert found, f"{stem} does not embed the memory calculator"
     presets = chapter_presets()[str(chapter)]["experiments"]
     for number, experiment in found:
