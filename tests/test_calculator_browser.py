@@ -127,6 +127,7 @@ def _shown(browser: Browser, doc: str = "document") -> dict:
             bars: [...doc.querySelectorAll('#gpu-bar .segment')].map(s => s.dataset.part),
             verdicts: [...doc.querySelectorAll('#verdicts li')].map(li => [li.dataset.card, li.dataset.fits === 'true']),
             host: doc.getElementById('host-text').dataset.value,
+            host_text: doc.getElementById('host-text').textContent,
             problems: [...doc.querySelectorAll('#problems li')].map(li => [li.dataset.source, li.querySelector('.message').textContent]),
             problems_shown: !doc.getElementById('problems').hidden,
             results_shown: !doc.getElementById('results').hidden,
@@ -150,7 +151,7 @@ def _assert_matches(shown: dict, result: dict) -> None:
     assert shown["parts"] == [[p["part"], p["gib"]] for p in result["gpu"]["parts"]]
     assert shown["bars"] == [p["part"] for p in result["gpu"]["parts"]]
     assert shown["verdicts"] == [[v["card"], v["fits"]] for v in result["fits"]]
-    assert shown["host"] == result["host"]["per_node_gib"]
+    assert shown["host"] == result["host"]["per_node_gib"] and shown["host_text"] == result["host"]["text"]
     reference = result["reference"]
     assert shown["reference"] == (reference["id"] if reference["found"] else None)
     assert shown["exact"] == bool(reference.get("exact"))

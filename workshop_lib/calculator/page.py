@@ -264,7 +264,12 @@ class Calculator:
     def _host(estimate) -> dict:
         processes = estimate.setup.gpus_per_node
         per_node = estimate.cpu_total * processes
+        text = (f"{gib(estimate.cpu_total)} GiB per training process, {gib(per_node)} GiB per node "
+                f"({processes} process{'es' if processes != 1 else ''})" if estimate.cpu_total else
+                "nothing offloaded: the host holds only Python, the CUDA context and the data loader "
+                "(a few GiB per process)")
         return {"per_process_gib": gib(estimate.cpu_total), "per_node_gib": gib(per_node), "processes": processes,
+                "text": text,
                 "parts": [{"part": part, "label": label, "gib": gib(getattr(estimate, part) * processes),
                            "share": getattr(estimate, part) / estimate.cpu_total}
                           for part, label in HOST_PARTS if getattr(estimate, part) > 0]}

@@ -141,9 +141,7 @@ function render(result) {
             `${verdict.card} (${verdict.memory_gib} GiB): ${verdict.text}`));
 
   const host = result.host;
-  document.getElementById("host-text").textContent = host.parts.length
-    ? `${host.per_process_gib} GiB per training process, ${host.per_node_gib} GiB per node (${host.processes} processes)`
-    : "nothing offloaded: the host holds only Python, the CUDA context and the data loader (a few GiB per process)";
+  document.getElementById("host-text").textContent = host.text;
   document.getElementById("host-text").dataset.value = host.per_node_gib;
   drawBar(document.getElementById("host-bar"), host.parts);
   document.getElementById("host-bar").hidden = host.parts.length === 0;
