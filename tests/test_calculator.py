@@ -211,3 +211,10 @@ def test_the_bundle_ships_pyodide_the_modules_as_they_are_and_the_data(tmp_path)
 def test_a_missing_pyodide_says_how_to_install_it(tmp_path):
     with pytest.raises(WorkshopError, match=r"run `npm ci` in the repository \(`make setup` does\)"):
         bundle.write_bundle(tmp_path / "calc", data={}, pyodide_dir=tmp_path / "nowhere")
+
+
+def test_without_pyodide_the_build_still_ships_the_page_that_says_what_is_missing(tmp_path):
+    target = bundle.write_bundle(tmp_path / "calc", data={}, pyodide_dir=tmp_path / "nowhere", require_pyodide=False)
+    assert (target / "calculator.html").is_file() and (target / "workshop_lib.zip").is_file()
+    assert not any((target / "pyodide").iterdir())
+    assert "run `npm ci`" in (target / "calculator.js").read_text()

@@ -94,11 +94,11 @@ def expected():
     return Calculator(page_data())
 
 
-def _open(browser: Browser, url: str, doc: str = "document") -> None:
+def _open(browser: Browser, url: str, doc: str = "document", allow_failure: bool = False) -> None:
     browser.navigate(url)
     browser.wait_for(READY % (doc, doc), timeout=90, what=f"the calculator at {url} to start")
     state = browser.evaluate(f"({doc}).getElementById('calculator').dataset.state")
-    assert state != "failed", browser.evaluate(f"({doc}).getElementById('status').textContent")
+    assert allow_failure or state != "failed", browser.evaluate(f"({doc}).getElementById('status').textContent")
 
 
 def _set(browser: Browser, values: dict, doc: str = "document") -> None:
@@ -177,6 +177,15 @@ def test_the_book_page_runs_the_estimator_in_the_page(site, browser, expected):
     shown = _shown(browser, IFRAME_DOC)
     assert shown["reference"] == "fsdp/strategies/full-shard-offload" and shown["exact"]
     _assert_matches(shown, expected.calculate(shown["values"]))
+
+
+def test_a_book_built_without_pyodide_says_how_to_install_it(site, browser):
+    shipped = site.html_dir / "_static" / "memory-calculator"
+    bare = site.html_dir / "_static" / "memory-calculator-without-pyodide"
+    shutil.copytree(shipped, bare, ignore=shutil.ignore_patterns("pyodide"), dirs_exist_ok=True)
+    _open(browser, f"{site}/_static/memory-calculator-without-pyodide/calculator.html", allow_failure=True)
+    assert browser.evaluate("document.getElementById('calculator').dataset.state") == "failed"
+    assert "run `npm ci`" in browser.evaluate("document.getElementById('status').textContent")
 
 
 def test_opened_from_disk_it_says_how_to_serve_the_book(site, browser):

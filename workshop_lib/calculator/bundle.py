@@ -52,16 +52,25 @@ def write_modules_zip(target: Path) -> None:
             archive.writestr(info, (PACKAGE_ROOT / relative).read_bytes())
 
 
-def write_bundle(target: Path, data: dict | None = None, pyodide_dir: Path = PYODIDE_DIR) -> Path:
-    """Write the calculator's files into `target` (the built book's _static/memory-calculator)."""
-    pyodide_version(pyodide_dir)
+def write_bundle(target: Path, data: dict | None = None, pyodide_dir: Path = PYODIDE_DIR,
+                 require_pyodide: bool = True) -> Path:
+    """Write the calculator's files into `target` (the built book's _static/memory-calculator). Without
+    Pyodide: a WorkshopError, or with ``require_pyodide=False`` everything else (the page then says what is
+    missing and how to install it)."""
+    try:
+        pyodide_version(pyodide_dir)
+        has_pyodide = True
+    except WorkshopError:
+        if require_pyodide:
+            raise
+        has_pyodide = False
     if data is None:
         from .references import page_data
 
         data = page_data()
     target = Path(target)
     (target / "pyodide").mkdir(parents=True, exist_ok=True)
-    for name in PYODIDE_FILES:
+    for name in PYODIDE_FILES if has_pyodide else ():
         shutil.copyfile(Path(pyodide_dir) / name, target / "pyodide" / name)
     for source in STATIC_DIR.iterdir():
         if source.is_file():

@@ -1,22 +1,27 @@
-"""Sphinx hook (``_config.yml``: sphinx.extra_extensions): the HTML build ships the memory calculator's files."""
+"""Sphinx hook (``_config.yml``: sphinx.extra_extensions): the HTML build ships the memory calculator's files.
+
+Without Pyodide (no `npm ci` yet) the build warns, with the command that fixes it (``make book`` builds with -W,
+so there it stops), and the page tells its reader the same instead of loading forever.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from ..errors import WorkshopError
-from .bundle import BUNDLE_FOLDER, write_bundle
+from .bundle import BUNDLE_FOLDER, PYODIDE_DIR, pyodide_version, write_bundle
 
 
 def _write(app, exception) -> None:
     if exception is not None or app.builder.format != "html":
         return
     try:
-        write_bundle(Path(app.outdir) / BUNDLE_FOLDER)
+        pyodide_version(PYODIDE_DIR)
     except WorkshopError as error:
-        from sphinx.errors import ExtensionError
+        from sphinx.util import logging
 
-        raise ExtensionError(str(error)) from None
+        logging.getLogger(__name__).warning(str(error))
+    write_bundle(Path(app.outdir) / BUNDLE_FOLDER, require_pyodide=False)
 
 
 def setup(app) -> dict:

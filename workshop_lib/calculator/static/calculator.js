@@ -1,7 +1,6 @@
 // The memory calculator's page script: it loads Pyodide and the workshop's own Python modules (served with
 // the book), builds the form from what Python says it is, and draws what Python computes. It does no
 // arithmetic of its own: every number, verdict and message comes from workshop_lib.calculator.page.
-import { loadPyodide } from "./pyodide/pyodide.mjs";
 
 const here = new URL(".", import.meta.url);
 const root = document.getElementById("calculator");
@@ -244,7 +243,18 @@ function shareLink(values) {
   link.href = `${location.pathname}?${new URLSearchParams(values)}`;
 }
 
+// Imported when needed, so that a book built without Pyodide says so instead of "Loading…" forever.
+async function importPyodide() {
+  try {
+    return (await import("./pyodide/pyodide.mjs")).loadPyodide;
+  } catch (error) {
+    throw new Error("this build of the book has no Pyodide (pyodide/pyodide.mjs is missing): run `npm ci` "
+                    + "in the workshop's folder (`make setup` does) and build the book again");
+  }
+}
+
 async function start() {
+  const loadPyodide = await importPyodide();
   const [pyodide, modules, data] = await Promise.all([
     loadPyodide({ indexURL: new URL("pyodide/", here).href }),
     fetchChecked("workshop_lib.zip", "binary"),
