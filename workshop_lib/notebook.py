@@ -30,6 +30,7 @@ from . import tables as tables_module
 from .errors import WorkshopError
 from .experiments import (CHAPTERS, DEFAULT_RECIPE, HF, RECIPES, Experiment, chapter_experiments, get_experiment,
                           with_recipe)
+from .disk_check import check_disk, pending_needs
 from .profiles import Profile, load_profile
 from .results import COMPLETED, chapter_results, read_run, run_note, run_record
 from .paths import ROOT_VARIABLE, RUNS_VARIABLE, repository_root, runs_root  # noqa: F401  (part of this API)
@@ -262,12 +263,22 @@ def run_experiments(selection: Selection, runs_dir: Path | str | None = None,
             run.note = "read only ($WORKSHOP_SUBMIT=0)"
         _show_run_table(runs, read_only=True)
         return runs
+    # Disk is a fit check too: refuse before the queue what the runs folder's quota cannot hold.
+    message(check_disk(pending_needs(selection.runnable, selection.profile,
+                                     lambda experiment: _completed_here(experiment, selection.profile, root)), root))
     runs = submit_experiments(selection.runnable, selection.profile, root=root)
     fresh = sum(run.submitted_now for run in runs)
     message(f"{fresh} job(s) submitted, {len(runs) - fresh} reused or already queued; run folders under {root}.")
     wait_for_runs(runs, timeout=wait_timeout_s, progress=progress)
     _show_run_table(runs)
     return runs
+
+
+def _completed_here(experiment: Experiment, profile: Profile, root) -> bool:
+    """The experiment has a completed run of the same content and profile (it will be reused)."""
+    record = load_run(experiment, root).record
+    return bool(record and record.final_state == COMPLETED and record.content_hash == experiment.content_hash
+                and record.profile == profile.name)
 
 
 def _show_run_table(runs: Sequence[Run], read_only: bool = False) -> pd.DataFrame:
