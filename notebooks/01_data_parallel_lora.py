@@ -112,6 +112,20 @@ nb.show_figure(plots.gpu_layout_diagram({name: mixtral_on_2[name] for name in ("
                                         "Mixtral on 2 GPUs: plain data parallel (does not fit) vs expert parallel"));
 
 # %% [markdown]
+# ## Try a layout: the memory calculator
+#
+# The calculator below runs the workshop's estimator (`workshop estimate`) in the page, opened on this
+# chapter's runs: pick another run of the chapter, or change the GPUs, LoRA's rank, the micro-batch or the
+# sequence length, and see what each GPU holds, whether it fits an A100-80GB, and the closest run measured on
+# a real GPU.
+#
+# ```{raw} html
+# <iframe class="memory-calculator" title="Memory calculator" loading="lazy"
+#         src="../_static/memory-calculator/calculator.html?chapter=1&amp;experiment=lora/llama/1-gpu"
+#         style="width: 100%; height: 900px; border: 1px solid #ddd;"></iframe>
+# ```
+
+# %% [markdown]
 # ## The job scripts
 #
 # Below, each experiment's script as this profile submits it, folded (click to open), with what the

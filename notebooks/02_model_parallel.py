@@ -107,6 +107,19 @@ from workshop_lib import plots
 nb.show_figure(plots.gpu_layout_diagram(plots.mixtral_layouts(4), "What each of 4 GPUs holds of Mixtral"));
 
 # %% [markdown]
+# ## Try a layout: the memory calculator
+#
+# The calculator below runs the workshop's estimator (`workshop estimate`) in the page, opened on this
+# chapter's runs: pick another run of the chapter, or change TP, PP, EP or SP, or LoRA back on, and see what
+# each GPU holds, whether it fits an A100-80GB, and the closest run measured on a real GPU.
+#
+# ```{raw} html
+# <iframe class="memory-calculator" title="Memory calculator" loading="lazy"
+#         src="../_static/memory-calculator/calculator.html?chapter=2&amp;experiment=model-parallel/llama/tp2-dp2"
+#         style="width: 100%; height: 900px; border: 1px solid #ddd;"></iframe>
+# ```
+
+# %% [markdown]
 # ## Predict, then run: the layouts and what they need
 #
 # One row per layout: the data-parallel sizes and the batch per DP rank as NeMo resolved them, the

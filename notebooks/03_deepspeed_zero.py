@@ -153,6 +153,20 @@ nb.show_file("slurm/ds_configs/zero2_offload_pinned.json");
 #   worth printing on every rank *with the rank in front*: when one node hangs, they tell you which.
 
 # %% [markdown]
+# ## Try a layout: the memory calculator
+#
+# The calculator below runs the workshop's estimator (`workshop estimate`) in the page, opened on this
+# chapter's runs: pick another run of the chapter, or change the ZeRO stage, the offload, the GPUs or the
+# batch, and see what each GPU holds, whether it fits an A100-80GB, and the closest run measured on a real
+# GPU.
+#
+# ```{raw} html
+# <iframe class="memory-calculator" title="Memory calculator" loading="lazy"
+#         src="../_static/memory-calculator/calculator.html?chapter=3&amp;experiment=zero/two-gpus/zero2"
+#         style="width: 100%; height: 900px; border: 1px solid #ddd;"></iframe>
+# ```
+
+# %% [markdown]
 # ## The experiments, their scripts, and the jobs
 #
 # What the chapter runs, each experiment's script with the checker's findings (offload with stage 0,

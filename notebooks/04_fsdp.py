@@ -138,6 +138,20 @@ nb.say(claims.gpt_architecture(reference));
 #   `NCCL_DEBUG=INFO` in a job prints which transport NCCL picked (look for `NET/IB` against `NET/Socket`).
 
 # %% [markdown]
+# ## Try a layout: the memory calculator
+#
+# The calculator below runs the workshop's estimator (`workshop estimate`) in the page, opened on this
+# chapter's runs: pick another run of the chapter, or change the sharding strategy, the offload, the nodes or
+# the model, and see what each GPU holds, whether it fits an A100-80GB, and the closest run measured on a real
+# GPU.
+#
+# ```{raw} html
+# <iframe class="memory-calculator" title="Memory calculator" loading="lazy"
+#         src="../_static/memory-calculator/calculator.html?chapter=4&amp;experiment=fsdp/strategies/full-shard"
+#         style="width: 100%; height: 900px; border: 1px solid #ddd;"></iframe>
+# ```
+
+# %% [markdown]
 # ## The experiments, their scripts, and the jobs
 #
 # What the chapter runs, each experiment's script with the checker's findings (a `HYBRID_SHARD` run on one
