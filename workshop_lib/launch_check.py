@@ -134,6 +134,7 @@ class ScriptLaunches:
         in_heredoc = {number for heredoc in heredocs for number in heredoc.body}
         batch_lines = ["" if number in in_heredoc else line for number, line in enumerate(code_lines, start=1)]
         batch_text = "\n".join(batch_lines)
+        self.batch_lines = _logical_lines(batch_text, 1)  # bash -c strings kept: where a stored command is used
         scopes = _shell_scopes(batch_text)
         outer = scopes[0][0]
         regions = [Region(outer, 1, False, True)]
@@ -164,11 +165,19 @@ class ScriptLaunches:
     @cached_property
     def launches(self) -> list[Launch]:
         found = []
-        for region in self.regions:
-            for start, text in _logical_lines(region.text, region.first_line):
+        for region in self.regions:  # (computing the regions also sets batch_lines)
+            lines = _logical_lines(region.text, region.first_line)
+            for start, text in lines:
                 for match in _LAUNCHER.finditer(text):
                     kind = match.lastgroup
                     before = _segment_before(text, match.start())
+                    stored = re.match(r"\s*(?:export\s+)?([A-Za-z_]\w*)=[\"']", before)
+                    if stored:  # LAUNCHER="torchrun ...": it runs where $LAUNCHER is used
+                        user = next((t for s_, t in self.batch_lines if s_ > start and re.search(
+                            rf"\$\{{?{stored.group(1)}\b", t) and not re.match(rf"\s*(?:export\s+)?\w+=", t)), None)
+                        if user is None:
+                            continue
+                        before = user[:re.search(rf"\$\{{?{stored.group(1)}\b", user).start()]
                     srun = _SRUN.search(before)
                     under = region.under_srun or srun is not None
                     srun_text = region.srun_text if region.under_srun else (before[srun.start():] if srun else "")
@@ -265,8 +274,9 @@ def _launch_placement(script: Script) -> Iterable[Finding]:
             yield Finding(
                 "launcher-without-srun", ERROR,
                 f"{_name(launch.kind)} runs in the batch shell of a --nodes={nodes} job: the batch shell runs on "
-                f"the first node only, so the other {nodes - 1} node{'s' if nodes > 2 else ''} sit idle (and a "
-                "multi-node rendezvous waits for them until the time limit).",
+                "the first node only, so "
+                + ("the other node sits" if nodes == 2 else f"the other {nodes - 1} nodes sit")
+                + " idle (and a multi-node rendezvous waits for them until the time limit).",
                 f"start it once per node: srun --ntasks-per-node=1 {launch.args.split()[0]} ...", launch.line)
         if launch.under_srun:
             per_node = job.tasks_per_node(launch.srun_text)
@@ -304,21 +314,21 @@ def _gpus_and_workers(script: Script) -> Iterable[Finding]:
         workers = _workers_per_node(script, launch)
         if workers is None or visible is None:
             continue
-        number, offset, option = workers
+        number, offset, said = workers
         if number == visible:
             continue
         if job.gpus_per_task and launch.kind != "accelerate":
             yield Finding(
                 "gpus-per-task-with-launcher", ERROR,
                 f"--gpus-per-task={header.get('gpus-per-task')}: the task that runs {_name(launch.kind)} sees only "
-                f"its own {visible} GPU{'s' if visible > 1 else ''}, while {option}={number} starts {number} "
+                f"its own {visible} GPU{'s' if visible > 1 else ''}, while {said} starts {number} "
                 "workers on the node (CUDA error: invalid device ordinal).",
                 f"ask per node for a launcher: --ntasks-per-node=1 and --gpus-per-node={number}.",
                 header.line("gpus-per-task"))
             continue
         yield Finding(
             "workers-gpus-mismatch", ERROR,
-            f"{option}={number} where the job holds {visible} GPU{'s' if visible > 1 else ''} per node: "
+            f"{said} where the job holds {visible} GPU{'s' if visible > 1 else ''} per node: "
             + (f"{visible - number} GPUs per node sit idle." if number < visible
                else f"{number - visible} workers have no GPU (CUDA error: invalid device ordinal).")
             + (" Accelerate's --num_processes is the total over all machines." if launch.kind == "accelerate" else ""),
@@ -326,27 +336,27 @@ def _gpus_and_workers(script: Script) -> Iterable[Finding]:
 
 
 def _workers_per_node(script: Script, launch: Launch) -> tuple[int, int, str] | None:
-    """(workers the launcher starts per node, or in total for Accelerate scaled per node; offset; option)."""
+    """(workers the launcher starts on each node, offset of the option, the option as said in a message)."""
     if launch.kind == "torchrun":
         found = _option(launch.args, "--nproc_per_node")
         if not found or found[0] in ("gpu", "auto"):
             return None
         number = script.number(found[0])
-        return (number, found[1], "--nproc_per_node") if number else None
+        return (number, found[1], f"--nproc_per_node={number}") if number else None
     if launch.kind == "deepspeed":
         found = _option(launch.args, "--num_gpus")
         number = script.number(found[0]) if found else None
-        return (number, found[1], "--num_gpus") if number else None
+        return (number, found[1], f"--num_gpus={number}") if number else None
     found = _option(launch.args, "--num_processes")
     machines = _option(launch.args, "--num_machines")
     number = script.number(found[0]) if found else None
     machine_count = script.number(machines[0]) if machines else 1
     if not number or not machine_count or number % machine_count:
-        return (number, found[1], "--num_processes") if number and machine_count == 1 else None
-    if machine_count > 1:
-        return number // machine_count, found[1], f"--num_processes/--num_machines = {number}/{machine_count}, i.e. " \
-                                                   "per machine"
-    return number, found[1], "--num_processes"
+        return None
+    if machine_count == 1:
+        return number, found[1], f"--num_processes={number}"
+    return (number // machine_count, found[1],
+            f"--num_processes={number} over --num_machines={machine_count} ({number // machine_count} per machine)")
 
 
 def _workers_fix(kind: str, per_node: int, nodes: int | None) -> str:
@@ -413,14 +423,17 @@ def _rendezvous(script: Script) -> Iterable[Finding]:
             if _has_flag(launch.args, "--standalone"):
                 yield _localhost(launch, "--standalone", "a rendezvous on each node's own localhost")
                 continue
-            found = _option(launch.args, "--rdzv_endpoint") or _option(launch.args, "--master_addr")
+            found = _option(launch.args, "--rdzv_endpoint")
+            option = "--rdzv_endpoint"
+            if found is None:
+                found, option = _option(launch.args, "--master_addr"), "--master_addr"
             exported = job.value_of("PET_RDZV_ENDPOINT") or job.value_of("PET_MASTER_ADDR")
             names = "--rdzv_endpoint (or --master_addr)"
         else:
             if _has_flag(launch.args, "--config_file"):
                 continue  # the config file may name the main machine
             found = _option(launch.args, "--main_process_ip")
-            exported, names = None, "--main_process_ip"
+            exported, names, option = None, "--main_process_ip", "--main_process_ip"
         if found is None and exported is None:
             yield Finding(
                 "rendezvous-missing", ERROR,
@@ -432,7 +445,8 @@ def _rendezvous(script: Script) -> Iterable[Finding]:
         value = found[0] if found else exported
         resolved = _resolve(job, value)
         if any(host in resolved for host in _LOCAL_HOSTS):
-            yield _localhost(launch, f"{names.split()[0]}={value}" + (f" ({resolved})" if resolved != value else ""),
+            said = f"{option}={value}" if found else f"PET_RDZV_ENDPOINT/PET_MASTER_ADDR={value}"
+            yield _localhost(launch, said + (f" (so {resolved})" if resolved != value else ""),
                              "an address that means a different machine on every node",
                              launch.line_of(found[1]) if found else launch.line)
 

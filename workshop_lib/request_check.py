@@ -173,6 +173,9 @@ def _nemo_fit(script: Script) -> Iterable[Finding]:
     for name in ("tensor", "pipeline", "expert"):
         written = command.value(f"{_STRATEGY}{name}_model_parallel_size")
         sizes[name] = script.number(written) if written is not None else (None if name == "expert" else 1)
+    context = command.value(f"{_STRATEGY}context_parallel_size")
+    if context is not None and script.number(context) != 1:
+        return  # the estimate has no context parallelism: say nothing rather than guess
     job = launches_of(script)
     per_node = job.gpus_per_node or script.number(command.value("trainer.devices"))
     if sizes["tensor"] is None or sizes["pipeline"] is None or not per_node or not job.nodes:

@@ -95,14 +95,19 @@ def _render(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace) -> int:
     from ..env_vars_check import check_folder
-    from ..validate import lint_file
+    from ..validate import NotAJobScript, lint_file
 
     errors = warnings = checked = 0
     for target in args.scripts:
         if target.is_dir():
             results, comparisons = check_folder(target)
         else:
-            results, comparisons = [(target, lint_file(target))], []
+            try:
+                results, comparisons = [(target, lint_file(target))], []
+            except NotAJobScript as refused:
+                print(f"error: {refused}")  # said, counted, and the other files still checked
+                errors += 1
+                continue
         for path, findings in results:
             checked += path.suffix != ".py"
             for finding in findings:
