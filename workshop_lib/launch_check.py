@@ -15,13 +15,15 @@ from functools import cached_property
 from typing import Iterable
 
 from .sbatch_script import HEREDOC
-from .validate import ERROR, Finding, Script, _nemo_command, _shell_scopes, script_rule
+from .validate import ERROR, Finding, Script, nemo_command, shell_scopes, script_rule
 
 # A launcher as a command word (never `--deepspeed cfg.json`, which is the Trainer's flag).
 _LAUNCHER = re.compile(
-    r"(?P<torchrun>(?<![\w./-])torchrun\b|\bpython[\d.]*\s+-m\s+torch\.distributed\.(?:run|launch)\b)"
-    r"|(?P<accelerate>(?<![\w./-])accelerate\s+launch\b)"
-    r"|(?P<deepspeed>(?<![\w./-])deepspeed(?=\s+(?:-|\S+\.py\b)))")
+    r"(?P<torchrun>(?<![\w.-])torchrun\b|\bpython[\d.]*\s+-m\s+torch\.distributed\.(?:run|launch)\b)"
+    r"|(?P<accelerate>(?<![\w.-])accelerate\s+launch\b)"
+    r"|(?P<deepspeed>(?<![\w.-])deepspeed(?=\s+(?:-|\S+\.py\b)))"
+    r"|(?P<nemo>(?<![\w.-])nemo\s+llm\b)")  # NeMo (Lightning): srun starts its ranks, one task per GPU
+_INSTALLING = re.compile(r"\b(?:pip|conda|mamba|install)\b")
 _SRUN = re.compile(r"(?<![\w./-])srun\b")
 _RANK_VARIABLE = re.compile(r"\$\{?(SLURM_NODEID|SLURM_PROCID|SLURM_LOCALID)\b")
 _LOCAL_HOSTS = ("localhost", "127.0.0.1", "0.0.0.0")
@@ -135,7 +137,7 @@ class ScriptLaunches:
         batch_lines = ["" if number in in_heredoc else line for number, line in enumerate(code_lines, start=1)]
         batch_text = "\n".join(batch_lines)
         self.batch_lines = _logical_lines(batch_text, 1)  # bash -c strings kept: where a stored command is used
-        scopes = _shell_scopes(batch_text)
+        scopes = shell_scopes(batch_text)
         outer = scopes[0][0]
         regions = [Region(outer, 1, False, True)]
         logical = _logical_lines(batch_text, 1)
@@ -171,6 +173,8 @@ class ScriptLaunches:
                 for match in _LAUNCHER.finditer(text):
                     kind = match.lastgroup
                     before = _segment_before(text, match.start())
+                    if _INSTALLING.search(before):
+                        continue  # `pip install deepspeed ...`: a package, not a launch
                     stored = re.match(r"\s*(?:export\s+)?([A-Za-z_]\w*)=[\"']", before)
                     if stored:  # LAUNCHER="torchrun ...": it runs where $LAUNCHER is used
                         user = next((t for s_, t in self.batch_lines if s_ > start and re.search(
@@ -259,7 +263,13 @@ def launches_of(script: Script) -> ScriptLaunches:
 
 
 def _name(kind: str) -> str:
-    return {"torchrun": "torchrun", "accelerate": "accelerate launch", "deepspeed": "the deepspeed launcher"}[kind]
+    return {"torchrun": "torchrun", "accelerate": "accelerate launch", "deepspeed": "the deepspeed launcher",
+            "nemo": "nemo llm"}[kind]
+
+
+def _launchers(job: ScriptLaunches) -> list[Launch]:
+    """The launchers that start their own workers on each node (NeMo's ranks are srun's tasks)."""
+    return [launch for launch in job.launches if launch.kind != "nemo"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -269,7 +279,18 @@ def _name(kind: str) -> str:
 def _launch_placement(script: Script) -> Iterable[Finding]:
     job = launches_of(script)
     nodes = job.nodes
+    tasks = job.tasks_per_node() or 1
     for launch in job.launches:
+        if launch.kind == "nemo":
+            if not launch.under_srun and ((nodes or 1) > 1 or tasks > 1):
+                yield Finding(
+                    "launcher-without-srun", ERROR,
+                    f"nemo llm runs in the batch shell of a job with {nodes} node(s) x {tasks} task(s) per node: "
+                    "Lightning reads SLURM's task layout and waits for ranks that srun never starts (the job hangs "
+                    "until the time limit).",
+                    "start it with srun (srun singularity exec ... nemo llm ...): srun starts one rank per task.",
+                    launch.line)
+            continue
         if nodes and nodes > 1 and not launch.under_srun and launch.kind != "deepspeed":
             yield Finding(
                 "launcher-without-srun", ERROR,
@@ -297,10 +318,11 @@ def _launch_placement(script: Script) -> Iterable[Finding]:
 @script_rule
 def _gpus_and_workers(script: Script) -> Iterable[Finding]:
     job = launches_of(script)
-    if not job.launches:
+    launchers = _launchers(job)
+    if not launchers:
         return
     header, nodes = script.header, job.nodes
-    first = job.launches[0]
+    first = launchers[0]
     if job.gpus_total and nodes and nodes > 1 and not header.get("gpus-per-node") and not header.get("gres"):
         yield Finding(
             "gpus-total-over-nodes", ERROR,
@@ -310,8 +332,8 @@ def _gpus_and_workers(script: Script) -> Iterable[Finding]:
             f"ask per node: --gpus-per-node={max(job.gpus_total // nodes, 1)} (and drop --gpus).", header.line("gpus"))
         return
     visible = job.gpus_per_task if job.gpus_per_task else job.gpus_per_node
-    for launch in job.launches:
-        workers = _workers_per_node(script, launch)
+    for launch in launchers:
+        workers = workers_per_node(script, launch)
         if workers is None or visible is None:
             continue
         number, offset, said = workers
@@ -335,7 +357,7 @@ def _gpus_and_workers(script: Script) -> Iterable[Finding]:
             _workers_fix(launch.kind, visible, nodes), launch.line_of(offset))
 
 
-def _workers_per_node(script: Script, launch: Launch) -> tuple[int, int, str] | None:
+def workers_per_node(script: Script, launch: Launch) -> tuple[int, int, str] | None:
     """(workers the launcher starts on each node, offset of the option, the option as said in a message)."""
     if launch.kind == "torchrun":
         found = _option(launch.args, "--nproc_per_node")
@@ -375,7 +397,7 @@ def _launcher_nodes(script: Script) -> Iterable[Finding]:
     nodes = job.nodes
     if not nodes:
         return
-    for launch in job.launches:
+    for launch in _launchers(job):
         option = {"torchrun": "--nnodes", "accelerate": "--num_machines"}.get(launch.kind)
         if option is None:
             continue
@@ -393,7 +415,7 @@ def _launcher_nodes(script: Script) -> Iterable[Finding]:
                "never come)." if written < nodes else "the rendezvous waits for nodes the job does not have, "
                "until the time limit."),
             f"use {option}=$SLURM_NNODES (or {option}={nodes}).", launch.line_of(found[1]) if found else launch.line)
-    command = _nemo_command(script)
+    command = nemo_command(script)
     num_nodes = command.value("trainer.num_nodes")
     nemo = "nemo llm" in script.code or num_nodes is not None
     written = script.number(num_nodes) if num_nodes is not None else (1 if nemo else None)
@@ -416,7 +438,7 @@ def _rendezvous(script: Script) -> Iterable[Finding]:
     job = launches_of(script)
     if not job.nodes or job.nodes < 2 or ONE_HOST_PRAGMA in script.text:
         return
-    for launch in job.launches:
+    for launch in _launchers(job):
         if launch.kind == "deepspeed":
             continue  # its hostfile names the nodes (rule deepspeed-without-hostfile)
         if launch.kind == "torchrun":

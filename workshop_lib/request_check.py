@@ -10,8 +10,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable
 
-from .launch_check import launches_of
-from .validate import ERROR, Finding, Script, _nemo_command, script_rule
+from .launch_check import launches_of, workers_per_node
+from .validate import ERROR, Finding, Script, nemo_command, script_rule
 
 _STRATEGY = "trainer.strategy."
 # Models whose size the estimate knows, as people write them (hub ids, NeMo factories): compared with
@@ -64,9 +64,9 @@ def _ranks_per_node(script: Script) -> int | None:
     """Processes per node that each load the model: the launcher's workers, else srun's tasks."""
     job = launches_of(script)
     for launch in job.launches:
-        from .launch_check import _workers_per_node
-
-        workers = _workers_per_node(script, launch)
+        if launch.kind == "nemo":
+            continue
+        workers = workers_per_node(script, launch)
         if workers:
             return workers[0]
         return job.gpus_per_node  # --nproc_per_node=gpu, or a launcher's default: one per GPU
@@ -168,7 +168,7 @@ def _nemo_fit(script: Script) -> Iterable[Finding]:
     model = models.get(factory.group(1))
     if model is None or site.gpu_memory_gib is None:
         return
-    command = _nemo_command(script)
+    command = nemo_command(script)
     sizes = {}
     for name in ("tensor", "pipeline", "expert"):
         written = command.value(f"{_STRATEGY}{name}_model_parallel_size")

@@ -114,7 +114,7 @@ def _words(body: str) -> list[str]:
 
 
 # `cat > job.sbatch <<'EOF'`: the lines up to the delimiter are data (often a second job script), not code.
-HEREDOC = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_]\w*)\1")
+HEREDOC = re.compile(r"(?<!<)<<-?(?!<)\s*(['\"]?)([A-Za-z_]\w*)\1")  # not a here-string (<<<)
 
 
 def heredoc_lines(text: str) -> set[int]:

@@ -384,7 +384,7 @@ class _NemoCommand:
         return found[1] if found else None
 
 
-def _nemo_command(script: Script) -> _NemoCommand:
+def nemo_command(script: Script) -> _NemoCommand:
     code = script.code
     return _NemoCommand({match.group(1): (match.group(2), code.count("\n", 0, match.start()) + 1)
                          for match in _OVERRIDE.finditer(code)})
@@ -406,7 +406,7 @@ def _lightning(script: Script) -> Iterable[Finding]:
             "--gpus-per-task with Lightning/NeMo: each task then sees one GPU while Lightning asks for all "
             "of them ('You requested gpu: [0, 1] But your machine only has: [0]').",
             "use --gpus-per-node=N with --ntasks-per-node=N.", header.line("gpus-per-task"))
-    command = _nemo_command(script)
+    command = nemo_command(script)
     numbers = {"--ntasks-per-node": script.number(header.get("ntasks-per-node")),
                "--gpus-per-node": header.gpus_per_node or None,
                "trainer.devices": script.number(command.value("trainer.devices"))}
@@ -519,7 +519,7 @@ def _read_json(name: str, submit_dir: Path | None) -> dict | None:
 @script_rule
 def _killed_pids(script: Script) -> Iterable[Finding]:
     text = script.text
-    for scope_text, offset in _shell_scopes(text):
+    for scope_text, offset in shell_scopes(text):
         assigned = {match.group(1) for match in _ASSIGNMENT.finditer(scope_text)}
         assigned |= set(re.findall(r"\bread\s+(?:-\w+\s+)*([A-Za-z_]\w*)", scope_text))
         assigned |= set(re.findall(r"\bfor\s+([A-Za-z_]\w*)\s+in\b", scope_text))
@@ -537,7 +537,7 @@ def _killed_pids(script: Script) -> Iterable[Finding]:
                     line)
 
 
-def _shell_scopes(text: str) -> list[tuple[str, int]]:
+def shell_scopes(text: str) -> list[tuple[str, int]]:
     """The batch shell's text and the text of each `bash -c '...'` child shell, with their offsets."""
     children: list[tuple[int, int]] = []
     position = 0
