@@ -15,7 +15,7 @@ from functools import cached_property
 from typing import Iterable
 
 from .sbatch_script import HEREDOC
-from .validate import ERROR, Finding, Script, nemo_command, shell_scopes, script_rule
+from .validate import ERROR, WARNING, Finding, Script, nemo_command, script_rule, shell_scopes
 
 # A launcher as a command word (never `--deepspeed cfg.json`, which is the Trainer's flag).
 _LAUNCHER = re.compile(
@@ -560,15 +560,28 @@ def _deepspeed_hostfile(script: Script) -> Iterable[Finding]:
 
 @script_rule
 def _pinned_devices(script: Script) -> Iterable[Finding]:
+    """A hand-set CUDA_VISIBLE_DEVICES for the whole job (export, or a line of its own) or for a launcher.
+    `CUDA_VISIBLE_DEVICES=1 python eval.py &`, one process per GPU, is left alone."""
     job = launches_of(script)
     gpus = job.gpus_per_node or job.gpus_total or 0
     if gpus < 2 and (job.nodes or 1) < 2:
         return
-    for match in re.finditer(r"(?<![\w$])CUDA_VISIBLE_DEVICES=[\"']?(\d+(?:,\d+)*)", script.code):
+    for start, text in _logical_lines(script.code, 1):
+        match = re.search(r"(?<![\w$])(export\s+)?CUDA_VISIBLE_DEVICES=[\"']?(\d+(?:,\d+)*)[\"']?(\s*$|\s*;|\s+\S)", text)
+        if not match:
+            continue
+        whole_job = match.group(1) or not match.group(3).strip() or match.group(3).strip() == ";"
+        if not whole_job and not _LAUNCHER.search(text[match.end() - 1:]):
+            continue
+        devices = [int(index) for index in match.group(2).split(",")]
+        every_gpu = gpus > 0 and sorted(devices) == list(range(gpus))
         yield Finding(
-            "cuda-visible-devices-pinned", ERROR,
-            f"CUDA_VISIBLE_DEVICES={match.group(1)} set by hand in a job with {gpus} GPUs per node: SLURM already "
-            "sets it to the GPUs it gave this job; fixed numbers hide some of them (fewer workers than GPUs) or "
-            "point at another job's GPUs on a shared node.",
-            "delete the line: SLURM's CUDA_VISIBLE_DEVICES is right on every node.",
-            script.code.count("\n", 0, match.start()) + 1)
+            "cuda-visible-devices-pinned", WARNING if every_gpu else ERROR,
+            f"CUDA_VISIBLE_DEVICES={match.group(2)} set by hand in a job with {gpus} GPUs per node: "
+            + ("it names every GPU only where SLURM numbers a job's GPUs from 0 (nodes that confine jobs to their "
+               "GPUs); elsewhere it points at another job's GPUs." if every_gpu else
+               f"it hides {gpus - len(devices)} of the job's GPUs (they sit idle)" if len(devices) < gpus else
+               "it names GPUs the job was not given (another job's, or none)")
+            + ("" if every_gpu else ", and SLURM had already set it to the GPUs it gave this job."),
+            "delete it: SLURM sets CUDA_VISIBLE_DEVICES to the job's GPUs on every node.",
+            start + text.count("\n", 0, match.start()))

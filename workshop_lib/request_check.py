@@ -31,6 +31,20 @@ def model_in_script(script: Script) -> str | None:
 
 
 # ---------------------------------------------------------------------------------------------
+# A script saved with Windows line breaks
+# ---------------------------------------------------------------------------------------------
+@script_rule
+def _dos_line_breaks(script: Script) -> Iterable[Finding]:
+    if "\r\n" in script.text:
+        yield Finding(
+            "dos-line-breaks", ERROR,
+            f"the script has Windows line breaks (CR LF, {script.text.count(chr(13) + chr(10))} lines): sbatch "
+            "refuses it ('Batch script contains DOS line breaks'), and bash would read `train.py\\r`.",
+            "convert it: dos2unix SCRIPT (or sed -i 's/\\r$//' SCRIPT), and save with Unix line endings.",
+            script.text.count("\n", 0, script.text.index("\r\n")) + 1)
+
+
+# ---------------------------------------------------------------------------------------------
 # --time
 # ---------------------------------------------------------------------------------------------
 @script_rule
