@@ -230,3 +230,17 @@ def test_nvidia_smi_snapshot_of_utilization_used_total_temperature_power(text, t
 def test_nvidia_smi_headerless_lines_that_name_no_memory_are_still_refused():
     log = parse_nvidia_smi("45, 12, 7\n46, 13, 7\n")
     assert log.samples == [] and log.problems and "no header line" in log.problems[0].reason
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("0, 45, 30512, 81559, 41, 210.52\n1, 97, 64000, 81559, 63, 689.10\n",
+     [(0, 45.0, 30512.0, 81559.0, None), (1, 97.0, 64000.0, 81559.0, None)]),
+    ("2026/11/21 15:14:14.137, 0, NVIDIA H100, 12, 900, 81559\n2026/11/21 15:14:19.140, 1, NVIDIA H100, 88, 70000, 81559\n",
+     [(0, 12.0, 900.0, 81559.0, "NVIDIA H100"), (1, 88.0, 70000.0, 81559.0, "NVIDIA H100")]),
+    ("0, NVIDIA H100 80GB HBM3, 45 %, 30512 MiB, 81559 MiB, 41, 210.52 W\n",
+     [(0, 45.0, 30512.0, 81559.0, "NVIDIA H100 80GB HBM3")]),
+], ids=["index-first-nounits", "timestamp-index-name-nounits", "index-name-units"])
+def test_nvidia_smi_headerless_queries_with_index_name_and_timestamp(text, expected):
+    log = parse_nvidia_smi(text)
+    assert log.problems == []
+    assert [(s.gpu_index, s.utilization_pct, s.used_mib, s.total_mib, s.name) for s in log.samples] == expected

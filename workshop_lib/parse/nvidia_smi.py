@@ -122,9 +122,22 @@ def infer_columns(rows: list[list[str]]) -> tuple[str, ...] | None:
     first = rows[0]
     if any(_mib(cell) is not None and cell.endswith(("MiB", "GiB")) for cell in first):
         return _columns_from_units(first)
-    if not all(_BARE_NUMBER.match(cell) for row in rows for cell in row):
+    # nounits: the text cells say what they are (a date, a bus id, a GPU name); the numbers are read together
+    text_columns = {i: _text_column(first[i]) for i in range(len(first)) if not _BARE_NUMBER.match(first[i])}
+    numeric = [i for i in range(len(first)) if i not in text_columns]
+    if not numeric or not all(_BARE_NUMBER.match(row[i]) for row in rows for i in numeric):
         return None
-    return _columns_from_numbers(rows)
+    names = _columns_from_numbers([[row[i] for i in numeric] for row in rows])
+    if names is None:
+        return None
+    columns = dict(text_columns) | dict(zip(numeric, names))
+    return tuple(columns[i] for i in range(len(first)))
+
+
+def _text_column(cell: str) -> str:
+    if _timestamp(cell) is not None:
+        return "timestamp"
+    return "pci.bus_id" if _PCI_BUS.match(cell) else "name"
 
 
 def _columns_from_units(cells: list[str]) -> tuple[str, ...] | None:
@@ -161,8 +174,14 @@ def _columns_from_numbers(rows: list[list[str]]) -> tuple[str, ...] | None:
              and all(row[i - 1] <= row[i] for row in values)]
     if len(total) != 1 or largest < 1024:
         return None  # no single column that can only be memory.total
-    before = ("utilization.gpu",) if total[0] == 2 else ()
-    if total[0] - 1 != len(before):
+    first_column = [row[0] for row in values]
+    if total[0] == 2:
+        before: tuple[str, ...] = ("utilization.gpu",)
+    elif total[0] == 3 and all(value.is_integer() and value < 64 for value in first_column):
+        before = ("index", "utilization.gpu")  # --query-gpu=index,utilization.gpu,memory.used,...
+    elif total[0] == 1:
+        before = ()
+    else:
         return None
     after = ("temperature.gpu", "power.draw", "utilization.memory")[:width - total[0] - 1]
     if len(after) != width - total[0] - 1:
