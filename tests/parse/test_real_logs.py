@@ -131,10 +131,17 @@ def test_an_nccl_file_with_nothing_readable_names_file_line_and_expectation(tmp_
 
 
 def test_nvidia_smi_without_a_header_says_which_columns_it_assumed():
-    log = parse_nvidia_smi("2026/11/21 15:14:14.137, 0, NVIDIA H200, 00000000:01:00.0, 6251, 143771\n")
+    # Nothing in these cells can be memory.total (no column that stays the same and is the largest)
+    log = parse_nvidia_smi("2026/11/21 15:14:14.137, 0, NVIDIA H200, 00000000:01:00.0, 6251, 4\n"
+                           "2026/11/21 15:14:19.137, 0, NVIDIA H200, 00000000:01:00.0, 6300, 5\n")
     assert log.samples == []
-    (problem,) = log.problems
+    problem = log.problems[0]
     assert problem.line == 1 and "no header line" in problem.reason and "memory.used" in problem.reason
+
+
+def test_nvidia_smi_without_a_header_reads_the_seed_query_with_a_bus_id():
+    (sample,) = parse_nvidia_smi("2026/11/21 15:14:14.137, 0, NVIDIA H200, 00000000:01:00.0, 6251, 143771\n").samples
+    assert (sample.gpu_index, sample.name, sample.used_mib, sample.total_mib) == (0, "NVIDIA H200", 6251.0, 143771.0)
 
 
 def test_nvidia_smi_header_names_the_columns_every_time_it_repeats():

@@ -124,6 +124,9 @@ def infer_columns(rows: list[list[str]]) -> tuple[str, ...] | None:
         return _columns_from_units(first)
     # nounits: the text cells say what they are (a date, a bus id, a GPU name); the numbers are read together
     text_columns = {i: _text_column(first[i]) for i in range(len(first)) if not _BARE_NUMBER.match(first[i])}
+    # nvidia-smi's queries name the GPU by `index,name` (or `index,pci.bus_id`): a number right before those is it
+    text_columns |= {i - 1: "index" for i, name in list(text_columns.items())
+                     if name in ("name", "pci.bus_id") and i > 0 and i - 1 not in text_columns}
     numeric = [i for i in range(len(first)) if i not in text_columns]
     if not numeric or not all(_BARE_NUMBER.match(row[i]) for row in rows for i in numeric):
         return None
