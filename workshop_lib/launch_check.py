@@ -144,13 +144,14 @@ class ScriptLaunches:
         for scope_text, offset in scopes[1:]:
             opener_line = batch_text.count("\n", 0, offset) + 1
             opener = next((text for start, text in reversed(logical) if start <= opener_line), "")
-            srun = _SRUN.search(_segment_before(opener, opener.find("bash -c")) if "bash -c" in opener else opener)
+            command = opener[:opener.find("bash -c")] if "bash -c" in opener else opener
+            srun = _SRUN.search(_segment_before(command, len(command)))
             quote = batch_text[offset - 1]
             variable = re.fullmatch(r"\s*\$\{?([A-Za-z_]\w*)\}?\s*", scope_text)
             if variable:  # `srun bash -c "$NODE_TASK"`: the heredoc below holds the code
                 continue
             regions.append(Region(scope_text, opener_line, srun is not None, quote == '"',
-                                  opener if srun else ""))
+                                  command[srun.start():] if srun else ""))
         for heredoc in heredocs:
             if not heredoc.target or not heredoc.body:
                 continue
@@ -159,9 +160,11 @@ class ScriptLaunches:
                            and re.search(rf"\$\{{?{name}\b|(?<![\w.-]){name}(?![\w.-])", text)), None)
             if runner is None:
                 continue  # written and never run from here (a config, a Python file, a job for sbatch)
-            under = _SRUN.search(runner[1]) is not None
+            use = re.search(rf"\$\{{?{name}\b|(?<![\w.-]){name}(?![\w.-])", runner[1]).start()
+            srun = _SRUN.search(_segment_before(runner[1], use))
             body = "\n".join(code_lines[number - 1] for number in heredoc.body)
-            regions.append(Region(body, heredoc.body[0], under, not heredoc.quoted, runner[1] if under else ""))
+            regions.append(Region(body, heredoc.body[0], srun is not None, not heredoc.quoted,
+                                  _segment_before(runner[1], use)[srun.start():] if srun else ""))
         return regions
 
     @cached_property
