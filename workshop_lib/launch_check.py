@@ -469,11 +469,49 @@ def _rendezvous(script: Script) -> Iterable[Finding]:
             continue
         value = found[0] if found else exported
         resolved = _resolve(job, value)
+        said = f"{option}={value}" if found else f"PET_RDZV_ENDPOINT/PET_MASTER_ADDR={value}"
         if any(host in resolved for host in _LOCAL_HOSTS):
-            said = f"{option}={value}" if found else f"PET_RDZV_ENDPOINT/PET_MASTER_ADDR={value}"
             yield _localhost(launch, said + (f" (so {resolved})" if resolved != value else ""),
                              "an address that means a different machine on every node",
                              launch.line_of(found[1]) if found else launch.line)
+            continue
+        unset = _never_set(script, value.split(":")[0] if option == "--rdzv_endpoint" else value)
+        if unset:
+            yield Finding(
+                "rendezvous-missing", ERROR,
+                f"{_name(launch.kind)} with {said}: this script never sets {unset} (nor sources a file that could), "
+                "so the launcher gets an empty address and every node waits until the time limit.",
+                _rendezvous_fix(launch.kind), launch.line_of(found[1]) if found else launch.line)
+            continue
+        yield from _node_rank(launch, job)
+
+
+def _never_set(script: Script, host: str) -> str | None:
+    """`$MASTER_ADDR` when the host is only that variable and nothing in the script can set it."""
+    match = re.fullmatch(r"\$\{?([A-Za-z_]\w*)\}?", host.strip())
+    if not match or match.group(1).startswith(("SLURM", "PET_")):
+        return None
+    name, code = match.group(1), script.code
+    if re.search(r"^\s*(?:source|\.|eval)\s", code, re.M) or re.search(
+            rf"(?<![\w$]){name}=|\bread\b[^\n]*\b{name}\b|\bfor\s+{name}\b|\bdeclare\b[^\n]*\b{name}\b", code):
+        return None
+    return f"${name}"
+
+
+def _node_rank(launch: Launch, job: ScriptLaunches) -> Iterable[Finding]:
+    """A static rendezvous (torchrun's default, Accelerate's) needs each node's rank; left out, every node is 0."""
+    backend = _option(launch.args, "--rdzv_backend")
+    if backend and backend[0] in ("c10d", "etcd", "etcd-v2"):
+        return  # the rendezvous hands out node ranks itself
+    option = "--node_rank" if launch.kind == "torchrun" else "--machine_rank"
+    if _option(launch.args, option) or job.value_of("PET_NODE_RANK") is not None:
+        return
+    yield Finding(
+        "node-rank-missing", ERROR,
+        f"{_name(launch.kind)} with a static rendezvous on {job.nodes} nodes and no {option}: it defaults to 0 on "
+        "every node, so all nodes claim rank 0 and the rendezvous hangs or fails with a duplicate rank.",
+        f"pass {option}=\"$SLURM_NODEID\" inside single quotes (srun bash -c '...'), or use "
+        "--rdzv_backend=c10d, which numbers the nodes itself.", launch.line)
 
 
 def _resolve(job: ScriptLaunches, value: str) -> str:

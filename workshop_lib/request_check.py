@@ -89,9 +89,27 @@ def _ranks_per_node(script: Script) -> int | None:
     return None
 
 
+def _node_memory(script: Script) -> tuple[float, str, int | None] | None:
+    """(GiB per node, the directive as written, its line) from --mem, --mem-per-gpu or --mem-per-cpu."""
+    header, job = script.header, launches_of(script)
+    if header.get("mem"):
+        gib = mem_gib(header.get("mem"))
+        return (gib, f"--mem={header.get('mem')}", header.line("mem")) if gib is not None else None
+    per_gpu, gpus = mem_gib(header.get("mem-per-gpu")), job.gpus_per_node
+    if per_gpu and gpus:
+        return per_gpu * gpus, f"--mem-per-gpu={header.get('mem-per-gpu')} x {gpus} GPUs", header.line("mem-per-gpu")
+    per_cpu, tasks = mem_gib(header.get("mem-per-cpu")), job.tasks_per_node()
+    cpus = script.number(header.get("cpus-per-task") or "1")
+    if per_cpu and tasks and cpus:
+        return (per_cpu * cpus * tasks, f"--mem-per-cpu={header.get('mem-per-cpu')} x {cpus * tasks} CPUs",
+                header.line("mem-per-cpu"))
+    return None
+
+
 @script_rule
 def _host_memory(script: Script) -> Iterable[Finding]:
-    mem = mem_gib(script.header.get("mem"))
+    node = _node_memory(script)
+    mem = node[0] if node else None
     if not mem or "nemo llm" in script.code or "--random-init" in script.code:
         return  # --mem=0 is the whole node; NeMo loads its distributed checkpoint shard by shard; the
         # workshop's stand-in with --random-init builds the model on the meta device, never in CPU memory
@@ -107,11 +125,11 @@ def _host_memory(script: Script) -> Iterable[Finding]:
         return
     yield Finding(
         "host-memory-too-small", ERROR,
-        f"--mem={script.header.get('mem')} per node for {ranks} ranks that each load {model} "
+        f"{node[1]} per node for {ranks} ranks that each load {model} "
         f"({per_rank:.1f} GiB in 16-bit) into CPU memory before moving it to their GPU: at least {need:.0f} GiB, "
         "so the node runs out of memory while loading and SLURM kills the job (OUT_OF_MEMORY).",
         f"ask for --mem={math.ceil(need * 1.25)}G or more (or --mem=0 for the whole node's memory).",
-        script.header.line("mem"))
+        node[2])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -24,8 +24,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="render the NeMo checkpoint import job for MODEL (e.g. llama-3.1-8b) instead")
     render.set_defaults(handler=_render)
 
-    check = subparsers.add_parser("check", help="lint sbatch scripts for the pitfalls SLURM and NeMo punish; a "
-                                  "folder also has its env_vars.sh compared with the names its Python reads")
+    check = subparsers.add_parser("check", help="lint sbatch scripts for the pitfalls SLURM and NeMo punish and the "
+                                  "launch mistakes of hand-written torchrun/DeepSpeed/Accelerate/NeMo jobs; a folder "
+                                  "also has its env_vars.sh compared with the names its Python reads and its job "
+                                  "names checked for reuse")
     check.add_argument("scripts", nargs="+", type=Path, metavar="SCRIPT_OR_DIR")
     check.set_defaults(handler=_check)
 
