@@ -55,9 +55,14 @@ class Figure:
     context: str  # the surrounding words, one line
 
 
+# Markup is not prose: an iframe's `width: 100%` states nothing about a measurement.
+HTML_TAG = re.compile(r"<[A-Za-z][^<>]*>")
+
+
 def figures(texts: dict[str, str]) -> list[Figure]:
     found = []
     for page, text in texts.items():
+        text = HTML_TAG.sub(lambda tag: " " * len(tag.group(0)), text)
         for match in FIGURE.finditer(text):
             context = " ".join(text[max(0, match.start() - 90):match.end() + 40].split())
             found.append(Figure(page, match.group(0), float(match.group(1).replace(",", "")), context))
@@ -177,6 +182,7 @@ REGISTRY: list[Registered] = [
     Registered("notebooks/02_model_parallel.py", "78 GiB", "predicted at about", "estimate",
                _estimate("model-parallel/llama/tp2")),
     Registered("notebooks/02_model_parallel.py", "10 %", "margin", "setting", lambda: 100 * MARGIN),
+    Registered("book/memory_calculator.md", "10 %", "keeps 10 % of each card", "setting", lambda: 100 * MARGIN),
     Registered("notebooks/02_model_parallel.py", "105 GiB", "estimator gives about 209", "estimate",
                _estimate(MIXTRAL, **SEED_MIXTRAL_TP4)),
     Registered("notebooks/02_model_parallel.py", "55 GiB", "about 61 and", "estimate",
