@@ -28,6 +28,7 @@ PYODIDE_FILES = ("pyodide.mjs", "pyodide.asm.mjs", "pyodide.asm.wasm", "python_s
 # The library's modules the page imports (page.py and what it imports): standard library only, checked by
 # tests/test_calculator.py. Shipped as they are: the page runs the same code as `workshop estimate`.
 PAGE_MODULES = ("__init__.py", "errors.py", "paths.py", "sbatch_script.py", "experiments.py", "validate.py",
+                "launch_check.py", "request_check.py",
                 "estimate/__init__.py", "estimate/shapes.py", "estimate/memory.py", "estimate/flops.py",
                 "estimate/report.py", "estimate/fit.py", "estimate/crosscheck.py",
                 "calculator/__init__.py", "calculator/page.py")
