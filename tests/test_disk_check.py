@@ -39,7 +39,7 @@ def test_the_whole_ibex_class_fits_a_participants_quota():
     ibex = load_profile("ibex")
     needs = [disk_need(experiment, ibex) for chapter in (1, 2, 3, 4) for experiment in chapter_experiments(chapter)]
     line = check_disk(needs, "/", free_bytes=int(1.5e12))  # 1.5 TB per user on /ibex/user (KAUST's docs)
-    assert "will write about" in line and "1.5 TB free" in line
+    assert "write up to" in line and "1.5 TB free" in line
 
 
 def test_too_little_room_is_refused_naming_the_largest_runs_and_the_fix():
@@ -62,6 +62,6 @@ def test_a_real_small_filesystem_is_measured_not_assumed(tmp_path):
         needs = [disk_need(experiment, tiny) for experiment in chapter_experiments(3)[:2]]
         with pytest.raises(DiskError, match=r"MB free there"):
             check_disk(needs, small / "runs")  # the folder does not exist yet: its filesystem is measured
-        assert "will write about" in check_disk(needs[:0], small / "runs")
+        assert "write up to" in check_disk(needs[:0], small / "runs")
     finally:
         subprocess.run(["umount", str(small)], check=True)

@@ -74,7 +74,7 @@ def check_disk(needs: list[DiskNeed], folder: Path, free_bytes: int | None = Non
         probe = probe.parent
     free = shutil.disk_usage(probe).free if free_bytes is None else free_bytes
     total = sum(need.bytes for need in needs)
-    line = (f"Disk: {len(needs)} run(s) will write about {_size(total)} into {folder}; {_size(free)} free there")
+    line = f"Disk: {len(needs)} run(s) to submit write up to {_size(total)} into {folder}; {_size(free)} free there"
     if total > free:
         largest = sorted(needs, key=lambda need: need.bytes, reverse=True)[:3]
         raise DiskError(f"{line}, which is not enough. The largest: "

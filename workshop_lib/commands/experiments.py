@@ -26,8 +26,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "into DIR (`workshop setup PROFILE --stage DIR` runs it)")
     render.set_defaults(handler=_render)
 
-    check = subparsers.add_parser("check", help="lint sbatch scripts for the pitfalls SLURM and NeMo punish; a "
-                                  "folder also has its env_vars.sh compared with the names its Python reads")
+    check = subparsers.add_parser("check", help="lint sbatch scripts for the pitfalls SLURM and NeMo punish and the "
+                                  "launch mistakes of hand-written torchrun/DeepSpeed/Accelerate/NeMo jobs; a folder "
+                                  "also has its env_vars.sh compared with the names its Python reads and its job "
+                                  "names checked for reuse")
     check.add_argument("scripts", nargs="+", type=Path, metavar="SCRIPT_OR_DIR")
     check.set_defaults(handler=_check)
 
@@ -102,14 +104,19 @@ def _render(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace) -> int:
     from ..env_vars_check import check_folder
-    from ..validate import lint_file
+    from ..validate import NotAJobScript, lint_file
 
     errors = warnings = checked = 0
     for target in args.scripts:
         if target.is_dir():
             results, comparisons = check_folder(target)
         else:
-            results, comparisons = [(target, lint_file(target))], []
+            try:
+                results, comparisons = [(target, lint_file(target))], []
+            except NotAJobScript as refused:
+                print(f"error: {refused}")  # said, counted, and the other files still checked
+                errors += 1
+                continue
         for path, findings in results:
             checked += path.suffix != ".py"
             for finding in findings:
