@@ -144,17 +144,18 @@ def release(job_id: str) -> None:
     _update(job_id, {"held": False})
 
 
-def jobs_in(workdir: Path, since: float) -> list[str]:
-    """Local jobs started in `workdir` since `since` (epoch seconds)."""
+def jobs_in(workdir: Path, since: float = 0.0) -> list[JobInfo]:
+    """Local jobs started in `workdir` since `since` (epoch seconds), oldest first."""
+    wanted = str(Path(workdir).resolve())
     found = []
     for path in jobs_dir().glob("local-*.json"):
         try:
             record = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        if record.get("workdir") == str(workdir) and record.get("submitted_at", 0) >= since - 1:
+        if str(Path(record.get("workdir", "")).resolve()) == wanted and record.get("submitted_at", 0) >= since - 1:
             found.append(record["job_id"])
-    return sorted(found, key=_job_number)
+    return [job_info(job_id) for job_id in sorted(found, key=_job_number)]
 
 
 def cancel(job_id: str) -> None:

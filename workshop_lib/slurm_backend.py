@@ -132,20 +132,22 @@ class SlurmBackend:
     def cancel(self, job_id: str) -> None:
         _checked(["scancel", job_id], f"scancel {job_id}")
 
-    def jobs_in(self, workdir: Path, since: float) -> list[str]:
+    def jobs_in(self, workdir: Path, since: float = 0.0) -> list[JobInfo]:
         output = _checked(["squeue", "-h", "-t", "all", "--me", "-o", SQUEUE_FORMAT], "squeue")
+        wanted = str(Path(workdir).resolve())
         found = []
         for line in output.splitlines():
             fields = line.split("|")
-            if len(fields) < 9 or fields[7] != str(workdir):
+            if len(fields) < 9 or str(Path(fields[7]).resolve()) != wanted:
                 continue
             try:
                 submitted = datetime.fromisoformat(fields[8]).timestamp()
             except ValueError:
                 submitted = since
             if submitted >= since - 1:
-                found.append(fields[0])
-        return found
+                found.append(JobInfo(job_id=fields[0], state=slurm_output.normalise_state(fields[2]),
+                                     reason=fields[3] or None, name=fields[1] or None))
+        return sorted(found, key=lambda info: int(info.job_id) if info.job_id.isdigit() else 0)
 
     def poll_policy(self) -> PollPolicy:
         return LOCAL_CLUSTER_POLLING if _is_project_cluster() else CLUSTER_POLLING
