@@ -220,3 +220,33 @@ def test_hybrid_shard_on_emulated_nodes_shards_inside_each_node(tmp_path):
     row = table[table["Strategy"] == "HYBRID_SHARD"].iloc[0]
     assert (row["CPU Offload"], row["Nodes x GPUs"], row["Shard Group (ranks)"]) == ("no", "2 x 2", 2)
     assert row["Samples/s"] > 0
+
+
+def test_a_runner_that_cannot_start_fails_its_job_with_the_reason(tmp_path, monkeypatch):
+    """What a GPU machine without workshop_lib on the runner's path showed: the runner died at import and
+    the job stayed PENDING forever. Here the runner dies at import the same way, on purpose."""
+    import sys
+
+    from workshop_lib import local_executor
+
+    monkeypatch.setattr(local_executor, "RUNNER_COMMAND", [sys.executable, "-c", "import no_such_runner_module"])
+    job = cluster.submit(script(tmp_path, "echo never"), backend="local")
+    [info] = cluster.wait_for([job], timeout=30, poll_interval=0.1, progress=False)
+    assert info.state == "FAILED"
+    assert "runner could not start" in info.reason and "No module named 'no_such_runner_module'" in info.reason
+    assert not job.stdout_path.exists()  # nothing ran
+
+
+def test_the_runner_finds_this_workshop_lib_without_it_installed_or_on_the_path(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from workshop_lib import local_executor
+
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    # -S: no site-packages, so no installed workshop_lib; only the environment the runner gets finds it.
+    found = subprocess.run([sys.executable, "-S", "-c", "import workshop_lib; print(workshop_lib.__file__)"],
+                           cwd=tmp_path, env=local_executor._runner_environment(), capture_output=True, text=True)
+    assert found.returncode == 0, found.stderr
+    assert Path(found.stdout.strip()).parent == Path(local_executor.__file__).parent
