@@ -62,7 +62,8 @@ def launch(tmp_path, data_dir):
         # CUDA_VISIBLE_DEVICES="": these runs are the CPU ones (gloo) even on a GPU machine, where several
         # ranks would otherwise share one GPU through NCCL.
         env = {**os.environ, "WORKSHOP_DATA_DIR": str(data_dir), "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "",
-               "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(REPO)}
+               "TOKENIZERS_PARALLELISM": "false",
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
         done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
         log = done.stdout + done.stderr
         assert done.returncode == 0, f"{' '.join(command)} failed:\n{log[-6000:]}"
