@@ -29,7 +29,8 @@ def run(path, timeout=30):
     return job, info
 
 
-def test_environment_mimics_slurm(tmp_path):
+def test_environment_mimics_slurm(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORKSHOP_LOCAL_GPUS", "2")  # as many as asked for, also on a one-GPU machine
     job, info = run(script(tmp_path, 'echo "$SLURM_JOB_ID $SLURM_NNODES $SLURM_GPUS_ON_NODE $CUDA_VISIBLE_DEVICES"',
                            "--gpus-per-node=2", "--ntasks-per-node=2"))
     assert info.state == "COMPLETED" and info.exit_code == 0
