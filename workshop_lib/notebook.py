@@ -33,7 +33,8 @@ from .experiments import (CHAPTERS, DEFAULT_RECIPE, HF, RECIPES, Experiment, cha
 from .profiles import Profile, load_profile
 from .results import COMPLETED, chapter_results, read_run, run_note, run_record
 from .paths import ROOT_VARIABLE, RUNS_VARIABLE, repository_root, runs_root  # noqa: F401  (part of this API)
-from .runs import Run, explain_runs, load_run, query_runs, submit_experiments, wait_for_runs
+from .runs import (Run, cancel_runs, explain_runs, load_run, query_runs, read_only_info, submit_experiments,
+                   wait_for_runs)
 from .scripts import render_script
 from .slurm_output import JobInfo
 from .tables import Table
@@ -270,14 +271,20 @@ def run_experiments(selection: Selection, runs_dir: Path | str | None = None,
     return runs
 
 
+def cancel_experiments(selection: Selection, runs_dir: Path | str | None = None) -> list[str]:
+    """Cancel the selection's queued and running jobs (a whole chapter: ``nb.cancel_experiments(selection)``;
+    from a shell: ``workshop cancel --chapter N``). Re-running the chapter later submits them again."""
+    lines = cancel_runs(selection.runnable, resolve_runs_dir(runs_dir))
+    message("<br>".join(_escape(line) for line in lines) or "Nothing selected.")
+    return lines
+
+
 def _show_run_table(runs: Sequence[Run], read_only: bool = False) -> pd.DataFrame:
     """The runs' states; under it, for each run whose files had unreadable lines, which and why, and for
     each run that ended without completing, why (state, exit code, time against the limit, the log lines
     that matter, a hint). Read-only: asks no scheduler."""
     if read_only:
-        infos = [JobInfo(job_id=run.record.job_id if run.record else "", state=(
-            "DAMAGED" if run.damage else (run.record.final_state or "UNKNOWN") if run.record else "NOT SUBMITTED"))
-            for run in runs]
+        infos = [read_only_info(run) for run in runs]  # the record, else the log's footer: no scheduler
     else:
         infos = query_runs(runs)
     rows = [{"experiment": run.experiment.id, "job": run.record.job_id if run.record else "", "state": info.state,

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Sequence
 
 from . import cluster, paths, slurm_output
-from .backend import get_backend, resolve_backend
+from .backend import FORGOTTEN, get_backend, resolve_backend
 from .errors import ClusterError, SubmitError, WorkshopError
 from .experiments import Experiment, select_experiments
 from .profiles import Profile, load_profile
@@ -131,13 +131,32 @@ class RunRecord:
             known = {key: data[key] for key in cls.__dataclass_fields__ if key in data}
             return cls(**known)
         except (ValueError, TypeError, AttributeError) as error:
-            logs = sorted(p.name for p in Path(directory).glob("slurm-*.out"))
-            job = f" The job's log is {', '.join(logs)} (its number is the job id)." if logs else ""
-            raise DamagedRecord(
-                f"{path} is damaged ({type(error).__name__}: {error}); the run's other files are intact.{job} "
-                f"To recover: if that job still runs (`squeue --me`), wait for it and then rename job.json to "
-                f"job.json.damaged; otherwise rename it now. The next submission then keeps every file of this "
-                f"run under {ATTEMPTS_DIR}/ and submits it again.") from error
+            raise DamagedRecord(f"{path} is damaged ({type(error).__name__}: {error}); the run's other files are "
+                                f"intact. {_damaged_record_advice(Path(directory))}") from error
+
+
+def _damaged_record_advice(directory: Path) -> str:
+    """What to do about a damaged job.json, from what the job's log says: a completed run is kept as it is
+    (renaming its record would run the experiment again)."""
+    from .parse.footer import parse_footer
+
+    logs = sorted(directory.glob("slurm-*.out"))
+    if not logs:
+        return (f"No job log is here, so the job never ran: rename job.json to job.json.damaged and re-run; the "
+                f"next submission keeps this run's files under {ATTEMPTS_DIR}/ and submits it again.")
+    names = ", ".join(log.name for log in logs)
+    try:
+        exit_status = parse_footer(logs[-1].read_text(errors="replace")).exit_status
+    except OSError:
+        exit_status = None
+    if exit_status == 0:
+        return (f"Its log {logs[-1].name} ends with `Exit status: 0`: the job completed and the tables read its "
+                "results from the other files. Leave job.json as it is: renaming it would run the experiment "
+                "again (this run is not submitted again while it is damaged).")
+    ended = f"ends with `Exit status: {exit_status}`" if exit_status is not None else "has no footer yet"
+    return (f"The job's log {names} {ended} (its number is the job id). If that job still runs (`squeue --me`), "
+            "wait for it. Once it has ended without completing, rename job.json to job.json.damaged: the next "
+            f"submission keeps every file of this run under {ATTEMPTS_DIR}/ and submits it again.")
 
 
 @dataclass
@@ -254,9 +273,10 @@ def run_lock(directory: Path, timeout: float = LOCK_TIMEOUT_S):
         directory.mkdir(parents=True, exist_ok=True)
         handle = open(directory / LOCK_NAME, "a+")
     except OSError as error:
-        raise WorkshopError(f"cannot write to the run folder {directory} ({error.strerror}): submit with a "
-                            f"writable runs folder (--runs-dir, or ${RUNS_VARIABLE}); reading results needs "
-                            "no write access") from error
+        raise WorkshopError(f"cannot write to the run folder {directory} ({error.strerror}): submitting, even "
+                            f"to reuse a completed run, takes the run's lock. To only read the results that exist "
+                            f"(what `make book` does), set WORKSHOP_SUBMIT=0 before executing the notebook; to "
+                            f"submit, use a writable runs folder (--runs-dir, or ${RUNS_VARIABLE})") from error
     deadline = time.monotonic() + timeout
     with handle:
         while True:
@@ -286,11 +306,18 @@ def submit_experiment(experiment: Experiment, profile: Profile | str | None = No
             run.note = "not submitted: job.json is damaged (see the message)"
             return run
         settled: list[str] = []  # what was done about jobs an interrupted submission left behind
-        if (directory / RESERVATION_NAME).exists():
-            adopted = _settle_reservation(run, settled)
-            if adopted is not None:
-                return adopted
-        run = _submit_or_reuse(run, profile, force, backend, sbatch_args, settled)
+        try:
+            if (directory / RESERVATION_NAME).exists():
+                adopted = _settle_reservation(run, settled)
+                if adopted is not None:
+                    return adopted
+            run = _submit_or_reuse(run, profile, force, backend, sbatch_args, settled)
+        except OSError as error:  # a full disk, a folder turned read-only: say where, and what re-running does
+            raise WorkshopError(
+                f"could not write in the run folder {directory} ({error.strerror}: {error.filename}): free some "
+                f"disk space (`df -h {directory.parent}`) or submit into another runs folder (--runs-dir, "
+                f"${RUNS_VARIABLE}), then re-run. A job this submission already handed to the scheduler is adopted "
+                "then, not doubled.") from error
         run.note = "; ".join([*settled, run.note])
         return run
 
@@ -598,6 +625,43 @@ def _predicted_memory(experiment: Experiment) -> str | None:
     except Exception:  # noqa: BLE001 - a model the estimator does not know: no prediction, no failure
         return None
     return f"{estimate.total / 2**30:.1f} GiB per GPU (`workshop estimate {experiment.id}`)"
+
+
+# ---- stopping ----------------------------------------------------------------------------------
+def cancel_runs(experiments: Iterable[Experiment], root: Path | str | None = None) -> list[str]:
+    """Cancel the queued or running job of each experiment's run (`workshop cancel`, a notebook's
+    `nb.cancel_experiments`); one line per run says what was done. The run folders stay: re-running the
+    chapter submits the cancelled runs again and reuses the completed ones."""
+    runs = [load_run(experiment, root) for experiment in experiments]
+    lines = []
+    for run, info in zip(runs, query_runs(runs)):
+        name = run.experiment.id
+        if run.record is None:
+            lines.append(f"{name}: nothing to cancel ({run.damage and 'job.json is damaged' or 'not submitted'})")
+        elif info.state == UNKNOWN:
+            lines.append(f"{name}: job {run.record.job_id} not cancelled: the scheduler does not answer "
+                         f"({_first_line(info.reason)}); try again later")
+        elif info.finished:
+            lines.append(f"{name}: job {run.record.job_id} already ended ({info.state}): nothing to cancel")
+        else:
+            get_backend(run.record.backend).cancel(run.record.job_id)
+            lines.append(f"{name}: cancelled job {run.record.job_id} (it was {info.state})")
+    return lines
+
+
+def read_only_info(run: Run) -> JobInfo:
+    """What the run folder alone says, asking no scheduler (the book's read-only view): the recorded final
+    state, else the end the job's log footer gives, else UNKNOWN (it may still run)."""
+    if run.damage:
+        return JobInfo(job_id="", state=DAMAGED, reason=run.damage)
+    if run.record is None:
+        return JobInfo(job_id="", state=NOT_SUBMITTED)
+    if run.record.final_state:
+        return query_runs([run])[0]  # the recorded state: no scheduler call
+    ended = cluster.ended_from_log(JobInfo(job_id=run.record.job_id, state=FORGOTTEN,
+                                           stdout_path=run.stdout_path, reason="read only: no scheduler asked"))
+    return ended if ended.state != "LOST" else JobInfo(job_id=run.record.job_id, state=UNKNOWN,
+                                                       stdout_path=run.stdout_path)
 
 
 # ---- reading: status ----------------------------------------------------------------------------

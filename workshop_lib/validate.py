@@ -263,7 +263,20 @@ def lint_file(path: Path) -> list[Finding]:
     path = Path(path)
     if not path.is_file():
         raise WorkshopError(f"no script at {path}: give the path of an sbatch script (or a folder of them)")
-    return lint_script(path.read_text(errors="replace"), submit_dir=path.parent)
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise WorkshopError(f"cannot read {path} ({error.strerror}): give a readable sbatch script") from error
+    if b"\0" in data:
+        raise WorkshopError(f"{path} is a binary file, not a job script: give the path of an sbatch script "
+                            "(a text file with #SBATCH lines)")
+    text = data.decode(errors="replace")
+    if not text.strip():
+        raise WorkshopError(f"{path} is empty: give the path of an sbatch script (a text file with #SBATCH lines)")
+    if "#SBATCH" not in text and not text.startswith("#!"):
+        raise WorkshopError(f"{path} has no #SBATCH line and no #! line: it is not a job script. Give the path "
+                            "of an sbatch script (or a folder of them)")
+    return lint_script(text, submit_dir=path.parent)
 
 
 def lint_script(text: str, submit_dir: Path | None = None) -> list[Finding]:
