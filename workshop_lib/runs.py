@@ -602,18 +602,27 @@ def earlier_attempts_of(runs: Sequence[Run]) -> dict[int, tuple[str, ...]]:
     recorded = {run.record.job_id: run for run in runs if run.record is not None and run.record.backend == "slurm"}
     if not recorded:
         return {}
+    origin = {job_id: (str(run.directory), _epoch(run.record.submitted_at)) for job_id, run in recorded.items()}
     try:
-        records = get_backend("slurm").accounting(list(recorded), duplicates=True) or {}
+        records = get_backend("slurm").accounting(list(recorded), duplicates=True, origin=origin) or {}
     except ClusterError:
         return {}
     found: dict[int, tuple[str, ...]] = {}
     for job_id, run in recorded.items():
         attempts = [records[key] for key in sorted(records, key=lambda k: int(k.split("#")[1]))
-                    if key.split("#")[0] == job_id]
+                    if key.split("#")[0] == job_id and (not run.record.job_name or not records[key].name
+                                                        or records[key].name == run.record.job_name)]
         if len(attempts) > 1:
             found[id(run)] = tuple(info.state + (f" on {info.node_list}" if info.node_list else "")
                                    for info in attempts[:-1])
     return found
+
+
+def _epoch(stamp: str) -> float:
+    try:
+        return datetime.fromisoformat(stamp).timestamp()
+    except ValueError:
+        return 0.0
 
 
 def _predicted_memory(experiment: Experiment) -> str | None:

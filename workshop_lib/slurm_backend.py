@@ -105,11 +105,15 @@ class SlurmBackend:
                     reason="not in squeue" + (" nor in sacct" if records is not None else "; no accounting here"))
         return infos
 
-    def accounting(self, job_ids: Sequence[str], duplicates: bool = False) -> dict[str, JobInfo] | None:
+    def accounting(self, job_ids: Sequence[str], duplicates: bool = False,
+                   origin: dict[str, tuple[str, float]] | None = None) -> dict[str, JobInfo] | None:
         """sacct's records of these jobs; None where the cluster keeps no accounting. With
-        `duplicates`, every attempt of a requeued job (key `ID#N`, the last without suffix)."""
+        `duplicates`, every attempt of a requeued job (key `ID#N`, oldest first). `origin` (job id ->
+        working directory, earliest submit time in epoch s) keeps only the rows of that very job: after a
+        scheduler reset, `sacct -D` also lists unrelated jobs that had the same id."""
+        fields = slurm_output.SACCT_FIELDS + (",WorkDir,Submit" if origin is not None else "")
         command = ["sacct", "-n", "-P", "-X", *(["-D"] if duplicates else []), "-j", ",".join(job_ids),
-                   "-o", slurm_output.SACCT_FIELDS]
+                   "-o", fields]
         result = _run(command, "sacct")
         if result.returncode != 0:
             if ACCOUNTING_DISABLED in result.stderr.lower():
@@ -121,6 +125,8 @@ class SlurmBackend:
         attempts: dict[str, JobInfo] = {}
         counts: dict[str, int] = {}
         for line in result.stdout.splitlines():  # one line per attempt, oldest first
+            if origin is not None and not _same_job(line, origin):
+                continue
             for job_id, info in slurm_output.job_infos_from_sacct(line).items():
                 attempts[f"{job_id}#{counts.get(job_id, 0)}"] = info
                 counts[job_id] = counts.get(job_id, 0) + 1
@@ -191,6 +197,21 @@ class SlurmBackend:
             info = slurm_output.job_info_from_scontrol(job_id, result.stdout)
             return info if info.time_limit_s is not None else info.with_limit(listed.time_limit_s)
         return listed
+
+
+def _same_job(line: str, origin: dict[str, tuple[str, float]]) -> bool:
+    """Whether an `sacct -D` row (SACCT_FIELDS, WorkDir, Submit) belongs to the job `origin` describes."""
+    fields = line.split("|")
+    count = len(slurm_output.SACCT_FIELDS.split(","))
+    if len(fields) < count + 2 or fields[0] not in origin:
+        return True  # nothing to compare: keep it
+    workdir, earliest = origin[fields[0]]
+    try:
+        submitted = datetime.fromisoformat(fields[count + 1]).timestamp()
+    except ValueError:
+        submitted = earliest
+    same_folder = Path(fields[count]).resolve() == Path(workdir).resolve() if fields[count] else True
+    return same_folder and submitted >= earliest - 60
 
 
 def _refusal_hint(stderr: str) -> str:
