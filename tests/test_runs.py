@@ -356,3 +356,19 @@ def test_the_read_only_view_reads_a_finished_runs_footer(isolated):
     assert read_only_info(load_run(EXPERIMENT)).state == "COMPLETED"
     run.stdout_path.write_text("step 1\n")  # still running, or killed: the folder cannot tell
     assert read_only_info(load_run(EXPERIMENT)).state == "UNKNOWN"
+
+
+def test_the_books_way_to_stop_a_chapter_is_the_real_one():
+    import shlex
+    from pathlib import Path
+
+    from workshop_lib import notebook
+    from workshop_lib.cli import build_parser
+
+    page = (Path(__file__).resolve().parents[1] / "book" / "slurm_primer.md").read_text()
+    commands = [line for line in page.splitlines() if line.startswith("workshop cancel")]
+    assert len(commands) >= 3
+    for line in commands:
+        args = build_parser().parse_args(shlex.split(line)[1:])
+        assert args.command == "cancel" and (args.chapter or args.experiment_ids or args.job)
+    assert "nb.cancel_experiments(selection, runs_dir)" in page and callable(notebook.cancel_experiments)
