@@ -241,7 +241,7 @@ def test_a_view_of_two_failed_runs_asks_sacct_once_for_both(isolated, monkeypatc
 
     asked = []
 
-    def accounting(job_ids, duplicates=False):  # sacct -D: job 7 was requeued after NODE_FAIL
+    def accounting(job_ids, duplicates=False, origin=None):  # sacct -D: job 7 was requeued after NODE_FAIL
         asked.append(sorted(job_ids))
         return {"7#0": JobInfo(job_id="7", state="NODE_FAIL", node_list="node1"),
                 "7#1": JobInfo(job_id="7", state="FAILED", exit_code=3)}
