@@ -98,6 +98,10 @@ CASES = {
                                     BAD_ARGUMENT),
     "wrong launcher path, psrecord after": ([NO_LAUNCHER], PSRECORD_NO_PROCESS, "No such file or directory"),
     "wrong launcher path, psrecord first": ([], PSRECORD_NO_PROCESS + [NO_LAUNCHER], "No such file or directory"),
+    "wrong launcher path, as the local cluster logged it": ([NO_LAUNCHER], PSRECORD_NO_PROCESS + [
+        "workshop: error: /scratch/runs/zero/baseline: no memory log here (looked for gpu_memory*.csv and "
+        "cpu_memory*.txt). Has the job started? Its monitors write these files into the run directory.",
+        "Memory summary failed; the monitor files are in /scratch/runs/zero/baseline"], "No such file or directory"),
     "a Python error in a rank": (rank_traceback("/repo/workshop_lib/train/data.py", "raise FileNotFoundError(path)",
                                                 "FileNotFoundError: /data/squad/train.json"), torchrun_failed(1),
                                  "FileNotFoundError: /data/squad/train.json"),
@@ -122,7 +126,7 @@ CASES = {
                                             "KeyError: 'answers'"), DEEPSPEED_LAUNCHER, "KeyError: 'answers'"),
 }
 LAUNCHER_WORDS = ("ChildFailedError", "NoSuchProcess", "SignalException", "CalledProcessError", "exitcode",
-                  "Exited with exit code", "exits with return code")
+                  "Exited with exit code", "exits with return code", "no memory log here")
 
 
 @pytest.mark.parametrize("kind", CASES)

@@ -34,7 +34,7 @@ _MEMORY_KILL = re.compile(r"oom[-_]kill event|Exceeded job memory limit|exceeded
 _OWN_LINES = re.compile(
     r"^\s*(=+$|Job finished|End time|Total time|Exit status|Start time|Job \S+ \(|(GPU|CPU) Memory Usage"
     r"|\[.* - GPU \d+\] Peak =|(Peak|Average|Mode|Busy average) =|Avg / Average and Mode|Busy avg counts"
-    r"|\d+ unreadable log lines|Memory summary failed)")
+    r"|\d+ unreadable log lines|Memory summary failed|workshop: error: .*: no memory log here)")
 
 MEMORY_REASON = "over its --mem (SLURM killed it)"
 HINTS = {
