@@ -167,12 +167,12 @@ class LocalCluster:
     def down(self) -> list[str]:
         """Cancel the cluster's jobs, running ones included (their ids end up in `self.cancelled`), and stop
         every daemon this project started; returns once each is gone and its port is free (an `up` right
-        after finds them free). Returns what was stopped."""
-        self.cancelled: list[str] = []
+        after finds them free). Returns what was stopped; `self.cancelled` holds (job id, its state)."""
+        self.cancelled: list[tuple[str, str]] = []
         if self._pid_of("slurmctld"):
             listed = subprocess.run(["squeue", "-h", "-o", "%i %T"], env=self.environment(), capture_output=True,
                                     text=True, timeout=30)
-            self.cancelled = [line.split()[0] for line in listed.stdout.splitlines() if line.strip()]
+            self.cancelled = [tuple(line.split()[:2]) for line in listed.stdout.splitlines() if len(line.split()) > 1]
             subprocess.run(["scancel", "--full", "--user", _username()], env=self.environment(),
                            capture_output=True, timeout=30)
         stopped = []

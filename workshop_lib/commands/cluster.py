@@ -60,7 +60,10 @@ def _down(args: argparse.Namespace) -> int:
     cluster = LocalCluster()
     stopped = cluster.down()
     if cluster.cancelled:
-        print(f"cancelled {len(cluster.cancelled)} job(s), running ones included: {' '.join(cluster.cancelled)}")
+        states = sorted({state for _, state in cluster.cancelled})
+        counts = ", ".join(f"{sum(s == state for _, s in cluster.cancelled)} {state.lower()}" for state in states)
+        print(f"cancelled {len(cluster.cancelled)} job(s) ({counts}): "
+              + " ".join(job_id for job_id, _ in cluster.cancelled))
     print("stopped: " + (", ".join(stopped) + " (each has exited; its ports are free)" if stopped
                          else "nothing was running"))
     return 0
