@@ -372,3 +372,12 @@ def test_the_books_way_to_stop_a_chapter_is_the_real_one():
         args = build_parser().parse_args(shlex.split(line)[1:])
         assert args.command == "cancel" and (args.chapter or args.experiment_ids or args.job)
     assert "nb.cancel_experiments(selection, runs_dir)" in page and callable(notebook.cancel_experiments)
+
+
+def test_a_runs_folder_that_cannot_be_written_points_to_read_only_mode(isolated):
+    from workshop_lib.errors import WorkshopError
+
+    blocked = isolated / "a-file"
+    blocked.write_text("not a folder\n")  # as root no permission blocks a write; a file in the path does
+    with pytest.raises(WorkshopError, match="WORKSHOP_SUBMIT=0"):
+        submit_experiment(EXPERIMENT, quick_profile(isolated), root=blocked / "runs")
