@@ -8,7 +8,15 @@ NODES ?= 2
 
 .PHONY: setup cluster-up cluster-down test test-fast demo book lab clean nemo-env nemo-check
 
-setup: $(STAMP)  ## virtual environment with the library, training and book extras (idempotent)
+NODE_STAMP := node_modules/.package-lock.json
+
+setup: $(STAMP) $(NODE_STAMP)  ## virtual environment with the library, training and book extras (idempotent)
+
+# Pyodide for the book's memory calculator (package.json pins it, package-lock.json its hash): the build copies
+# it next to the page, so the page runs the workshop's Python estimator offline, with no CDN.
+$(NODE_STAMP): package.json package-lock.json
+	npm ci --no-audit --no-fund --ignore-scripts
+	touch $@
 
 # Re-installs only when the dependency files change. Every version comes from requirements.lock, the
 # lock environment.yml uses on Ibex too. DeepSpeed's ops are not built at install time; the one the CPU

@@ -33,6 +33,15 @@
 # only a few steps. Unlike NeMo it keeps all of Mixtral's experts on every GPU (no EP). Its times and
 # losses show the *shape* of the results, not the numbers an A100 gives.
 # ```
+#
+# ```{admonition} The hyperparameters are deliberately small
+# :class: note
+# Every run here stops after 250 optimizer steps with a global batch of 8 sequences, a short warm-up and a
+# few validation batches, so that the chapter's jobs fit a workshop day (the plan before submitting gives
+# each job's time). That is enough to see how time and memory change with the layout, which is the lesson. It is not a fine-tune worth
+# keeping: a useful one of an 8-billion-parameter model runs over a whole data set, with global batches of
+# hundreds of sequences and a learning-rate schedule tuned to them, for hours or days.
+# ```
 
 # %% tags=["parameters"]
 profile = "tiny"  # "ibex" on the cluster, "tiny" anywhere else
@@ -87,10 +96,13 @@ nb.experiments_overview(selection);
 # out of the data-parallel ones, so these runs are data parallel *and* expert parallel.
 #
 # **What the tables measure.** The *total job time* (from the job's footer) includes starting the
-# container, loading the checkpoint and saving the adapters; the *train step time* is NeMo's own
-# timing of the last step. *Time scaling* is time(baseline) / time(*N* GPUs): 2.0 on 2 GPUs would be
-# perfect. *Peak memory scaling* divides the baseline's GPU 0 peak by the *N*-GPU one: under pure
-# data parallelism expect about 1.0, because nothing is sharded.
+# container, loading the checkpoint and saving the adapters; the *train step time* is the mean of
+# NeMo's own per-step timings (`train_step_timing`), the first step left out because it carries the
+# one-off set-up (one step alone is too noisy to compare). *Time scaling* is time(baseline) / time(*N* GPUs): 2.0 on 2 GPUs would be
+# perfect. *Peak memory scaling* divides the baseline's GPU 0 peak by the *N*-GPU one. For Llama, pure
+# data parallelism, expect about 1.0: nothing is sharded. For Mixtral expect it to *grow* with the GPU
+# count, because EP = *N* leaves each GPU 8/*N* of the experts (about 24.2 B parameters per GPU on 2
+# GPUs, 12.9 B on 4, 7.2 B on 8).
 
 # %% tags=["hide-input"]
 from workshop_lib import plots
@@ -98,6 +110,20 @@ from workshop_lib import plots
 mixtral_on_2 = plots.mixtral_layouts(2)
 nb.show_figure(plots.gpu_layout_diagram({name: mixtral_on_2[name] for name in ("DP 2", "EP 2")},
                                         "Mixtral on 2 GPUs: plain data parallel (does not fit) vs expert parallel"));
+
+# %% [markdown]
+# ## Try a layout: the memory calculator
+#
+# The calculator below runs the workshop's estimator (`workshop estimate`) in the page, opened on this
+# chapter's runs: pick another run of the chapter, or change the GPUs, LoRA's rank, the micro-batch or the
+# sequence length, and see what each GPU holds, whether it fits an A100-80GB, and the closest run measured on
+# a real GPU.
+#
+# ```{raw} html
+# <iframe class="memory-calculator" title="Memory calculator" loading="lazy"
+#         src="../_static/memory-calculator/calculator.html?chapter=1&amp;experiment=lora/llama/1-gpu"
+#         style="width: 100%; height: 900px; border: 1px solid #ddd;"></iframe>
+# ```
 
 # %% [markdown]
 # ## The job scripts
@@ -153,6 +179,17 @@ nemo_reference.show_resolved(1, "lora/llama/2-gpus");
 nemo_reference.show(1);
 
 # %% [markdown]
+# ## How many GPUs, and how long on Ibex
+#
+# Before anything is submitted: how many GPUs this chapter's jobs ask for on Ibex, how they queue under
+# KAUST's limit of 24 GPUs per user in running jobs, and about how long each job runs on an A100. The
+# times come from the reference runs (H100/H200), scaled by the datasheet ratios named under the table,
+# and the sentence is written from the same numbers. Whatever profile runs here, this is the Ibex plan.
+
+# %% tags=["hide-input"]
+nb.show_time_plan(selection);
+
+# %% [markdown]
 # ## Submit and wait
 #
 # The next cell submits every experiment that has no completed run yet and waits for all of them,
@@ -191,7 +228,11 @@ nb.show_results(selection, ["mixtral"], runs_dir)
 # milliseconds of arithmetic and much more of process start-up and communication, and the "GPUs"
 # share two CPU cores. So the tiny tables show the overheads of data parallelism, not its benefit:
 # the total time is dominated by starting Python and `torchrun`, and more ranks often mean a slower
-# job. The loss, on the other hand, behaves as it should on any hardware: with the same global batch,
+# job. One exception reads the other way: the first job on a fresh machine also pays a one-off warm-up
+# (Python, PyTorch and the data loaded and cached for the first time), so if the 1-GPU job ran first its
+# time ratios come out *above* the ideal, which no number of GPUs can give. The note under the table
+# and the plot name such rows; the step times, which leave each run's first step out, are the fairer
+# comparison. The loss, on the other hand, behaves as it should on any hardware: with the same global batch,
 # learning rate and seed, the last loss is nearly the same on every GPU count, because data
 # parallelism changes who computes the gradient, not the gradient itself. On A100s the training part
 # is large enough for the step time to fall as GPUs are added.

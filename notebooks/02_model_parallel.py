@@ -35,6 +35,15 @@
 # NeMo's 18), and passes sequence parallelism along without applying it. Its memory is the stand-in's,
 # not NeMo's: the tables below show both predictions next to what was measured.
 # ```
+#
+# ```{admonition} The hyperparameters are deliberately small
+# :class: note
+# Every run here stops after 250 optimizer steps with a global batch of 8 sequences, a short warm-up and a
+# few validation batches, so that the chapter's jobs fit a workshop day (the plan before submitting gives
+# each job's time). That is enough to see how time and memory change with the layout, which is the lesson. It is not a fine-tune worth
+# keeping: a useful one of an 8-billion-parameter model runs over a whole data set, with global batches of
+# hundreds of sequences and a learning-rate schedule tuned to them, for hours or days.
+# ```
 
 # %% tags=["parameters"]
 profile = "tiny"  # "ibex" on the cluster, "tiny" anywhere else
@@ -98,6 +107,19 @@ from workshop_lib import plots
 nb.show_figure(plots.gpu_layout_diagram(plots.mixtral_layouts(4), "What each of 4 GPUs holds of Mixtral"));
 
 # %% [markdown]
+# ## Try a layout: the memory calculator
+#
+# The calculator below runs the workshop's estimator (`workshop estimate`) in the page, opened on this
+# chapter's runs: pick another run of the chapter, or change TP, PP, EP or SP, or LoRA back on, and see what
+# each GPU holds, whether it fits an A100-80GB, and the closest run measured on a real GPU.
+#
+# ```{raw} html
+# <iframe class="memory-calculator" title="Memory calculator" loading="lazy"
+#         src="../_static/memory-calculator/calculator.html?chapter=2&amp;experiment=model-parallel/llama/tp2-dp2"
+#         style="width: 100%; height: 900px; border: 1px solid #ddd;"></iframe>
+# ```
+
+# %% [markdown]
 # ## Predict, then run: the layouts and what they need
 #
 # One row per layout: the data-parallel sizes and the batch per DP rank as NeMo resolved them, the
@@ -159,6 +181,17 @@ nb.show_scripts(selection);
 nb.show_reference_script("model-parallel/mixtral/tp2-pp4-ep2-sp", "ibex");
 
 # %% [markdown]
+# ## How many GPUs, and how long on Ibex
+#
+# Before anything is submitted: how many GPUs this chapter's jobs ask for on Ibex, how they queue under
+# KAUST's limit of 24 GPUs per user in running jobs, and about how long each job runs on an A100. The
+# times come from the reference runs (H100/H200), scaled by the datasheet ratios named under the table,
+# and the sentence is written from the same numbers. Whatever profile runs here, this is the Ibex plan.
+
+# %% tags=["hide-input"]
+nb.show_time_plan(selection);
+
+# %% [markdown]
 # ## Submit and wait
 #
 # Completed runs of the same experiment are reused; only what has not completed is submitted.
@@ -189,8 +222,8 @@ nb.show_results(selection, ["mixtral"], runs_dir, missing="needs 2 nodes of 8 GP
 # **Reading the tiny results.** A tiny model split over more CPU ranks gets slower: there is almost no
 # arithmetic to divide and every layer now waits for collective communication. What carries over to
 # real hardware is the bookkeeping: each rank holds 1/TP of the sharded weights, the losses do not
-# depend on the layout (the split changes who computes, not what), and the global batch is the batch
-# of each data-parallel rank is the global batch divided by DP. On GPUs the interesting numbers are the
+# depend on the layout (the split changes who computes, not what), and each data-parallel rank gets the
+# global batch divided by DP (the TP ranks of one group share theirs). On GPUs the interesting numbers are the
 # peak memory per GPU against the prediction, and the step time, which TP does not shorten the way
 # data parallelism does.
 

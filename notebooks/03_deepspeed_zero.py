@@ -86,7 +86,9 @@ nb.show_figure(plots.memory_layout_diagram(plots.zero_layouts(2), "What each of 
 # faster on the CPU but is compiled on the node the first time it is used. The offload figures below are therefore torch AdamW's; put the seed's `optimizer`
 # block back into a configuration to measure CPU Adam. **Pinned memory** (`pin_memory: true`) allocates
 # the host buffers page-locked, so copies can use DMA and overlap with compute: faster transfers, at the
-# price of memory the operating system cannot swap or reuse.
+# price of memory the operating system cannot swap or reuse. How much that buys depends on how often a
+# stage copies: the results below show it for stage 2, which moves gradients to the host after every
+# micro-batch.
 #
 # **The configuration itself.** This is the file the stage-2 offload runs use; `"auto"` means "take the
 # value from the Trainer's arguments" (batch size, accumulation, fp16), so the script and the JSON never
@@ -94,6 +96,30 @@ nb.show_figure(plots.memory_layout_diagram(plots.zero_layouts(2), "What each of 
 
 # %% tags=["hide-input"]
 nb.show_file("slurm/ds_configs/zero2_offload_pinned.json");
+
+# %% [markdown]
+# Key by key, and what the original material's file had that this one leaves out:
+#
+# | key | value here | what it does |
+# |---|---|---|
+# | `train_batch_size` | `"auto"` | samples per optimizer step over all GPUs. DeepSpeed checks that it equals micro-batch × accumulation × GPUs; `"auto"` lets the Trainer compute it (4 × 4 × 1 = 16 on one GPU). It does not look for the largest batch that fits. |
+# | `train_micro_batch_size_per_gpu` | `"auto"` | samples in one forward and backward pass on one GPU: the Trainer's `--per-device-batch` (4). |
+# | `gradient_accumulation_steps` | `"auto"` | micro-batches summed before each optimizer step: the Trainer's `--grad-accum` (4). DeepSpeed's engine, not the Trainer, decides where a step ends, and ZeRO-2 with offload copies gradients at every one of these micro-batches. |
+# | `gradient_clipping` | `1.0` | rescales the gradients when their global L2 norm exceeds 1.0, before the update. With ZeRO the norm is computed over all partitions (one extra reduction). |
+# | `fp16.enabled` / `bf16.enabled` | `"auto"` | mixed precision as the Trainer's `--precision` says (fp16 here, as the seeds). With fp16 DeepSpeed adds dynamic loss scaling: it multiplies the loss before backward and skips a step whose gradients overflow. |
+# | `zero_allow_untested_optimizer` | `true` | accepts an optimizer DeepSpeed did not create (the Trainer's `torch.optim.AdamW`). Without it DeepSpeed refuses any optimizer it has not tested with ZeRO. |
+# | `zero_force_ds_cpu_optimizer` | `false` | with offload, lets that torch AdamW step on the host copy instead of requiring DeepSpeed's compiled `DeepSpeedCPUAdam`. |
+# | `steps_per_print` / `wall_clock_breakdown` | `1000000` / `false` | keep DeepSpeed's own progress and timing lines out of the log; the Trainer logs the metrics. |
+# | `zero_optimization.stage` | `2` | what is partitioned: 1 optimizer states, 2 also gradients, 3 also parameters; 0 turns ZeRO off and keeps DeepSpeed's engine (its fp16 optimizer and loss scaling). |
+# | `offload_optimizer.device` | `"cpu"` | keeps the fp32 master weights and Adam moments in host memory and runs the update there. |
+# | `offload_optimizer.pin_memory` | `true` | allocates those host buffers page-locked (the unpinned files say `false`). |
+# | `offload_param` (stage 3 file only) | `{"device": "cpu"}` | also keeps the 16-bit parameters on the host; each layer's are fetched for its forward and backward pass. |
+#
+# The original material's files also had an `optimizer` block (`AdamW`, learning rate 5e-5, betas 0.9 and
+# 0.999, eps 1e-8, weight decay 0.01). Here those values come from the Trainer's own flags and the Trainer
+# builds the optimizer, for the reason given above. Every other setting (bucket sizes, `overlap_comm`,
+# `contiguous_gradients`, stage 3's prefetch and persistence thresholds) is DeepSpeed's default; the
+# [configuration reference](https://www.deepspeed.ai/docs/config-json/) lists them.
 
 # %% [markdown]
 # **Data and prompt.** Each SQuAD example becomes one training text,
@@ -109,6 +135,36 @@ nb.show_file("slurm/ds_configs/zero2_offload_pinned.json");
 # `srun` to start one `torchrun` per node; all of them connect to a static master address (the first
 # node of the allocation) and a port chosen free when the job starts (`MASTER_ADDR`, `MASTER_PORT`),
 # see {doc}`../book/slurm_primer`.
+#
+# **What the training script needs for several nodes.** Two edits, both in
+# `workshop_lib/train/runtime.py`, which every training entry point calls first:
+#
+# - *Pick the GPU before any collective.* A node runs one process per GPU, and every process first sees
+#   all the node's GPUs. `torch.cuda.set_device(local_rank)`, with `local_rank` read from `LOCAL_RANK`
+#   (set by `torchrun`: the process's index on its node, 0 to GPUs per node − 1), binds each process to
+#   its own card. Skip it and every process of a node creates its CUDA context and NCCL communicator on
+#   GPU 0: the job either runs out of memory there or NCCL refuses two ranks on one device. `RANK` (the
+#   index in the whole job) is the wrong number for this on the second node: rank 4 of a 2 × 4 job would
+#   ask for a fifth GPU that does not exist.
+# - *Let one process speak.* Every rank runs the same code, so every `print` appears once per GPU, and a
+#   file written by all ranks is overwritten in a race. The entry points write metrics and summaries only
+#   where `runtime.is_main` (rank 0) is true, and the Trainer logs on the main process only. Lines that
+#   differ per rank, such as which GPU a process bound to or which master address it connects to, are
+#   worth printing on every rank *with the rank in front*: when one node hangs, they tell you which.
+
+# %% [markdown]
+# ## Try a layout: the memory calculator
+#
+# The calculator below runs the workshop's estimator (`workshop estimate`) in the page, opened on this
+# chapter's runs: pick another run of the chapter, or change the ZeRO stage, the offload, the GPUs or the
+# batch, and see what each GPU holds, whether it fits an A100-80GB, and the closest run measured on a real
+# GPU.
+#
+# ```{raw} html
+# <iframe class="memory-calculator" title="Memory calculator" loading="lazy"
+#         src="../_static/memory-calculator/calculator.html?chapter=3&amp;experiment=zero/two-gpus/zero2"
+#         style="width: 100%; height: 900px; border: 1px solid #ddd;"></iframe>
+# ```
 
 # %% [markdown]
 # ## The experiments, their scripts, and the jobs
@@ -124,6 +180,17 @@ nb.show_file("slurm/ds_configs/zero2_offload_pinned.json");
 # %% tags=["hide-input"]
 nb.experiments_overview(selection)
 nb.show_scripts(selection);
+
+# %% [markdown]
+# ## How many GPUs, and how long on Ibex
+#
+# Before anything is submitted: how many GPUs this chapter's jobs ask for on Ibex, how they queue under
+# KAUST's limit of 24 GPUs per user in running jobs, and about how long each job runs on an A100. The
+# times come from the reference runs (H100/H200), scaled by the datasheet ratios named under the table,
+# and the sentence is written from the same numbers. Whatever profile runs here, this is the Ibex plan.
+
+# %% tags=["hide-input"]
+nb.show_time_plan(selection);
 
 # %% tags=["hide-input"]
 runs = nb.run_experiments(selection, runs_dir, wait_timeout_s)
@@ -257,7 +324,7 @@ nb.say(claims.engine_scaling(nb.reference_results("engine_scaling")[1]));
 # with the ALiBi bias as its mask; BLOOM's tanh-GELU as PyTorch's single kernel; fused AdamW; the
 # objects alive at the start of training frozen out of Python's garbage collector; and the 24 transformer
 # blocks of each training step replayed as CUDA graphs, one graph per batch length (`workshop_lib/train/graphs.py`).
-# There is **no `torch.compile`**: an earlier version compiled each block and was 5× faster per step, but
+# There is **no `torch.compile`**: an earlier version compiled each block and its steps ran faster, but
 # its compile took longer than the whole job, so end to end it was slower than the seed. Without the graphs
 # the step is bound by the host CPU launching kernels one by one, which also makes the seed's own speed
 # depend on the host: compare recipes only within one run. A graph is recorded the first time a batch

@@ -68,6 +68,7 @@ reference = nb.reference_results(4)[1]
 # | `FULL_SHARD` | parameters, gradients, optimizer states over all GPUs | ZeRO-3 | all-gather in forward and backward, reduce-scatter: about 1.5× DDP |
 # | `SHARD_GRAD_OP` | gradients and optimizer states; parameters stay gathered between forward and backward | ZeRO-2 | one all-gather, one reduce-scatter: about DDP's |
 # | `HYBRID_SHARD` | `FULL_SHARD` inside each node, replicated across nodes | ZeRO-3 within a node + DDP across | heavy traffic on fast intra-node links, only a gradient all-reduce between nodes |
+# | `NO_SHARD` | nothing: every GPU keeps everything | DDP (ZeRO-0) | one gradient all-reduce; not run here, since it is DDP under FSDP's API and chapter 3's DDP rows measure it |
 
 # %% tags=["hide-input"]
 nb.show_figure(plots.memory_layout_diagram(plots.fsdp_layouts(2, 2),
@@ -80,6 +81,28 @@ nb.show_figure(plots.memory_layout_diagram(plots.fsdp_layouts(2, 2),
 # **CPU offload** keeps the parameter shards (and so the optimizer step) in host memory and copies
 # them to the GPU when a unit needs them: the largest memory saving, paid for in PCIe traffic and a
 # CPU optimizer step (the Trainer's AdamW, stepping on the CPU copy).
+#
+# **Labels and the loss.** Each example is one text, `Question: … Context: … Answer: …<eos>`, padded to
+# 512 tokens (`workshop_lib/train/data.py`). A causal model predicts every next token, so the labels are
+# the input ids themselves (the model shifts them by one inside its loss). Where a label is **-100**,
+# PyTorch's cross-entropy (`ignore_index=-100`) leaves that position out of the loss and of its average.
+# Here the padding positions get -100: without that, most of each 512-token row would train the model to
+# predict padding. The original material described a stricter scheme, with the prompt masked too, so that
+# only the answer's tokens count. This workshop keeps the prompt in the loss (its loss then also measures
+# how well the model copies question and context, and falls faster than the answer quality improves);
+# masking it is one line in `CausalLMDataset`: set the labels of the prompt's tokens to -100 as well.
+#
+# **Exact match and F1** (`workshop_lib/train/evaluation.py`, the original's `evaluate_model` and
+# `compute_em_and_f1`). After training, each held-out question's prompt, cut at `Answer:`, is fed to the
+# model, which generates greedily (always the most likely token, at most 16 of them, stopping at the end
+# token); the first line of that text is the prediction. Prediction and each reference answer are
+# normalised the way SQuAD's official script does: lower case, punctuation removed, the articles *a*,
+# *an*, *the* dropped, whitespace collapsed. *Exact match* is 1 when the two normalised strings are equal;
+# *F1* compares them as bags of words, with precision = shared words / predicted words and recall = shared
+# words / reference words. SQuAD lists several reference answers per question and a prediction keeps its
+# best score over them; the reported figures are the means over the questions, in percent. With
+# sharded parameters (FULL_SHARD) every forward pass is a collective, so all ranks keep generating until
+# the slowest is done (`synced_gpus`).
 #
 # **Throughput, two ways.** The Trainer reports `train_samples_per_second` over the whole run,
 # including the first steps, evaluation and saving; the custom GPT's callback also times each
@@ -115,6 +138,20 @@ nb.say(claims.gpt_architecture(reference));
 #   `NCCL_DEBUG=INFO` in a job prints which transport NCCL picked (look for `NET/IB` against `NET/Socket`).
 
 # %% [markdown]
+# ## Try a layout: the memory calculator
+#
+# The calculator below runs the workshop's estimator (`workshop estimate`) in the page, opened on this
+# chapter's runs: pick another run of the chapter, or change the sharding strategy, the offload, the nodes or
+# the model, and see what each GPU holds, whether it fits an A100-80GB, and the closest run measured on a real
+# GPU.
+#
+# ```{raw} html
+# <iframe class="memory-calculator" title="Memory calculator" loading="lazy"
+#         src="../_static/memory-calculator/calculator.html?chapter=4&amp;experiment=fsdp/strategies/full-shard"
+#         style="width: 100%; height: 900px; border: 1px solid #ddd;"></iframe>
+# ```
+
+# %% [markdown]
 # ## The experiments, their scripts, and the jobs
 #
 # What the chapter runs, each experiment's script with the checker's findings (a `HYBRID_SHARD` run on one
@@ -125,6 +162,17 @@ nb.say(claims.gpt_architecture(reference));
 # %% tags=["hide-input"]
 nb.experiments_overview(selection)
 nb.show_scripts(selection);
+
+# %% [markdown]
+# ## How many GPUs, and how long on Ibex
+#
+# Before anything is submitted: how many GPUs this chapter's jobs ask for on Ibex, how they queue under
+# KAUST's limit of 24 GPUs per user in running jobs, and about how long each job runs on an A100. The
+# times come from the reference runs (H100/H200), scaled by the datasheet ratios named under the table,
+# and the sentence is written from the same numbers. Whatever profile runs here, this is the Ibex plan.
+
+# %% tags=["hide-input"]
+nb.show_time_plan(selection);
 
 # %% tags=["hide-input"]
 runs = nb.run_experiments(selection, runs_dir, wait_timeout_s)
@@ -251,10 +299,14 @@ nb.show_results(selection, ["prediction"], runs_dir, plots=False)
 #
 # - It computed weak-scaling efficiency as current ÷ baseline runtime × 100, which exceeds 100 % when
 #   a run gets *slower*. The right ratio is baseline ÷ current × 100, as used above.
-# - Its scripts exported `GRAD_ACC` and `LEARNING_RATE` while the training read `GRAD_ACC_STEPS` and
-#   `LR`, so neither setting took effect, and its "total batch = GPUs × per-device batch" left out
-#   the accumulation of 4. Here batch and accumulation are fields of each experiment and reach the
-#   trainer as arguments.
+# - Its two names for the same settings disagree: the description of `baseline.py` maps the Trainer's
+#   accumulation and learning rate to `GRAD_ACC_STEPS` and `LR`, while every `env_vars.sh` it shows exports
+#   `GRAD_ACC` and `LEARNING_RATE`. The scripts themselves are not part of the material, so which name they
+#   read cannot be checked from it; whichever it is, one side is set for nothing. Its weak-scaling rule
+#   "total batch = GPUs × per-device batch" counts one micro-batch per GPU per step: with accumulation
+#   (4 in the `env_vars.sh` files shown; the weak-scaling one shows only `BATCH_SIZE` and `NUM_LAYERS`) a
+#   step takes that many times more samples. Here batch and accumulation are fields of each experiment
+#   and reach the trainer as arguments.
 # - It said the model "doubles" with the layer count; the fixed embedding makes it grow by less (above).
 # - It put about 80 % of BLOOM-560m's parameters in its blocks; they hold about half, the embedding
 #   most of the rest.

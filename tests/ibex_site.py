@@ -92,6 +92,16 @@ else:
 """
 
 # What a Miniforge installer does, as far as the workshop can tell: bin/conda and conda.sh.
+# srun where no cluster runs (tests/test_setup.py): records its options, runs the command on "the node" here.
+SRUN = """
+record("srun", sys.argv[1:])
+words = sys.argv[1:]
+while words and words[0].startswith("-"):
+    words = words[1:]
+os.environ["SLURM_JOB_ID"] = "4242"
+os.execvp(words[0], words)
+"""
+
 INSTALLER = """#!/bin/bash
 # stand-in Miniforge installer: -b -u -p PREFIX
 set -euo pipefail
@@ -175,10 +185,12 @@ def _executable(path: Path, text: str) -> Path:
 class IbexSite:
     """Shims, a stand-in Miniforge installer and an Ibex-shaped profile under `root`."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, real_srun: bool = False):
         self.root = root
         self.shims = root / "shims"
         self.shims.mkdir(parents=True)
+        if not real_srun:  # with the local cluster running, the setup's srun is the real one
+            _executable(self.shims / "srun", f"#!{sys.executable}\n" + _RECORD + SRUN)
         self.log = root / "shim_calls.jsonl"
         self.network_log = root / "network_attempts.jsonl"
         self.netblock = root / "netblock"

@@ -102,6 +102,8 @@ def test_engine_scaling_sentence_says_zero2_is_against_its_own_baseline():
         assert f"**{name} {efficiency:.0f} %**" in text
     assert "its *own* one-GPU step" in text
     assert ("passes 100 %" in text) == (step["scaling/zero2/1-gpu"] / step["scaling/zero2/4-gpus"] > 1)
+    ddp_above = step["scaling/ddp/1-gpu"] > step["scaling/ddp/4-gpus"]
+    assert ("DDP above 100 % is not a gain" in text) == ddp_above
 
 
 def test_losses_are_quoted_as_measured():
@@ -255,3 +257,17 @@ def test_the_vocabulary_the_chapters_quote_is_bloom_560m_s():
     assert words == "250,880"
     assert f"{words} words" in _markdown_of("notebooks/03_deepspeed_zero.py")
     assert f"{words}-word" in claims.model_states_versus_peak(_frame("chapter3"))
+
+
+def test_pinned_memory_is_explained_by_stage_2s_gradient_round_trips():
+    runs = _records("chapter3")
+    pinned, unpinned = runs["zero/single-gpu/zero2-offload-pinned"], runs["zero/single-gpu/zero2-offload"]
+    stage_1 = runs["zero/single-gpu/zero1-offload"]
+    text = claims.pinned_memory(_frame("chapter3"))
+    assert f"ZeRO-1 + offload, unpinned, already runs at {stage_1['train_samples_per_s']:.1f}" in text
+    copies = 2 * int(unpinned["grad_accum"]) - 1
+    assert f"{copies} copies of {2 * int(unpinned['total_params']) / 1e9:.1f} GB" in text
+    assert f"{100 * pinned['train_samples_per_s'] / stage_1['train_samples_per_s']:.0f} % of ZeRO-1" in text
+    without_stage_1 = _frame("chapter3")
+    without_stage_1 = without_stage_1[without_stage_1["id"] != "zero/single-gpu/zero1-offload"]
+    assert "ZeRO-1 + offload" not in claims.pinned_memory(without_stage_1)

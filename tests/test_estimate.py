@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -416,3 +417,32 @@ def test_pipeline_stages_divide_the_model_states_and_hold_micro_batches_in_fligh
     without = estimate_memory("llama-3.1-8b", TrainingSetup(gpus=4, tensor_parallel=2, distributed_optimizer=False))
     sharded = estimate_memory("llama-3.1-8b", TrainingSetup(gpus=4, tensor_parallel=2))
     assert sharded.optimizer_states == pytest.approx(without.optimizer_states / 2)
+
+
+def test_nemo_lora_targets_are_what_nemo_resolved_for_each_recipe():
+    """The recipes' targets as NeMo 2.4.1 resolved them (book/reference/nemo): a name missing there means
+    LoRA's default, all four of Megatron's linears."""
+    import yaml
+
+    from workshop_lib.estimate.report import NEMO_RECIPE_LORA_TARGETS
+
+    reference = Path(__file__).resolve().parents[1] / "book" / "reference" / "nemo"
+    for model, short in (("llama-3.1-8b", "llama"), ("mixtral-8x7b", "mixtral")):
+        for path in sorted(reference.glob(f"lora_{short}_*.yaml")):
+            peft = yaml.safe_load(path.read_text())["peft"]
+            resolved = tuple(peft.get("target_modules") or ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"))
+            assert resolved == NEMO_RECIPE_LORA_TARGETS[model], path.name
+
+
+def test_nemo_lora_trainable_parameters_equal_what_nemo_printed_on_the_gpu():
+    """NeMo 2.4.1 on an H100 printed `17.8 M Trainable params` for chapter 1's Llama LoRA (its log is a
+    fixture); the estimator counts Megatron's fused linears, not Hugging Face's separate ones."""
+    from workshop_lib.estimate.report import setup_from_experiment
+    from workshop_lib.experiments import get_experiment
+    from workshop_lib.parse.nemo import parse_nemo_log
+
+    log = Path(__file__).resolve().parent / "samples" / "nemo" / "llama_lora_1gpu_nemo241_h100.out"
+    printed = parse_nemo_log(log.read_text()).after_lora.trainable_params
+    experiment = get_experiment("lora/llama/1-gpu")
+    estimated = estimate_memory(experiment.model, setup_from_experiment(experiment)).trainable_parameters
+    assert abs(estimated - printed) / printed < 0.01, (estimated, printed)

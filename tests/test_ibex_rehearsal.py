@@ -1,8 +1,12 @@
-"""The Ibex path rehearsed on the local SLURM cluster: `workshop setup` on a "login node", then Ibex job
-scripts of every chapter, with shims for what only Ibex has (tests/ibex_site.py) and the network blocked.
+"""The Ibex path rehearsed on the local SLURM cluster, as a class meets it: the instructor stages everything
+once (`workshop setup --stage DIR`, its environment built under a real srun and its `nemo llm import` jobs
+on the cluster), a participant's setup uses the staged folder, then Ibex job scripts of every chapter run
+from the participant's profile, with shims for what only Ibex has (tests/ibex_site.py) and the network
+blocked.
 
-It passes only if every job reaches training without touching the network, and every module, image,
-conda environment and setup record a job asked for was produced by the setup command.
+It passes only if every job reaches training without touching the network, every module, image, conda
+environment and setup record a job asked for was produced by the staging, and neither the participant's
+setup nor their jobs download anything or write into the staged folder.
 
 The subset keeps CI short (about two minutes on 2 cores): one job per template and chapter shape —
 chapter 1 LoRA through the NeMo container, chapter 2 tensor parallel through it, chapter 3 the HF
@@ -17,7 +21,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -33,19 +39,35 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 REHEARSED = ["lora/llama/1-gpu", "model-parallel/llama/tp2-dp2", "zero/baseline", "fsdp/multi-node/2-nodes"]
 
 
+def _snapshot(folder: Path) -> dict[str, tuple[int, int]]:
+    return {str(path.relative_to(folder)): (path.stat().st_size, path.stat().st_mtime_ns)
+            for path in sorted(folder.rglob("*")) if path.is_file() and not path.is_symlink()}
+
+
 @pytest.fixture(scope="module")
 def rehearsal(local_cluster, tmp_path_factory):
     root = tmp_path_factory.mktemp("ibex")
-    site = IbexSite(root)
+    site = IbexSite(root, real_srun=True)
+    stage = root / "stage"
     saved = dict(os.environ)
     os.environ.update(site.environment(dict(os.environ)))  # sbatch hands this environment to the jobs
+    os.environ.pop("WORKSHOP_SHARED_ROOT", None)
+    command = [sys.executable, "-m", "workshop_lib.cli", "setup", str(site.profile_path),
+               "--miniforge-installer", f"file://{site.installer}"]
     try:
-        setup = subprocess.run(
-            [sys.executable, "-m", "workshop_lib.cli", "setup", str(site.profile_path),
-             "--miniforge-installer", f"file://{site.installer}"],
-            capture_output=True, text=True, timeout=600)
+        setup = subprocess.run([*command, "--stage", str(stage)], capture_output=True, text=True, timeout=600)
         assert setup.returncode == 0, setup.stdout + setup.stderr
+        staged = _snapshot(stage)
+        calls_staged = len(site.calls())
+        os.environ["WORKSHOP_SHARED_ROOT"] = str(stage)
+        started = time.monotonic()
+        participant = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        participant_s = time.monotonic() - started
+        assert participant.returncode == 0, participant.stdout + participant.stderr
         profile = load_profile(site.profile_path)
+        assert profile.shared_root == str(stage)
+        own = Path(profile.cache_root.replace("$USER", os.environ.get("USER") or "root")).parent
+        written = sum(path.stat().st_size for path in own.rglob("*") if path.is_file())
         jobs = {}
         for experiment_id in REHEARSED:
             experiment = get_experiment(experiment_id)
@@ -58,19 +80,38 @@ def rehearsal(local_cluster, tmp_path_factory):
     finally:
         os.environ.clear()
         os.environ.update(saved)
-    return site, profile, setup.stdout, jobs, infos
+    return SimpleNamespace(site=site, profile=profile, setup_output=setup.stdout, jobs=jobs, infos=infos,
+                           stage=stage, staged=staged, participant=participant, participant_s=participant_s,
+                           participant_calls=site.calls()[calls_staged:], participant_bytes=written)
 
 
-def test_setup_ran_every_step_and_its_import_jobs_on_the_cluster(rehearsal):
-    site, profile, setup_output, _, _ = rehearsal
+def test_staging_ran_every_step_its_environment_under_srun_and_its_import_jobs_on_the_cluster(rehearsal):
+    site, setup_output = rehearsal.site, rehearsal.setup_output
     print("\n" + setup_output)
-    assert "8 step(s) ran, 0 already done" in setup_output
+    assert "10 step(s) ran, 0 already done" in setup_output
     imports = [call for call in site.calls("singularity") if "import" in call["argv"]]
     assert len({call["job"] for call in imports} - {None}) == 2, "each nemo llm import step ran as a batch job"
+    created = [call for call in site.calls("conda") if call["argv"][:2] == ["env", "create"]]
+    assert len(created) == 1 and created[0]["job"] not in (None, ""), "conda env create ran inside an allocation"
+    assert "(on a compute node: srun --nodes=1 --ntasks=1 --time=01:00:00" in setup_output
+    assert (rehearsal.stage / "STAGED.json").is_file()
+
+
+def test_the_participant_downloads_nothing_and_writes_nothing_into_the_staged_folder(rehearsal):
+    programs = [call["program"] for call in rehearsal.participant_calls]
+    assert not {"hub-download", "srun"} & set(programs), programs
+    assert not [call for call in rehearsal.participant_calls
+                if call["program"] in ("conda", "singularity") and call["argv"][:1] in (["env"], ["pull"])]
+    assert _snapshot(rehearsal.stage) == rehearsal.staged, "the staged folder changed under the class"
+    print(f"\nparticipant setup with the staged folder: {rehearsal.participant_s:.1f} s, "
+          f"{rehearsal.participant_bytes / 1e3:.1f} kB written to their own storage, 0 downloads; "
+          f"{rehearsal.participant.stdout.strip().splitlines()[-1]}")
+    # shared-folder is its own check: it passes at once, so it counts as done
+    assert "3 step(s) ran, 1 already done" in rehearsal.participant.stdout
 
 
 def test_every_job_reaches_training_offline_with_what_setup_made(rehearsal):
-    site, profile, setup_output, jobs, infos = rehearsal
+    site, profile, jobs, infos = rehearsal.site, rehearsal.profile, rehearsal.jobs, rehearsal.infos
     pulled = {call["argv"][1].removesuffix(".partial") for call in site.calls("singularity") if call["argv"][0] == "pull"}
     created = {call["argv"][call["argv"].index("-n") + 1] for call in site.calls("conda") if call["argv"][:1] == ["env"]}
     rows = []
@@ -103,7 +144,7 @@ def test_every_job_reaches_training_offline_with_what_setup_made(rehearsal):
 
 
 def test_the_bandwidth_check_spans_both_nodes_before_training(rehearsal):
-    _, _, _, jobs, _ = rehearsal
+    jobs = rehearsal.jobs
     run_dir = Path(jobs["fsdp/multi-node/2-nodes"].stdout_path).parent
     result = parse_nccl_allreduce((run_dir / "nccl_allreduce.txt").read_text())
     assert sorted(result.hosts) == ["node1", "node2"] and result.out_of_bounds == 0 and result.skipped_lines == 0

@@ -79,3 +79,13 @@ def test_the_second_job_sentence_says_whether_the_first_started_cold():
     assert "empty kernel cache" in cold and "13.7 s, then 11.7 s" in cold and "(tuned)" in cold
     warm = views.second_job_sentence({**second, "first_kernel_cache_files": 35})
     assert "already filled" in warm and "35 and 43 files" in warm and "empty" not in warm
+
+
+def test_mfu_divides_by_the_datasheet_peak_and_keeps_the_measured_fraction_beside_it():
+    document = {"provenance": {"gpu": "NVIDIA H100 80GB HBM3"}, "matmul_peak": {"tflops": 784.0}}
+    mfu, of_measured = views.mfu_figures({"mfu": 0.25}, document)
+    assert of_measured == pytest.approx(25.0)
+    assert mfu == pytest.approx(25.0 * 784 / 989)  # 989 TFLOP/s: H100 SXM, bf16, dense
+    assert views.mfu_figures({"mfu": 0.25}, {**document, "provenance": {"gpu": "NVIDIA H100 PCIe"}}) == (None, 25.0)
+    headline = views.recipe_headline()
+    assert "MFU against the datasheet peak" in headline and "of the matmul rate measured in the run" in headline

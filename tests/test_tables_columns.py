@@ -54,10 +54,12 @@ def _seed_then_added(columns, key: str) -> bool:
 
 def test_tables_carry_the_seed_columns(tmp_path):
     tables = _empty_tables(tmp_path)
-    for chapter, baseline in ((1, 1), (2, 2)):
+    # Nothing completed: the ratio columns name the chapter's smallest layout (chapter 2: 4 GPUs, TP=2 x DP=2).
+    # Chapter 2 names each row's layout first: two of its layouts use 4 GPUs.
+    for chapter, baseline, first in ((1, 1, []), (2, 4, ["Layout"])):
         frame = next(iter(tables[chapter].values()))
         seed = [c.replace("{n}", str(baseline)) for c in SEED_COLUMNS["nemo"]]
-        assert list(frame.columns) == seed + ADDED_COLUMNS["nemo"]
+        assert list(frame.columns) == first + seed + ADDED_COLUMNS["nemo"]
     three, four = tables[3], tables[4]
     assert list(three["Baseline: HF Trainer without DeepSpeed"].columns) == SEED_COLUMNS["zero-baseline"]
     assert _seed_then_added(three["ZeRO stages on one GPU (with and without CPU offload)"].columns, "zero-single-gpu")

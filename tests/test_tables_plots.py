@@ -52,3 +52,47 @@ def test_memory_layout_diagrams_follow_the_model_state_formulas():
     assert all(box.endswith("1/4 of the batch") for box in layouts["EP 4"] + layouts["DP 4"])
     assert all(box.endswith("1/2 of the batch") for box in layouts["TP 2 × EP 2"])
     assert len(plots.gpu_layout_diagram(layouts, "Mixtral").axes[0].patches) == 16
+
+
+def _weak_runs(tmp_path, losses: dict[int, list[float]], runtimes: dict[int, float]):
+    runs = tmp_path / "runs"
+    for gpus, values in losses.items():
+        folder = runs / f"fsdp/weak-scaling/{gpus}-gpus/train"
+        folder.mkdir(parents=True)
+        lines = [json.dumps({"kind": "step", "step": s, "loss": loss}) for s, loss in enumerate(values, 1)]
+        lines.append(json.dumps({"kind": "summary", "train_runtime_s": runtimes[gpus], "final_loss": values[-1]}))
+        (folder / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    results = chapter_results(4, runs)
+    return results[results["group"] == "weak-scaling"]
+
+
+def test_a_loss_curve_identical_to_another_says_so_and_stays_visible(tmp_path):
+    weak = _weak_runs(tmp_path, {2: [3.0, 2.9, 2.8], 4: [3.0, 2.9, 2.8]}, {2: 10.0, 4: 12.0})
+    axes = loss_curves(weak).axes[0]
+    first, second = axes.lines
+    assert second.get_label() == "4-gpus (same values as 2-gpus)"
+    assert second.get_linestyle() != first.get_linestyle() and second.get_marker() == "o"
+    different = _weak_runs(tmp_path / "other", {2: [3.0, 2.9], 4: [3.0, 2.7]}, {2: 10.0, 4: 12.0})
+    assert "same values" not in "".join(line.get_label() for line in loss_curves(different).axes[0].lines)
+
+
+def test_a_speedup_above_ideal_is_marked_as_warm_up(tmp_path):
+    weak = _weak_runs(tmp_path, {2: [3.0], 4: [3.0]}, {2: 40.0, 4: 10.0})  # 4x on 2x the GPUs
+    axes = speedup_plot(weak, metric="train_runtime_s").axes[0]
+    assert any("a warm-up, not scaling" in text.get_text() for text in axes.texts)
+    even = _weak_runs(tmp_path / "even", {2: [3.0], 4: [3.0]}, {2: 10.0, 4: 6.0})
+    assert not speedup_plot(even, metric="train_runtime_s").axes[0].texts
+
+
+def test_chapter_2_draws_a_bar_per_layout_not_a_line_over_gpus():
+    import pandas as pd
+
+    from workshop_lib.experiments import chapter_experiments
+    from workshop_lib.plots import step_time_plot
+    from workshop_lib.tables import layout_name
+
+    rows = [{**e.to_dict(), "gpus": e.gpus, "state": "COMPLETED", "mean_step_time_s": 1.0 + i}
+            for i, e in enumerate(chapter_experiments(2)[:3])]
+    axes = step_time_plot(pd.DataFrame(rows), "mean_step_time_s", layout_name, "t").axes[0]
+    labels = [tick.get_text() for tick in axes.get_xticklabels()]
+    assert labels == ["TP 2 x DP 2\n(4 GPUs)", "TP 4\n(4 GPUs)", "TP 8\n(8 GPUs)"] and len(axes.patches) == 3

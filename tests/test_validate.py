@@ -21,6 +21,8 @@ FOLDER_RULES = sorted(path.name for path in SAMPLES.iterdir() if (path / "bad").
 BAD = sorted(SAMPLES.glob("*/bad*.sbatch"))
 GOOD = sorted(SAMPLES.glob("*/good*.sbatch"))
 WARNING_RULES = {"fixed-rendezvous-port", "several-options-per-line"}
+# Samples whose finding is a warning although their rule also has errors.
+WARNING_SAMPLES = {"cuda-visible-devices-pinned/bad-every-gpu-by-number.sbatch"}
 # Samples written in the shape of the original workshop's scripts (kaust-rccl/Dist-DL-training): the line
 # each finding belongs on.
 EXPECTED_LINES = {
@@ -30,6 +32,14 @@ EXPECTED_LINES = {
     "output-folder-missing/bad-mkdir-inside-the-job.sbatch": 3,
     "module-purge-after-load/bad.sbatch": 9,
     "sequence-parallel-without-tp/bad.sbatch": 12,
+    # participants' launch mistakes (issue 28): the line of the option that is wrong
+    "rank-expanded-in-batch-shell/bad-double-quotes.sbatch": 7,
+    "workers-gpus-mismatch/bad-accelerate-per-machine.sbatch": 8,
+    "launcher-nodes-mismatch/bad-nemo.sbatch": 10,
+    "relative-path-after-cd/bad.sbatch": 7,
+    "time-looks-like-hours/bad.sbatch": 4,
+    "rendezvous-localhost/bad-variable.sbatch": 9,
+    "parallel-sizes-mismatch/bad-context-parallel.sbatch": 10,
 }
 
 
@@ -38,7 +48,7 @@ def _name(path: Path) -> str:
 
 
 def test_every_rule_has_samples():
-    assert len(RULES) >= 17 and FOLDER_RULES == ["env-var-mismatch"]
+    assert len(RULES) >= 32 and FOLDER_RULES == ["env-var-mismatch", "job-name-reused"]
     for rule in RULES:
         assert (SAMPLES / rule / "good.sbatch").is_file()
     for rule in FOLDER_RULES:
@@ -52,7 +62,7 @@ def test_bad_sample_trips_its_rule_and_nothing_else(sample):
     assert {finding.rule for finding in findings} == {rule}
     finding = findings[0]
     assert finding.line and finding.message and finding.fix
-    assert finding.severity == ("warning" if rule in WARNING_RULES else "error")
+    assert finding.severity == ("warning" if rule in WARNING_RULES or _name(sample) in WARNING_SAMPLES else "error")
     if _name(sample) in EXPECTED_LINES:
         assert [f.line for f in findings] == [EXPECTED_LINES[_name(sample)]]
 
@@ -151,7 +161,8 @@ def test_the_original_workshop_scripts():
     scripts = {str(path.relative_to(ORIGINAL)) for folder in ("nemo", "deepspeed", "fsdp")
                for path in (ORIGINAL / folder).rglob("*.slurm")}
     assert set(found) == {"output-folder-missing", "glued-directives", "model-parallel-with-lora",
-                          "kill-unset-pid", "module-purge-after-load", "env-var-mismatch"}
+                          "kill-unset-pid", "module-purge-after-load", "env-var-mismatch",
+                          "cuda-visible-devices-pinned", "does-not-fit"}
     assert found["output-folder-missing"] == scripts  # log/ and logs/ are not in the repository
     assert found["glued-directives"] == {f"nemo/models/{name}.slurm" for name in (
         "llama31_8b/import_llama31_8b", "mixtral_8x7b/import_mixtral_8x7b", "template/template_impot_model")}
@@ -162,6 +173,15 @@ def test_the_original_workshop_scripts():
     assert found["module-purge-after-load"] == {f"fsdp/custom_model/multi_node/{n}_nodes/multi_node.slurm"
                                                 for n in (2, 4, 8)}
     assert len(found["env-var-mismatch"]) == 17  # every FSDP folder but the BLOOM baseline
+    # Hand-set CUDA_VISIBLE_DEVICES: =0 on 2-GPU nodes hides a GPU (error); =0,1 / =0,...,3 names every GPU
+    # of the job by number (a warning).
+    assert found["cuda-visible-devices-pinned"] == {f"fsdp/{model}/{kind}/{n}/{kind}.slurm" for model in (
+        "bloom", "custom_model") for kind, n in [("multi_gpu", "2_gpus"), ("multi_gpu", "4_gpus"), ("multi_node", "2_nodes"),
+                                                 ("multi_node", "4_nodes"), ("multi_node", "8_nodes")]} | {
+        f"fsdp/custom_model/weak_scaling/{n}/weak_scaling.slurm" for n in ("2_gpus", "4_gpus")}
+    # TP=2 full fine-tune of Llama 3.1 8B on 2 A100-80GB: the estimate the experiments use refuses it (the
+    # workshop's own TP=2 experiment runs on 4 GPUs).
+    assert found["does-not-fit"] == {"nemo/experiments/model_parallel/llama31_8b/2_gpus/2_gpus.slurm"}
 
 
 def test_another_module_adds_an_experiment_rule_through_the_hook(monkeypatch):
@@ -176,3 +196,114 @@ def test_another_module_adds_an_experiment_rule_through_the_hook(monkeypatch):
 
     assert "example-rule" in {f.rule for f in validate_experiment(get_experiment("lora/llama/8-gpus"))}
     assert validate_experiment(get_experiment("lora/llama/1-gpu")) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 28: the launch mistakes of hand-written multi-GPU, multi-node scripts, and bad input
+# ---------------------------------------------------------------------------------------------
+ERROR_SAMPLES = [sample for sample in BAD if sample.parent.name not in WARNING_RULES
+                 and _name(sample) not in WARNING_SAMPLES]
+
+
+@pytest.mark.parametrize("sample", ERROR_SAMPLES, ids=_name)
+def test_check_exits_non_zero_on_every_defect(sample, capsys):
+    assert main(["check", str(sample)]) == 1
+    out = capsys.readouterr().out
+    assert f"[{sample.parent.name}]" in out and "Fix:" in out
+
+
+@pytest.mark.parametrize("sample", GOOD, ids=_name)
+def test_check_exits_zero_on_every_correct_form(sample, capsys):
+    assert main(["check", str(sample)]) == 0
+    assert "no findings" in capsys.readouterr().out
+
+
+def test_accelerate_num_processes_is_the_total_over_machines():
+    (finding,) = lint_file(SAMPLES / "workers-gpus-mismatch" / "bad-accelerate-per-machine.sbatch")
+    assert "--num_processes=4 over --num_machines=2 (2 per machine)" in finding.message
+    assert "total over all machines" in finding.message and "--num_processes=8" in finding.fix
+
+
+def test_torchrun_started_by_the_batch_shell_on_several_nodes_names_the_idle_nodes():
+    script = (SAMPLES / "launcher-without-srun" / "bad.sbatch").read_text().replace("--nodes=2", "--nodes=4")
+    (finding,) = [f for f in lint_script(script) if f.rule == "launcher-without-srun"]
+    assert "the other 3 nodes sit idle" in finding.message and "srun --ntasks-per-node=1 torchrun" in finding.fix
+
+
+def test_heredoc_sbatch_lines_are_data_not_directives():
+    from workshop_lib.sbatch_script import read_header
+
+    header = read_header((SAMPLES / "directive-after-command" / "good-heredoc.sbatch").read_text())
+    assert header.get("nodes") == "1" and header.get("gpus-per-node") == "1"
+    assert header.after_command_lines == () and header.first_command_line == 6
+
+
+def test_fixed_port_advice_works_on_several_nodes():
+    (finding,) = lint_file(SAMPLES / "fixed-rendezvous-port" / "bad.sbatch")
+    assert "SLURM_JOB_ID" in finding.fix and "--standalone" not in finding.fix
+
+
+@pytest.mark.parametrize("name, content, said", [
+    ("model.sbatch", b"\x7fELF\x02\x01\x01\x00\x00\x00" * 40, "a binary file (it holds NUL bytes)"),
+    ("train.sbatch", bytes(range(128, 256)) * 8, "not UTF-8 text"),
+    ("train.py", b"#!/usr/bin/env python\nimport torch\n", "a script for another interpreter"),
+    ("empty.sbatch", b"\n\n", "empty, nothing to check"),
+    ("ds_config.json", b'{"zero_optimization": {"stage": 2}}\n', "neither a #! line nor any #SBATCH directive"),
+])
+def test_a_file_that_is_not_a_job_script_is_an_error_that_says_so(tmp_path, capsys, name, content, said):
+    path = tmp_path / name
+    path.write_bytes(content)
+    assert main(["check", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert said in out and "no findings" not in out and "1 error" in out
+
+
+def test_a_binary_file_in_a_checked_folder_is_reported_and_the_rest_still_checked(tmp_path, capsys):
+    (tmp_path / "broken.slurm").write_bytes(b"\x00\x01\x02" * 100)
+    (tmp_path / "good.sbatch").write_text((SAMPLES / "launcher-without-srun" / "good.sbatch").read_text())
+    assert main(["check", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "broken.slurm: error [not-a-job-script] a binary file" in out
+    assert "2 scripts checked: 1 error, 0 warnings" in out
+
+
+def test_job_names_reused_in_one_folder(capsys):
+    assert main(["check", str(SAMPLES / "job-name-reused" / "bad")]) == 1
+    out = capsys.readouterr().out
+    assert "train-1node.sbatch:2: error [job-name-reused] --job-name=train is also the job name of train-2node.sbatch" in out
+    assert "train-2node.sbatch:2: error [job-name-reused]" in out and "2 scripts checked: 2 errors" in out
+    assert main(["check", str(SAMPLES / "job-name-reused" / "good")]) == 0
+
+
+def test_the_same_job_name_in_two_folders_is_fine(tmp_path):
+    from workshop_lib.env_vars_check import check_folder
+
+    for folder in ("one", "two"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "job.sbatch").write_text((SAMPLES / "job-name-reused" / "bad" / "train-1node.sbatch").read_text())
+    results, _ = check_folder(tmp_path)
+    assert [findings for _, findings in results] == [[], []]
+
+
+def test_a_local_cluster_script_says_its_nodes_share_one_host():
+    """The workshop's tiny profile runs every "node" on one machine: its rendered job says so, and only
+    then is a 127.0.0.1 rendezvous right."""
+    from workshop_lib.launch_check import ONE_HOST_PRAGMA
+    from workshop_lib.scripts import render_script
+
+    text = render_script(get_experiment("fsdp/multi-node/2-nodes"), "tiny")
+    assert ONE_HOST_PRAGMA in text and [f for f in lint_script(text) if f.is_error] == []
+    flagged = lint_script(text.replace(ONE_HOST_PRAGMA, "nodes share an address"))
+    assert {f.rule for f in flagged if f.is_error} == {"rendezvous-localhost"}
+
+
+def test_nemo_fit_uses_the_experiments_estimate():
+    """A hand-written NeMo script is checked like the workshop's own experiment with the same layout."""
+    from workshop_lib.fit_check import fit_findings
+
+    (finding,) = lint_file(SAMPLES / "does-not-fit" / "bad.sbatch")
+    one_gpu_full = _broken("lora/llama/1-gpu", peft="none")
+    (expected,) = fit_findings(one_gpu_full, load_profile("ibex"))
+    assert finding.message.split(" needs ")[1] == expected.message.split(" needs ")[1].replace(
+        "the profile's", "ibex's")
+    assert finding.fix == expected.fix

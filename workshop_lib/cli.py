@@ -15,6 +15,7 @@ COMMAND_MODULES = [
     "results",  # collect, memory
     "estimate",  # estimate
     "setup",  # setup SITE (a login node's one-off preparation)
+    "lab",  # lab --batch / --ibex (JupyterLab as a batch job, and its tunnel)
 ]
 
 

@@ -172,12 +172,47 @@ def job_scripts_in(folder: Path) -> list[Path]:
     return found
 
 
+def job_name_findings(scripts: list[Path]) -> dict[Path, list[Finding]]:
+    """One error per script whose --job-name another script of the same folder also uses."""
+    from .sbatch_script import read_header
+
+    by_name: dict[tuple[Path, str], list[tuple[Path, int | None]]] = {}
+    for script in scripts:
+        header = read_header(script.read_text(errors="replace"))
+        if header.get("job-name"):
+            by_name.setdefault((script.parent, header.get("job-name")), []).append((script, header.line("job-name")))
+    findings: dict[Path, list[Finding]] = {}
+    for (_, name), users in by_name.items():
+        if len(users) < 2:
+            continue
+        for script, line in users:
+            others = ", ".join(other.name for other, _ in users if other != script)
+            findings.setdefault(script, []).append(Finding(
+                "job-name-reused", ERROR,
+                f"--job-name={name} is also the job name of {others} in this folder: squeue, sacct and "
+                "`scancel --name` cannot tell these jobs apart, and --dependency=singleton makes them wait for "
+                "each other.",
+                f"give each script its own name (e.g. --job-name={script.stem}, or drop --job-name: SLURM then "
+                "uses the script's file name).", line))
+    return findings
+
+
 def check_folder(root: Path) -> tuple[list[tuple[Path, list[Finding]]], list[EnvComparison]]:
-    """Lint every job script under `root` and compare each folder's env file with its Python."""
-    from .validate import lint_file
+    """Lint every job script under `root`, compare each folder's env file with its Python, and report job
+    names reused inside a folder. A file that is not a job script is one error of its own."""
+    from .validate import NotAJobScript, lint_file
 
     scripts = job_scripts_in(root)
-    results = [(script, lint_file(script)) for script in scripts]
+    results, readable = [], []
+    for script in scripts:
+        try:
+            results.append((script, lint_file(script)))
+            readable.append(script)
+        except NotAJobScript as refused:
+            results.append((script, [Finding("not-a-job-script", ERROR, str(refused).split(": ", 1)[-1] + ".",
+                                             "keep only sbatch scripts under the .slurm/.sbatch names.", None)]))
+    for script, findings in job_name_findings(readable).items():
+        next(found for path, found in results if path == script).extend(findings)
     comparisons = [comparison for folder in sorted({script.parent for script in scripts})
                    if (comparison := compare_folder(folder)) is not None]
     by_file: dict[Path, list[Finding]] = {}

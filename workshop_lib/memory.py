@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import WorkshopError
-from .parse.nvidia_smi import GpuMemoryLog, GpuMemorySample, read_nvidia_smi
+from .parse.nvidia_smi import GpuMemoryLog, GpuMemorySample, infer_columns, looks_like_nvidia_smi, read_nvidia_smi
 from .parse.psrecord import CpuMemoryLog, read_psrecord
 from .parse.text import LogProblem, read_text
 
@@ -168,9 +168,12 @@ def find_memory_logs(path: str | Path) -> tuple[list[Path], list[Path]]:
 
 def sniff_log_kind(path: Path) -> str:
     """'gpu' for an nvidia-smi CSV, 'cpu' for a psrecord log, from the first line or the file name."""
-    first = next((line.strip() for line in read_text(path).splitlines() if line.strip()), "")
-    if "memory.used" in first:
+    lines = [line.strip() for line in read_text(path).splitlines() if line.strip()]
+    first = lines[0] if lines else ""
+    if "memory.used" in first or looks_like_nvidia_smi(first):
         return "gpu"
+    if lines and infer_columns([[cell.strip() for cell in line.split(",")] for line in lines[:50]]):
+        return "gpu"  # a header-less `--format=csv,noheader,nounits` snapshot
     if first.startswith("# Elapsed time") or first.startswith("elapsed_time,"):
         return "cpu"
     name = path.name.lower()
@@ -180,7 +183,7 @@ def sniff_log_kind(path: Path) -> str:
         return "cpu"
     raise MemoryLogError(
         f"{path}: not a memory log this command can read (expected an nvidia-smi CSV with a "
-        "memory.used column, or a psrecord --log file)."
+        "memory.used column or header-less lines with memory.used and memory.total, or a psrecord --log file)."
     )
 
 

@@ -124,7 +124,7 @@ def reference_table(chapter: int, folder: Path = REFERENCE_DIR, reference_gpu_gi
             "stand-in: measured GiB/GPU": round(allocated / MIB, 1) if allocated else None,
             "nvidia-smi peak GiB/GPU": round(run["gpu_peak_max_mib"] / MIB, 1)
             if completed and run.get("gpu_peak_max_mib") else None,
-            "last step s": round(run["train_step_time_s"], 2) if completed and run.get("train_step_time_s") else None,
+            "mean step s": round(run["mean_step_time_s"], 2) if completed and run.get("mean_step_time_s") else None,
             "state": state or f"not measured yet (needs {experiment.gpus} GPU{'s' if experiment.gpus > 1 else ''})",
             **_nemo_columns(nemo_runs.get(experiment.id)),
         })
@@ -204,7 +204,9 @@ def show(chapter: int) -> pd.DataFrame:
 
     table = reference_table(chapter)
     display(Markdown(provenance_line(chapter) + " " + stand_in_caveat(chapter)))
-    display(HTML(table.to_html(index=False, na_rep="—")))
+    from .notebook import scrollable
+
+    display(HTML(scrollable(table.to_html(index=False, na_rep="—"))))
     sentences = memory_sentences(table)
     nemo_line = nemo_run_line(chapter)
     if nemo_line:
@@ -244,7 +246,9 @@ def show_resolved(chapter: int, example: str) -> pd.DataFrame:
     from IPython.display import HTML, Markdown, display
 
     table = resolved_table(chapter)
-    display(HTML(table.to_html(index=False)))
+    from .notebook import scrollable
+
+    display(HTML(scrollable(table.to_html(index=False))))
     display(Markdown(f"NeMo's dry run of `{example}` (`nemo llm finetune ... --dryrun`):"))
     display(Markdown("```text\n" + dry_run_text(example) + "\n```"))
     return table

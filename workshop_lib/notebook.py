@@ -30,6 +30,7 @@ from . import tables as tables_module
 from .errors import WorkshopError
 from .experiments import (CHAPTERS, DEFAULT_RECIPE, HF, RECIPES, Experiment, chapter_experiments, get_experiment,
                           with_recipe)
+from .disk_check import check_disk, pending_needs
 from .profiles import Profile, load_profile
 from .results import COMPLETED, chapter_results, read_run, run_note, run_record
 from .paths import ROOT_VARIABLE, RUNS_VARIABLE, repository_root, runs_root  # noqa: F401  (part of this API)
@@ -50,6 +51,19 @@ resolve_runs_dir = runs_root
 def submitting_enabled() -> bool:
     """False when $WORKSHOP_SUBMIT is 0/false/no: the chapter only reads results that exist."""
     return os.environ.get(SUBMIT_VARIABLE, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def shown_path(path: Path) -> str:
+    """A folder as a page shows it: relative to the workshop's folder when inside it (``runs/``), so a built
+    book never prints the folders of the machine that built it; a folder elsewhere is named by the
+    variable that chose it, else shown whole (a participant's own notebook)."""
+    path = Path(path).resolve()
+    try:
+        return f"{path.relative_to(repository_root().resolve())}/"
+    except ValueError:
+        if os.environ.get(RUNS_VARIABLE) and Path(os.environ[RUNS_VARIABLE]).resolve() == path:
+            return f"${RUNS_VARIABLE}"
+        return str(path)
 
 
 # ---- which experiments --------------------------------------------------------------------------
@@ -117,6 +131,11 @@ def _html(text: str):
 
 def _escape(text: str) -> str:
     return html.escape(str(text), quote=False)
+
+
+def scrollable(table_html: str) -> str:
+    """A wide table scrolls inside the page's text column instead of being cut off at its edge."""
+    return f'<div class="workshop-scroll" style="overflow-x:auto;max-width:100%">{table_html}</div>'
 
 
 def message(text: str, kind: str = "note") -> str:
@@ -236,13 +255,28 @@ def show_log_lines(experiment_id: str, pattern: str, runs_dir: Path | str | None
     folder = resolve_runs_dir(runs_dir) / experiment_id
     logs = sorted(folder.glob("slurm-*.out"))
     if not logs:
-        message(f"No log of {experiment_id} in {folder} yet: run the chapter's jobs first (the submission cell), "
+        message(f"No log of {experiment_id} in {shown_path(folder)} yet: run the chapter's jobs first (the submission cell), "
                 "then this cell shows the lines you looked for.")
         return []
     lines = [line for line in logs[-1].read_text(errors="replace").splitlines() if pattern in line][-limit:]
     _display(_html(_text_block(f"{logs[-1].name} of {experiment_id}: lines with {pattern!r}",
                                "\n".join(lines) or f"(no line contains {pattern!r})", True)))
     return lines
+
+
+# ---- how long, before submitting --------------------------------------------------------------------
+def show_time_plan(selection: Selection, site: str = "ibex") -> pd.DataFrame:
+    """Before submitting: the GPUs the chapter's jobs ask for, how they queue under Ibex's per-user GPU cap,
+    and about how long each runs on an A100 (``workshop_lib.time_plan``, from the reference runs). Always
+    the Ibex plan, whatever profile runs here: it is what the chapter costs on the cluster."""
+    from . import time_plan
+
+    sentence, table, factors = time_plan.chapter_plan(selection.chosen, site)
+    _display(_html(f'<p class="workshop-time-plan">{_escape(sentence)}</p>'
+                   f"<details><summary>Each job on Ibex: GPUs, steps, A100 estimate, queue</summary>"
+                   + scrollable(table.to_html(index=False, border=0, classes="workshop-time-plan-table"))
+                   + f"<p>{_escape(factors)}</p></details>"))
+    return table
 
 
 # ---- submit and wait ------------------------------------------------------------------------------
@@ -263,9 +297,13 @@ def run_experiments(selection: Selection, runs_dir: Path | str | None = None,
             run.note = "read only ($WORKSHOP_SUBMIT=0)"
         _show_run_table(runs, read_only=True)
         return runs
+    # Disk is a fit check too: refuse before the queue what the runs folder's quota cannot hold.
+    message(check_disk(pending_needs(selection.runnable, selection.profile,
+                                     lambda experiment: _completed_here(experiment, selection.profile, root)), root))
     runs = submit_experiments(selection.runnable, selection.profile, root=root)
     fresh = sum(run.submitted_now for run in runs)
-    message(f"{fresh} job(s) submitted, {len(runs) - fresh} reused or already queued; run folders under {root}.")
+    message(f"{fresh} job(s) submitted, {len(runs) - fresh} reused or already queued; run folders under "
+            f"{shown_path(root)}.")
     wait_for_runs(runs, timeout=wait_timeout_s, progress=progress)
     _show_run_table(runs)
     return runs
@@ -279,6 +317,13 @@ def cancel_experiments(selection: Selection, runs_dir: Path | str | None = None)
     return lines
 
 
+def _completed_here(experiment: Experiment, profile: Profile, root) -> bool:
+    """The experiment has a completed run of the same content and profile (it will be reused)."""
+    record = load_run(experiment, root).record
+    return bool(record and record.final_state == COMPLETED and record.content_hash == experiment.content_hash
+                and record.profile == profile.name)
+
+
 def _show_run_table(runs: Sequence[Run], read_only: bool = False) -> pd.DataFrame:
     """The runs' states; under it, for each run whose files had unreadable lines, which and why, and for
     each run that ended without completing, why (state, exit code, time against the limit, the log lines
@@ -290,7 +335,7 @@ def _show_run_table(runs: Sequence[Run], read_only: bool = False) -> pd.DataFram
     rows = [{"experiment": run.experiment.id, "job": run.record.job_id if run.record else "", "state": info.state,
              "note": run.note} for run, info in zip(runs, infos)]
     frame = pd.DataFrame(rows)
-    _display(_html(frame.to_html(index=False, border=0, classes="workshop-runs")))
+    _display(_html(scrollable(frame.to_html(index=False, border=0, classes="workshop-runs"))))
     for run in runs:  # a damaged line costs a value or a sample; say which, once per run
         unreadable = read_run(run.directory, run.experiment.id).unreadable
         if unreadable:
@@ -360,7 +405,7 @@ def show_tables(selection: Selection, runs_dir: Path | str | None = None, keys: 
         above = (" The reference above is what these runs measured on real GPUs."
                  if reference_results(selection.chapter) is not None else "")
         message(f"Your runs ({profile_title(profile)}): No completed run of chapter {selection.chapter} in "
-                f"{resolve_runs_dir(runs_dir)} yet, so there is nothing of yours to show here.{above} Execute the "
+                f"{shown_path(resolve_runs_dir(runs_dir))} yet, so there is nothing of yours to show here.{above} Execute the "
                 f"submission cell (or `workshop submit --chapter {selection.chapter} --profile {profile.name}`) and "
                 "run this cell again.", "note")
         return []
@@ -394,6 +439,13 @@ def reference_results(chapter: int | str) -> tuple[dict, pd.DataFrame] | None:
     if not path.is_file():
         return None
     data = json.loads(path.read_text())
+    # Rows from before an engine recorded its step cap (the custom GPT's) ran under the reference profile's
+    # max_steps: say so, or their tables would describe the full epochs they never trained.
+    cap = load_profile(data["profile"]).training.max_steps if data.get("profile") else None
+    for row in data["results"]:
+        settings = row.get("run_settings")
+        if cap and isinstance(settings, dict) and settings and settings.get("max_steps") is None:
+            row["run_settings"] = {**settings, "max_steps": cap}
     return data, pd.DataFrame(data["results"])
 
 
@@ -419,11 +471,17 @@ def reference_caption(data: dict, results: pd.DataFrame, source: str, engine: st
         steps_text = "the optimizer steps of its job script's trainer.max_steps"
     software = ", ".join(f"{name} {first[key]}" for key, name in
                          (("torch", "torch"), ("transformers", "transformers"), ("deepspeed", "DeepSpeed"),
-                          ("nemo", "NeMo")) if first.get(key))
+                          ("nemo", "NeMo")) if _installed(first.get(key)))
     return (f"Reference, measured on real GPUs: {where} (profile {data.get('profile')}); "
             + (f"trained by {engine}; " if engine else "") +
             f"{'; '.join(recipes) or 'recipe as declared'}; {steps_text}; {weights}; {data_kind}; "
             f"{software or 'software versions not recorded'}; measured {', '.join(dates)}. Source: {source}.")
+
+
+def _installed(version) -> bool:
+    """A version the reference machine had; not its "unavailable (ModuleNotFoundError)" of a package that run
+    did not need (chapter 1's stand-in runs without DeepSpeed)."""
+    return bool(version) and not str(version).startswith("unavailable")
 
 
 def _recipe_text(record: dict) -> str:
@@ -570,7 +628,7 @@ def table_html(table: Table, kind: str = "participant", caption: str = "", profi
     provenance = f'<p class="workshop-provenance"><small>{_escape(caption)}</small></p>' if caption else ""
     # Wide tables scroll inside the page's text column instead of running under the side bar.
     return (f'<div class="workshop-table-block workshop-{kind}" data-profile="{_escape(profile)}">'
-            f'<h4>{_escape(table.title)}</h4>{provenance}<div style="overflow-x:auto">{text}</div>{note}</div>')
+            f'<h4>{_escape(table.title)}</h4>{provenance}{scrollable(text)}{note}</div>')
 
 
 def format_cell(value) -> str:
@@ -644,8 +702,13 @@ def _chapter_figures(chapter: int, results: pd.DataFrame, keys: Sequence[str] | 
         for name, model in (("llama", "llama-3.1-8b"), ("mixtral", "mixtral-8x7b")):
             if wanted(name) and len(group(name)) > 1:
                 shown = tables_module.MODEL_NAMES[model]
-                figures.append(plots.speedup_plot(group(name), "total_time_s",
-                                                  f"{shown} ({what}): speedup of the total job time{suffix}"))
+                if chapter == 1:
+                    figures.append(plots.speedup_plot(group(name), "total_time_s",
+                                                      f"{shown} ({what}): speedup of the total job time{suffix}"))
+                else:  # layouts, not GPU counts, are what differ (two of them use 4 GPUs)
+                    step = tables_module._step_time_key(group(name).to_dict("records"))
+                    figures.append(plots.step_time_plot(group(name), step, tables_module.layout_name,
+                                                        f"{shown} ({what}): step time per layout{suffix}"))
         if wanted("memory"):
             figures.append(plots.memory_plot(results, by="id", metric=memory[0],
                                              title=f"Peak memory per process ({memory[1]}){suffix}", ylabel="MiB"))
@@ -748,7 +811,7 @@ def chapter_header(chapter: int, profile: str, experiments, runs_dir, recipe: st
     mode = "submits what has not completed yet" if submitting_enabled() else "only reads results"
     message(f"Chapter {chapter} ({CHAPTERS[chapter]}) on profile {selection.profile.name!r}: "
             f"{len(selection.runnable)} of {len(selection.chosen)} selected experiment(s) run here; "
-            f"runs in {root}; this execution {mode}.")
+            f"runs in {shown_path(root)}; this execution {mode}.")
     return selection
 
 
@@ -767,7 +830,7 @@ def experiments_overview(selection: Selection) -> pd.DataFrame:
     # Folded: the list is reference material, the chapter's narrative reads on without it.
     _display(_html(f"<details><summary>The chapter's {len(rows)} experiments ({runs_here} run on profile "
                    f"{_escape(selection.profile.name)})</summary>"
-                   + frame.to_html(index=False, border=0, classes="workshop-experiments") + "</details>"))
+                   + scrollable(frame.to_html(index=False, border=0, classes="workshop-experiments")) + "</details>"))
     return frame
 
 
@@ -776,5 +839,5 @@ __all__ = ["Selection", "chapter_figures", "chapter_header", "chapter_results_fo
            "repository_root", "resolve_runs_dir", "run_experiments", "select", "selection_tables", "show_figure",
            "show_figures", "show_plots", "show_reference_script", "show_reference_tables", "show_results",
            "engine_text", "engine_title",
-           "show_scripts", "show_tables", "submitting_enabled", "table_html"]
+           "show_scripts", "show_tables", "show_time_plan", "submitting_enabled", "table_html"]
 

@@ -6,6 +6,7 @@ a Figure; only completed runs are drawn. matplotlib is imported when a plot is a
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 
@@ -38,10 +39,26 @@ def speedup_plot(results: pd.DataFrame, metric: str = "total_time_s", title: str
         return figure
     base = done.iloc[0]
     ideal = done["gpus"] / base["gpus"]
+    measured = base[metric] / done[metric]
     axes.plot(done["gpus"], ideal, "--", color="grey", label="ideal")
-    axes.plot(done["gpus"], base[metric] / done[metric], "o-", label="measured")
+    axes.plot(done["gpus"], measured, "o-", label="measured")
+    if (measured > ideal * 1.001).any():  # more than linear: the baseline carried a one-off cost
+        axes.text(0.02, 0.97, "above ideal: the first run carried a one-off start-up\n(a warm-up, not scaling)",
+                  transform=axes.transAxes, va="top", fontsize="small", color="#b7791f")
     axes.set_xticks(list(done["gpus"]))
-    axes.legend()
+    axes.legend(loc="lower right")
+    return figure
+
+
+def step_time_plot(results: pd.DataFrame, metric: str, label: Callable[[dict], str], title: str):
+    """A bar per completed run of its step time, named by ``label`` (chapter 2: the layout, since two
+    layouts can share a GPU count and a speedup against GPUs would draw them on one x)."""
+    done = _completed(results, metric)
+    figure, axes = _figure(title, "layout", "step time (s)")
+    if not done.empty:
+        names = [f"{label(row)}\n({int(row['gpus'])} GPUs)" for row in done.to_dict("records")]
+        axes.bar(range(len(done)), done[metric])
+        axes.set_xticks(range(len(done)), names, fontsize="small")
     return figure
 
 
@@ -85,13 +102,24 @@ def cpu_memory_plot(results: pd.DataFrame, title: str = "CPU memory under offloa
 def loss_curves(results: pd.DataFrame, title: str = "Training loss"):
     """Loss against step for every completed run with a metrics.jsonl."""
     figure, axes = _figure(title, "step", "loss")
+    drawn: dict[tuple, str] = {}  # the values of each curve drawn so far, and its name
+    styles = ["-", "--", ":", "-."]
     for row in results[results["state"] == COMPLETED].itertuples():
         path = Path(str(row.run_dir)) / "train" / "metrics.jsonl"
         if not path.exists():
             continue
         steps = parse_metrics(read_text(path)).steps
         if steps:
-            axes.plot([s.step for s in steps], [s.loss for s in steps], label=str(row.id).split("/")[-1])
+            name = str(row.id).split("/")[-1]
+            values = tuple((s.step, s.loss) for s in steps)
+            duplicate = values in drawn
+            if duplicate:  # the same numbers would hide under the first curve: say so in the legend
+                name = f"{name} (same values as {drawn[values]})"
+            else:
+                drawn[values] = name
+            style = styles[len(axes.lines) % len(styles)]
+            axes.plot([s.step for s in steps], [s.loss for s in steps], style, marker="o" if duplicate else None,
+                      markersize=3, label=name)
     if axes.lines:
         axes.legend(fontsize="small")
     return figure

@@ -34,6 +34,11 @@ class Rule(typing.NamedTuple):
 # Shell path: plain text in double quotes in the script, where only $NAME / ${NAME} may expand.
 SHELL_PATH = Rule("a path (variables such as $USER allowed; no quotes, backquotes, backslashes or $( ))",
                   rf"(?:[^$\"`\\\x00-\x1f\x7f]|\$(?:{_IDENTIFIER}|\{{{_IDENTIFIER}\}}))+")
+# The class's staged folder: absolute (every participant's jobs read it from their own run folders).
+ABSOLUTE_SHELL_PATH = Rule("an absolute path (variables such as $USER allowed; no spaces, quotes, backquotes, "
+                           "backslashes or $( ))",
+                           rf"(?:/|\$(?:{_IDENTIFIER}|\{{{_IDENTIFIER}\}}))"
+                           rf"(?:[^$\"`\\\s\x00-\x1f\x7f]|\$(?:{_IDENTIFIER}|\{{{_IDENTIFIER}\}}))*")
 # One word on an #SBATCH line: no spaces, no quotes.
 SLURM_WORD = Rule("a SLURM name (letters, digits and _ . , : & | [ ] - only)", r"[A-Za-z0-9_.,:&|\[\]*+-]+")
 # Text that is quoted with shlex.quote wherever it reaches a script: anything printable.
@@ -54,6 +59,8 @@ RULES: dict[str, Rule] = {
     "scheduler.time_limits.*": TIME,
     "scheduler.time_limits.<key>": Rule("a chapter number (1 to 4)", minimum=1, maximum=4),
     "cache_root": SHELL_PATH,
+    # Absolute: every participant's jobs read it from their own run folders.
+    "shared_root": ABSOLUTE_SHELL_PATH,
     "gpu_monitor_interval_s": Rule("seconds between samples, 1 to 3600", minimum=1, maximum=3600),
     "cpu_monitor_interval_s": Rule("seconds between samples, 1 to 3600", minimum=1, maximum=3600),
     "rendezvous_host": Rule("a host name or IP address", r"[A-Za-z0-9_.:-]+"),
@@ -72,6 +79,9 @@ RULES: dict[str, Rule] = {
     "python.python": TEXT,
     "python.torchrun": TEXT,
     "python.psrecord": TEXT,
+    # srun options, each --name=value with a plain value: they reach `srun` as separate words.
+    "python.build_allocation": Rule("srun options such as \"--time=01:00:00 --cpus-per-task=8\"",
+                                    r"--[a-z][a-z-]*=[A-Za-z0-9_.,:-]+(?: --[a-z][a-z-]*=[A-Za-z0-9_.,:-]+)*"),
     "training.data": TEXT,
     "training.models.*": TEXT,
     "training.precision": Rule("one of fp32, fp16, bf16", choices=("fp32", "fp16", "bf16")),
@@ -89,6 +99,11 @@ RULES: dict[str, Rule] = {
     "bandwidth_check.nccl_tests_modules.*": MODULE,
     "bandwidth_check.nccl_tests_command": TEXT,
     "bandwidth_check.nccl_tests_arguments.*": TEXT,
+    "jupyter.login_host": Rule("a host name", r"[A-Za-z0-9_.-]+"),
+    "jupyter.node_domain": Rule("a DNS domain such as ibex.kaust.edu.sa", r"[A-Za-z0-9_.-]+"),
+    "jupyter.time": TIME,
+    "jupyter.cpus": Rule("a number of cores, 1 to 128", minimum=1, maximum=128),
+    "jupyter.memory": Rule("host memory such as 16G", r"\d+[KMGT]?"),
     "limits.max_gpus": COUNT,
     "limits.max_nodes": COUNT,
 }

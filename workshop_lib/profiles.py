@@ -9,7 +9,8 @@ typo or a hostile value in a copied profile fails loudly instead of reaching a j
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import yaml
@@ -64,6 +65,9 @@ class PythonSetup:
     python: str = "python"
     torchrun: str = "torchrun"
     psrecord: str = "psrecord"
+    # srun options that put the environment's creation on a compute node (KAUST: no conda environments
+    # are created on login nodes); empty: build it where `workshop setup` runs.
+    build_allocation: str | None = None
 
 
 @dataclass(frozen=True)
@@ -101,6 +105,18 @@ class BandwidthCheck:
 
 
 @dataclass(frozen=True)
+class JupyterSetup:
+    """JupyterLab as a batch job (`workshop lab --batch`), the way KAUST documents Jupyter on Ibex: a job
+    on a compute node, reached from a laptop through an SSH tunnel via the login node."""
+
+    login_host: str | None = None  # the tunnel's host, e.g. glogin.ibex.kaust.edu.sa; None: this machine
+    node_domain: str | None = None  # appended to the node's short name; None: the server listens on 127.0.0.1
+    time: str = "04:00:00"
+    cpus: int = 4  # the notebooks only render, submit and tabulate: no GPU
+    memory: str = "16G"
+
+
+@dataclass(frozen=True)
 class Limits:
     """The grid this site runs: experiments beyond it are not realised here."""
 
@@ -118,6 +134,9 @@ class Profile:
     training: TrainingSetup
     limits: Limits
     cache_root: str | None = None
+    # The instructor's staged folder (read-only for participants): environment, image, models, converted
+    # checkpoints and data, made once for the class; $WORKSHOP_SHARED_ROOT overrides it (see shared_folder).
+    shared_root: str | None = None
     # Jobs run with HF_HUB_OFFLINE=1 / HF_DATASETS_OFFLINE=1: everything was fetched by `workshop setup`.
     offline: bool = False
     has_nvidia_smi: bool = True
@@ -126,6 +145,7 @@ class Profile:
     rendezvous_host: str | None = None
     bandwidth_check: BandwidthCheck | None = None
     gpu_memory_gib: float | None = None  # memory of one GPU; the fit check refuses what cannot fit (null: no check)
+    jupyter: JupyterSetup = field(default_factory=JupyterSetup)
     source: Path | None = None
 
     def time_limit(self, chapter: int) -> str:
@@ -187,7 +207,7 @@ def load_profile(name_or_path: str | Path | None = None) -> Profile:
         raise ProfileError(f"cannot read profile {path} ({error.strerror}): give a readable YAML file") from error
     if not isinstance(data, dict):
         raise ProfileError(f"profile {path} must be a mapping of keys, not {type(data).__name__}")
-    return profile_from_dict(data, source=path)
+    return with_shared_folder(profile_from_dict(data, source=path))
 
 
 def profile_from_dict(data: dict, source: Path | None = None) -> Profile:
@@ -195,3 +215,63 @@ def profile_from_dict(data: dict, source: Path | None = None) -> Profile:
     from .profile_schema import build
 
     return build(Profile, data, str(source or "profile"), source=source)
+
+
+# ---- the class's staged folder ----------------------------------------------------------------------
+SHARED_ROOT_VARIABLE = "WORKSHOP_SHARED_ROOT"
+# The staged folder has the layout of one participant's own storage (what `workshop setup` makes under the
+# cache root, the Miniforge root and the image folder), so staging is the same setup run once, there.
+STAGED_CACHE = "cache"
+STAGED_MINIFORGE = "miniforge3"
+STAGED_IMAGES = "images"
+STAGED_CHECKOUT = "workshop"  # the copy of the workshop the staged environment is installed from
+STAGED_SQUAD = "data/squad"  # SQuAD as JSON lines: read in place, no dataset cache written next to it
+
+
+def shared_root_of(profile: Profile, environ: dict | None = None) -> tuple[str, str] | None:
+    """(folder, where it was set): $WORKSHOP_SHARED_ROOT when set, else the profile's shared_root, else None."""
+    environ = os.environ if environ is None else environ
+    value = environ.get(SHARED_ROOT_VARIABLE, "").strip().rstrip("/")
+    if value:
+        origin = f"${SHARED_ROOT_VARIABLE}"
+    elif profile.shared_root:
+        value, origin = profile.shared_root.rstrip("/"), f"shared_root of profile {profile.name!r}"
+    else:
+        return None
+    from .profile_schema import ABSOLUTE_SHELL_PATH  # the schema's rule for the key, applied to the variable too
+
+    # The folder reaches scripts as double-quoted shell text: only $NAME / ${NAME} may expand in it.
+    if not re.fullmatch(ABSOLUTE_SHELL_PATH.pattern, value):
+        raise ProfileError(f"{origin} is {value!r}: it must be {ABSOLUTE_SHELL_PATH.expected}. Use the folder "
+                           f"the instructor announced, e.g. export {SHARED_ROOT_VARIABLE}=/ibex/project/c1234/dist-ft-workshop")
+    return value, origin
+
+
+def with_shared_folder(profile: Profile, environ: dict | None = None) -> Profile:
+    """The profile a participant uses when the class has a staged folder: what the instructor made is read
+    from there (environment, image, models, checkpoints, SQuAD); caches, runs and logs stay their own."""
+    found = shared_root_of(profile, environ)
+    if found is None:
+        return profile
+    root = found[0]
+    python, nemo, training = profile.python, profile.nemo, profile.training
+    if python.conda_root:
+        python = replace(python, conda_root=f"{root}/{STAGED_MINIFORGE}")
+    if nemo.enabled and nemo.image:
+        nemo = replace(nemo, image=f"{root}/{STAGED_IMAGES}/{nemo.image.rsplit('/', 1)[-1]}",
+                       binds=tuple(dict.fromkeys((*nemo.binds, root))))
+    if training.data == "squad" and profile.offline:
+        training = replace(training, data=f"{root}/{STAGED_SQUAD}")
+    return replace(profile, python=python, nemo=nemo, training=training, shared_root=root)
+
+
+def staged_profile(profile: Profile, folder: str) -> Profile:
+    """The profile the instructor stages with: everything `workshop setup` makes goes under `folder`."""
+    folder = folder.rstrip("/")
+    python, nemo = profile.python, profile.nemo
+    if python.conda_root:
+        python = replace(python, conda_root=f"{folder}/{STAGED_MINIFORGE}")
+    if nemo.enabled and nemo.image:
+        nemo = replace(nemo, image=f"{folder}/{STAGED_IMAGES}/{nemo.image.rsplit('/', 1)[-1]}",
+                       binds=tuple(dict.fromkeys((folder, *nemo.binds))))
+    return replace(profile, cache_root=f"{folder}/{STAGED_CACHE}", python=python, nemo=nemo, shared_root=None)

@@ -113,13 +113,37 @@ def _words(body: str) -> list[str]:
         return body.split("#", 1)[0].split()
 
 
+# `cat > job.sbatch <<'EOF'`: the lines up to the delimiter are data (often a second job script), not code.
+HEREDOC = re.compile(r"(?<!<)<<-?(?!<)\s*(['\"]?)([A-Za-z_]\w*)\1")  # not a here-string (<<<)
+
+
+def heredoc_lines(text: str) -> set[int]:
+    """The line numbers (from 1) of every heredoc body, delimiters excluded."""
+    inside: set[int] = set()
+    delimiters: list[str] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if delimiters:
+            if line.strip() == delimiters[0]:
+                delimiters.pop(0)
+            else:
+                inside.add(number)
+            continue
+        if not line.lstrip().startswith("#"):
+            delimiters = [match.group(2) for match in HEREDOC.finditer(line)]
+    return inside
+
+
 def read_header(text: str) -> SbatchHeader:
-    """The #SBATCH directives of a script (those before its first command)."""
+    """The #SBATCH directives of a script (those before its first command). `#SBATCH` text inside a
+    heredoc (a job script the script writes) is data, never a directive of this one."""
     directives: list[Directive] = []
     after_command: list[int] = []
     glued: list[int] = []
     first_command: int | None = None
+    in_heredoc = heredoc_lines(text)
     for number, line in enumerate(text.splitlines(), start=1):
+        if number in in_heredoc:
+            continue
         stripped = line.strip()
         if number == 1 and stripped.startswith("#!"):
             continue

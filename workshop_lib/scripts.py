@@ -24,6 +24,7 @@ from .paths import DS_CONFIGS_DIR, SLURM_DIR
 from .profiles import Profile, load_profile
 from .reservation import find_reservation
 from .site_setup import (CACHE_VARIABLES, MISSING_SETUP_EXIT, OFFLINE_VARIABLES, import_requirements, import_step,
+                         shared_exports,
                          job_requirements, setup_command)
 from .validate import raise_for_experiment
 
@@ -208,6 +209,17 @@ def _site_directives(profile: Profile, time_limit: str) -> list[Directive]:
     return lines
 
 
+def site_directives_without_gpu_type(profile: Profile, time_limit: str) -> list[Directive]:
+    """The site's placement for a CPU-only job (JupyterLab): partition, account, reservation and time,
+    without the GPU-type constraint (any compute node will do)."""
+    return [line for line in _site_directives(profile, time_limit) if line.option != "constraint"]
+
+
+def render_template(name: str, context: dict) -> str:
+    """A template of slurm/templates with the quoting helpers every script uses."""
+    return _tidy(_environment().get_template(name).render({"q": shlex.quote, "dq": _double_quoted, **context}))
+
+
 def torchrun_launch(experiment: Experiment, profile: Profile, arguments: list[str]) -> str:
     """The torchrun command line, one flag per line so that a reader can follow it."""
     torchrun = shlex.quote(profile.python.torchrun)
@@ -235,7 +247,7 @@ def cache_exports(profile: Profile) -> list[tuple[str, str]]:
     """(variable, shell value) pairs redirecting caches under the profile's cache root, if it has one."""
     if not profile.cache_root:
         return []
-    return [(name, f'"$CACHE_ROOT/{folder}"') for name, folder in CACHE_VARIABLES.items()]
+    return [(name, f'"$CACHE_ROOT/{folder}"') for name, folder in CACHE_VARIABLES.items()] + shared_exports(profile)
 
 
 def bandwidth_context(experiment: Experiment, profile: Profile) -> dict:

@@ -17,15 +17,15 @@ import shlex
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .errors import WorkshopError
 from .experiments import NEMO, Experiment
 from .nemo_checkpoint import COMPLETE_FILES, checkpoint_shell_path, complete_test
 from .paths import SOURCE_ROOT
-from .profiles import Profile
-from .reservation import describe_reservation
+from .profiles import (STAGED_CACHE, STAGED_CHECKOUT, STAGED_SQUAD, Profile, shared_root_of, staged_profile)
+from .reservation import describe_reservation, reservation_for
 
 ENVIRONMENT_FILE = "environment.yml"
 LOCK_FILE = "requirements.lock"
@@ -42,7 +42,19 @@ CACHE_VARIABLES = {
     "NEMO_DATASETS_CACHE": "nemo_datasets",
     "TRITON_CACHE_DIR": "triton",
     "TMPDIR": "tmp",
+    # pip's, conda's and other tools' own caches: KAUST asks that none of them grow in $HOME
+    # (kaust-rccl/ksl-docs docs/source/systems/ibex/filesystem.rst:27).
+    "PIP_CACHE_DIR": "pip",
+    "CONDA_PKGS_DIRS": "conda_pkgs",
+    "XDG_CACHE_HOME": "xdg_cache",
 }
+# With a staged folder, jobs read the instructor's model stores in place (read-only); their writable
+# caches above stay the participant's own. Values: folders under the staged folder's cache.
+SHARED_STORES = {
+    "HF_HUB_CACHE": "hf_cache/hub",  # Hugging Face model snapshots ($HF_HOME/hub when staged)
+    "NEMO_MODELS_CACHE": "nemo_cache/models",  # NeMo's converted checkpoints ($NEMO_HOME/models when staged)
+}
+MANIFEST = "STAGED.json"  # written last by the staging: a staged folder without it is unfinished
 # Variables that keep Hugging Face libraries from reaching the hub inside jobs.
 OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
 
@@ -75,17 +87,30 @@ class Requirement:
     step: str
     what: str
     site: str = "ibex"  # what `workshop setup` is given for this profile
+    staged_in: str | None = None  # the class's staged folder, when the instructor makes this file
 
     @property
     def message(self) -> str:
+        if self.staged_in:
+            return (f"Missing: {self.what} ({self.path}); the staged folder {self.staged_in} lacks it (its step "
+                    f"{self.step!r} has not run there). Tell the instructor, who runs: "
+                    f"workshop setup {self.site} --stage {self.staged_in} --only {self.step}")
         return (f"Missing: {self.what} ({self.path}); the setup step {self.step!r} has not run. "
                 f"On a login node: workshop setup {self.site} --only {self.step}")
 
 
 # ---- what the profile asks for ------------------------------------------------------------------
 def marker(profile: Profile, step: str) -> str:
-    """The marker file a step leaves when it succeeded (shell text under the cache root)."""
+    """The marker file a step leaves when it succeeded (shell text under the cache root, or under the
+    staged folder's cache for what the instructor staged)."""
+    if profile.shared_root and is_staged_step(step):
+        return f"{profile.shared_root}/{STAGED_CACHE}/setup/{step}.done"
     return f"{_state_dir(profile)}/{step}.done"
+
+
+def is_staged_step(step: str) -> bool:
+    """Steps whose product a staged folder holds for the whole class (the rest stay per participant)."""
+    return step in {"miniforge", "environment", "hub-download", "nemo-image"} or step.startswith("nemo-import-")
 
 
 def _state_dir(profile: Profile) -> str:
@@ -120,20 +145,36 @@ def job_requirements(experiment: Experiment, profile: Profile) -> list[Requireme
     uses_nemo = experiment.engine == NEMO and profile.nemo.enabled
     site = _profile_argument(profile)
     needs = []
+
+    def need(path: str, step: str, what: str) -> None:
+        needs.append(Requirement(path, step, what, site, profile.shared_root if profile.shared_root
+                                 and is_staged_step(step) else None))
+
     if uses_nemo:
-        needs.append(Requirement(profile.nemo.image, "nemo-image", "The NeMo container image", site))
-        needs.append(Requirement(marker(profile, "nemo-data"), "nemo-data", "NeMo's prepared SQuAD", site))
-        needs.append(Requirement(marker(profile, import_step(experiment.model)), import_step(experiment.model),
-                                 f"The NeMo checkpoint of {experiment.model}", site))
+        need(profile.nemo.image, "nemo-image", "The NeMo container image")
+        need(marker(profile, "nemo-data"), "nemo-data", "NeMo's prepared SQuAD")
+        need(marker(profile, import_step(experiment.model)), import_step(experiment.model),
+             f"The NeMo checkpoint of {experiment.model}")
         return needs
     python = profile.python
     if python.conda_root:
-        needs.append(Requirement(f"{python.conda_root}/etc/profile.d/conda.sh", "miniforge", "Miniforge", site))
-        needs.append(Requirement(marker(profile, "environment"), "environment",
-                                 f"The conda environment {python.conda_environment}", site))
-    if profile.offline and (hub_models(profile) or profile.training.data == "squad"):
-        needs.append(Requirement(marker(profile, "hub-download"), "hub-download", "The models and SQuAD", site))
+        need(f"{python.conda_root}/etc/profile.d/conda.sh", "miniforge", "Miniforge")
+        need(marker(profile, "environment"), "environment", f"The conda environment {python.conda_environment}")
+    if profile.offline and (hub_models(profile) or _uses_squad(profile)):
+        need(marker(profile, "hub-download"), "hub-download", "The models and SQuAD")
     return needs
+
+
+def _uses_squad(profile: Profile) -> bool:
+    return profile.training.data == "squad" or bool(profile.shared_root) and \
+        profile.training.data == f"{profile.shared_root}/{STAGED_SQUAD}"
+
+
+def shared_exports(profile: Profile) -> list[tuple[str, str]]:
+    """(variable, double-quoted shell value): the staged model stores jobs and setup steps read in place."""
+    if not profile.shared_root:
+        return []
+    return [(name, f'"{profile.shared_root}/{STAGED_CACHE}/{folder}"') for name, folder in SHARED_STORES.items()]
 
 
 def import_requirements(profile: Profile) -> list[Requirement]:
@@ -186,28 +227,134 @@ class Plan:
 
 
 def build_plan(profile: Profile, checkout: Path = SOURCE_ROOT,
-               miniforge_installer: str = MINIFORGE_INSTALLER) -> Plan:
-    """The steps that prepare this profile's site, in order."""
+               miniforge_installer: str = MINIFORGE_INSTALLER, stage: str | None = None) -> Plan:
+    """The steps that prepare this profile's site, in order.
+
+    Three kinds: a participant's own storage (the default); the class's staged folder (`stage`: the same
+    steps run once by the instructor under that folder, then published read-only); a participant of a
+    class with a staged folder (the profile's shared_root): only what must be their own.
+    """
+    if stage:
+        if profile.shared_root:
+            raise SetupError(f"staging into {stage} while the profile already reads a staged folder "
+                             f"({profile.shared_root}): unset $WORKSHOP_SHARED_ROOT (and shared_root in the "
+                             "profile) for the instructor's staging run")
+        profile = staged_profile(profile, stage)
     python, nemo = profile.python, profile.nemo
     state = _state_dir(profile)
     lines = ['USER="${USER:-$(id -un)}"',  # the profile's paths name $USER; a bare cron or container shell lacks it
              f'CACHE_ROOT="{profile.cache_root}"', f'SETUP_STATE="{state}"',
              f"CHECKOUT={shlex.quote(str(checkout))}"]
+    if stage:
+        # The environment is installed from a copy of the workshop inside the staged folder, so the
+        # instructor's own checkout can change during the day without changing the class's code.
+        lines += [f'STAGE="{stage.rstrip("/")}"', 'SOURCE="$CHECKOUT"', f'CHECKOUT="$STAGE/{STAGED_CHECKOUT}"']
+    if profile.shared_root:
+        lines.append(f'SHARED_ROOT="{profile.shared_root}"')
     lines += [f'export {name}="$CACHE_ROOT/{folder}"' for name, folder in CACHE_VARIABLES.items()]
+    lines += [f"export {name}={value}" for name, value in shared_exports(profile)]
     if python.conda_root:
         lines += [f'CONDA_ROOT="{python.conda_root}"', f"CONDA_ENV={shlex.quote(python.conda_environment or '')}"]
     if nemo.enabled:
         lines.append(f'NEMO_IMAGE="{nemo.image}"')
+    lines.append(_on_compute_node(profile))
     steps = [Step("folders", "folders for caches, images and setup records under the cache root",
                   ('mkdir -p "$SETUP_STATE" ' + " ".join(f'"${name}"' for name in CACHE_VARIABLES),),
                   '[ -d "$SETUP_STATE" ]', produces=(state,))]
+    if profile.shared_root:
+        return Plan(profile, steps + _participant_steps(profile), "\n".join(lines), checkout)
+    if stage:
+        steps.append(_checkout_copy_step())
     if python.conda_root:
         steps += _conda_steps(profile, miniforge_installer)
     if profile.offline:
         steps.append(_hub_download_step(profile, nemo_models=list(nemo.hub_ids.values()) if nemo.enabled else []))
     if nemo.enabled:
-        steps += _nemo_steps(profile)
+        steps += _nemo_steps(profile, staging=bool(stage))
+    if stage:
+        steps.append(_publish_step(profile, [step.name for step in steps if is_staged_step(step.name)]))
     return Plan(profile, steps, "\n".join(lines), checkout)
+
+
+def _on_compute_node(profile: Profile) -> str:
+    """A bash function running its words on a compute node when the setup runs on a login node.
+
+    KAUST: "Please don't create conda environments in login nodes"; allocate a node with srun instead
+    (kaust-rccl/ksl-docs docs/source/soft_env/prog_env/python_package_management/conda/ibex.rst:41-50).
+    """
+    options = (profile.python.build_allocation or "").split()
+    reservation = reservation_for(profile)
+    if reservation:
+        options.append(f"--reservation={reservation}")
+    if not options:
+        return 'on_compute_node() { "$@"; }  # this profile builds where the setup runs'
+    srun = " ".join(["srun", "--nodes=1", "--ntasks=1", *options])
+    return ('on_compute_node() { if [ -n "${SLURM_JOB_ID:-}" ]; then "$@"; else '
+            f'echo "  (on a compute node: {srun})"; {srun} "$@"; fi; }}')
+
+
+def _checkout_copy_step() -> Step:
+    # Tracked and new files, not runs/, .venv/ or build output; written aside and renamed into place.
+    return Step("workshop-copy", "a copy of this workshop checkout that the staged environment is installed from",
+                ('rm -rf "$CHECKOUT.partial" && mkdir -p "$CHECKOUT.partial"',
+                 # A git checkout: its tracked and new files. Otherwise: all but runs, environments, builds.
+                 'if git -C "$SOURCE" rev-parse --is-inside-work-tree >/dev/null 2>&1; then '
+                 'git -C "$SOURCE" ls-files -z --cached --others --exclude-standard '
+                 '| (cd "$SOURCE" && tar --null -T - -cf -) | tar -xf - -C "$CHECKOUT.partial"; '
+                 'else tar -C "$SOURCE" --exclude=./runs --exclude=./.venv --exclude=./_build --exclude=./.state '
+                 '-cf - . | tar -xf - -C "$CHECKOUT.partial"; fi',
+                 'rm -rf "$CHECKOUT" && mv "$CHECKOUT.partial" "$CHECKOUT"'),
+                _marker_test("workshop-copy"), produces=(f"{STAGED_CHECKOUT}",))
+
+
+def _publish_step(profile: Profile, staged: list[str]) -> Step:
+    """The staging's last step: SQuAD as JSON lines, the manifest participants check, read-only for all."""
+    python_bin = ('"$CONDA_ROOT/envs/$CONDA_ENV/bin/python"' if profile.python.conda_root
+                  else shlex.quote(sys.executable))
+    commands = []
+    if profile.offline and profile.training.data == "squad":
+        commands.append(f'{python_bin} -m workshop_lib.site_check export-squad "$STAGE/{STAGED_SQUAD}"')
+    commands += [
+        f'{python_bin} -m workshop_lib.site_check manifest "$STAGE" ' + " ".join(f"--step {name}" for name in staged),
+        # Everyone reads, nobody but the instructor writes (participants' jobs never write here).
+        'chmod -R a+rX,go-w "$STAGE"',
+    ]
+    return Step("publish", "SQuAD as JSON lines, the manifest (STAGED.json), read-only for the class",
+                tuple(commands), f'[ -f "$STAGE/{MANIFEST}" ] && {_marker_test("publish")}',
+                produces=(MANIFEST,))
+
+
+def _participant_steps(profile: Profile) -> list[Step]:
+    """What a participant of a class with a staged folder still makes: nothing large is downloaded."""
+    own_plan = build_plan(replace(profile, shared_root=None))
+    staged = [step.name for step in own_plan.steps if is_staged_step(step.name)]
+    site = _profile_argument(profile)
+    checks = [f'[ -f "$SHARED_ROOT/{MANIFEST}" ] || {{ echo "The staged folder $SHARED_ROOT is not published '
+              f'(no {MANIFEST}). Tell the instructor, who runs: workshop setup {site} --stage $SHARED_ROOT" >&2; '
+              'exit 1; }']
+    checks += [f'[ -f "{marker(profile, name)}" ] || {{ echo "The staged folder $SHARED_ROOT lacks step '
+               f'{name}. Tell the instructor, who runs: workshop setup {site} --stage $SHARED_ROOT --only {name}" >&2; '
+               'exit 1; }' for name in staged]
+    done = " && ".join([f'[ -f "$SHARED_ROOT/{MANIFEST}" ]'] + [f'[ -f "{marker(profile, name)}" ]' for name in staged])
+    steps = [Step("shared-folder", "check the class's staged folder: environment, image, models, checkpoints",
+                  (*checks, 'echo "  staged folder $SHARED_ROOT: ' + ", ".join(staged) + '"'),
+                  done)]
+    if profile.python.conda_root:
+        steps.append(Step("kernel", "the Workshop Jupyter kernel (the staged environment) for this account",
+                          ('"$CONDA_ROOT/envs/$CONDA_ENV/bin/python" -m ipykernel install --user --name "$CONDA_ENV" '
+                           "--display-name Workshop",),
+                          _marker_test("kernel"), produces=(marker(profile, "kernel"),)))
+    if profile.nemo.enabled:
+        # NeMo writes index files next to the SQuAD files on first use: each participant needs a writable copy.
+        steps.append(Step("nemo-data", "a copy of the staged NeMo SQuAD files (NeMo writes its index files there)",
+                          ('rm -rf "$NEMO_DATASETS_CACHE/squad.partial"',
+                           f'cp -r "$SHARED_ROOT/{STAGED_CACHE}/{CACHE_VARIABLES["NEMO_DATASETS_CACHE"]}/squad" '
+                           '"$NEMO_DATASETS_CACHE/squad.partial"',
+                           'chmod -R u+w "$NEMO_DATASETS_CACHE/squad.partial"',
+                           'rm -rf "$NEMO_DATASETS_CACHE/squad"',
+                           'mv "$NEMO_DATASETS_CACHE/squad.partial" "$NEMO_DATASETS_CACHE/squad"'),
+                          _marker_test("nemo-data"), produces=(marker(profile, "nemo-data"),)))
+    return steps
 
 
 def _conda_steps(profile: Profile, installer: str) -> list[Step]:
@@ -219,7 +366,7 @@ def _conda_steps(profile: Profile, installer: str) -> list[Step]:
         Step("miniforge", "Miniforge (conda) under the cache root's storage, not $HOME",
              (f"curl -fsSL --retry 3 -o \"$CONDA_ROOT.installer.sh\" {shlex.quote(installer)}",
               # -u: an interrupted installation is completed instead of refused.
-              'bash "$CONDA_ROOT.installer.sh" -b -u -p "$CONDA_ROOT"',
+              'on_compute_node bash "$CONDA_ROOT.installer.sh" -b -u -p "$CONDA_ROOT"',
               'rm -f "$CONDA_ROOT.installer.sh"'),
              '[ -x "$CONDA_ROOT/bin/conda" ] && [ -f "$CONDA_ROOT/etc/profile.d/conda.sh" ]',
              produces=(f"{python.conda_root}/etc/profile.d/conda.sh",)),
@@ -227,8 +374,9 @@ def _conda_steps(profile: Profile, installer: str) -> list[Step]:
              f"and {LOCK_FILE} (torch for CUDA 12)",
              (*modules,
               'cd "$CHECKOUT"',
-              f'if [ -d "$CONDA_ROOT/envs/$CONDA_ENV" ]; then {conda} env update -n "$CONDA_ENV" -f {ENVIRONMENT_FILE} '
-              f'--prune; else {conda} env create -n "$CONDA_ENV" -f {ENVIRONMENT_FILE}; fi',
+              f'if [ -d "$CONDA_ROOT/envs/$CONDA_ENV" ]; then on_compute_node {conda} env update -n "$CONDA_ENV" '
+              f'-f {ENVIRONMENT_FILE} --prune; else on_compute_node {conda} env create -n "$CONDA_ENV" '
+              f'-f {ENVIRONMENT_FILE}; fi',
               # What CI tested is what runs here: the locked torch, built for CUDA 12.
               f"{env_python} -m workshop_lib.site_check torch --lock {LOCK_FILE}",
               f'{env_python} -m ipykernel install --user --name "$CONDA_ENV" --display-name Workshop'),
@@ -249,7 +397,7 @@ def _hub_download_step(profile: Profile, nemo_models: list[str]) -> Step:
                 requires_environment=(profile.nemo.hf_token_variable,) if gated else ())
 
 
-def _nemo_steps(profile: Profile) -> list[Step]:
+def _nemo_steps(profile: Profile, staging: bool = False) -> list[Step]:
     nemo = profile.nemo
     modules = tuple(f"module load {shlex.quote(module)}" for module in nemo.modules)
     # The environment's own command: the setup may run without the environment activated.
@@ -284,7 +432,7 @@ def _nemo_steps(profile: Profile) -> list[Step]:
             ('mkdir -p "$SETUP_STATE"/' + shlex.quote(step),
              'cd "$SETUP_STATE"/' + shlex.quote(step),
              f"{workshop} render --import-model {shlex.quote(model)} --profile {shlex.quote(_profile_argument(profile))} "
-             "-o job.sbatch",
+             + ('--stage "$STAGE" ' if staging else "") + "-o job.sbatch",
              # --wait: sbatch returns when the job ends, with the job's exit status.
              "sbatch --wait job.sbatch",
              # Checked again on this side: the step is done only once the complete checkpoint is in place.

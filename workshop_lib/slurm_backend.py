@@ -28,6 +28,7 @@ CLUSTER_POLLING = PollPolicy(first=10.0, longest=15.0)
 # The project's own cluster on this machine: tiny jobs end in seconds and nobody else is served.
 LOCAL_CLUSTER_POLLING = PollPolicy(first=0.5, longest=3.0)
 ACCOUNTING_DISABLED = "accounting storage is disabled"
+INHERITED_SLURM_VARIABLES = {"SLURM_CONF"}
 
 
 def scheduler_environment() -> dict[str, str]:
@@ -35,7 +36,11 @@ def scheduler_environment() -> dict[str, str]:
     local cluster when it runs and none is set. sbatch hands this environment to the job."""
     from .backend import python_environment_path
 
-    env = dict(os.environ)
+    # A kernel inside a job (the Jupyter batch job, an Open OnDemand session) carries that job's SLURM_*
+    # variables; handed on, they would mix with the new job's own (e.g. SLURM_MEM_PER_CPU next to --mem:
+    # "mutually exclusive" at its first srun). Only the configuration's location is kept.
+    env = {name: value for name, value in os.environ.items()
+           if not name.startswith("SLURM_") or name in INHERITED_SLURM_VARIABLES}
     env["PATH"] = python_environment_path(env.get("PATH"))
     if "SLURM_CONF" not in env:
         from .local_cluster import LocalCluster

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 
 from .errors import WorkshopError
 from .paths import DS_CONFIGS_DIR
-from .sbatch_script import SbatchHeader, read_header
+from .sbatch_script import SbatchHeader, heredoc_lines, read_header
 
 if TYPE_CHECKING:  # imported for annotations only: profiles imports experiments, not the other way
     from .experiments import Experiment
@@ -191,7 +191,8 @@ def raise_for_experiment(experiment: "Experiment", profile: "Profile | None" = N
 # ---------------------------------------------------------------------------------------------
 _STRATEGY = "trainer.strategy."
 _OVERRIDE = re.compile(r"(?<![\w.])(trainer\.devices|trainer\.num_nodes|trainer\.strategy\.(?:tensor|expert|pipeline)"
-                       r"_model_parallel_size|trainer\.strategy\.sequence_parallel|peft)=(\"[^\"]*\"|'[^']*'|[^\s\\]+)")
+                       r"_model_parallel_size|trainer\.strategy\.context_parallel_size|trainer\.strategy\."
+                       r"sequence_parallel|peft)=(\"[^\"]*\"|'[^']*'|[^\s\\]+)")
 _KILL = re.compile(r"\bkill\b((?:\s+-\S+)*)\s+\"?\$\{?([A-Za-z_][A-Za-z0-9_]*)")
 _ASSIGNMENT = re.compile(r"(?:^|[\s;&|(])(?:export\s+|local\s+|declare\s+\S+\s+)?([A-Za-z_][A-Za-z0-9_]*)=")
 _NUMBER_ASSIGNMENT = re.compile(r"^\s*(?:export\s+)?([A-Za-z_]\w*)=[\"']?(\d+)[\"']?\s*(?:#.*)?$", re.MULTILINE)
@@ -219,12 +220,28 @@ class Script:
 
     @cached_property
     def code(self) -> str:
-        """The script without full-line comments (so explanations do not trip the rules)."""
-        return "\n".join("" if line.lstrip().startswith("#") else line for line in self.lines)
+        """The script without full-line comments (so explanations do not trip the rules), and without the
+        bodies of heredocs that write a job script of their own (their #SBATCH lines are another job's)."""
+        other_jobs = self.other_job_lines
+        return "\n".join("" if line.lstrip().startswith("#") or number in other_jobs else line
+                         for number, line in enumerate(self.lines, start=1))
+
+    @cached_property
+    def other_job_lines(self) -> set[int]:
+        """Lines of heredocs whose body holds #SBATCH directives: a second job, linted on its own."""
+        body = heredoc_lines(self.text)
+        blocks: list[list[int]] = []
+        for number in sorted(body):
+            if blocks and blocks[-1][-1] == number - 1:
+                blocks[-1].append(number)
+            else:
+                blocks.append([number])
+        return {number for block in blocks if any(self.lines[n - 1].lstrip().startswith("#SBATCH") for n in block)
+                for number in block}
 
     def line_of(self, needle: str) -> int | None:
         for number, line in enumerate(self.lines, start=1):
-            if needle in line and not line.lstrip().startswith("#"):
+            if needle in line and not line.lstrip().startswith("#") and number not in self.other_job_lines:
                 return number
         return None
 
@@ -258,25 +275,43 @@ def script_rule(rule: ScriptRule) -> ScriptRule:
     return rule
 
 
-def lint_file(path: Path) -> list[Finding]:
-    """Lint a script on disk; --output folders are checked relative to the script's directory."""
+class NotAJobScript(WorkshopError):
+    """The linter was given something that is not a shell job script (binary data, Python, JSON, empty)."""
+
+
+_SHELL_SHEBANG = re.compile(r"^#!\s*\S*(?:/|env\s+)(?:ba|z|k|da)?sh\b")
+
+
+def read_job_script(path: Path) -> str:
+    """The text of a job script; NotAJobScript (saying what the file is instead) for anything else, so a
+    wrong file is never reported as a script without findings."""
     path = Path(path)
     if not path.is_file():
         raise WorkshopError(f"no script at {path}: give the path of an sbatch script (or a folder of them)")
-    try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise WorkshopError(f"cannot read {path} ({error.strerror}): give a readable sbatch script") from error
-    if b"\0" in data:
-        raise WorkshopError(f"{path} is a binary file, not a job script: give the path of an sbatch script "
-                            "(a text file with #SBATCH lines)")
-    text = data.decode(errors="replace")
-    if not text.strip():
-        raise WorkshopError(f"{path} is empty: give the path of an sbatch script (a text file with #SBATCH lines)")
-    if "#SBATCH" not in text and not text.startswith("#!"):
-        raise WorkshopError(f"{path} has no #SBATCH line and no #! line: it is not a job script. Give the path "
-                            "of an sbatch script (or a folder of them)")
-    return lint_script(text, submit_dir=path.parent)
+    data = path.read_bytes()
+    if b"\0" in data[:65536]:
+        raise NotAJobScript(f"{path}: a binary file (it holds NUL bytes), not a job script; give the sbatch "
+                            "script itself (a text file starting with #!/bin/bash and #SBATCH lines)")
+    text = data.decode("utf-8", errors="replace")
+    if text.count("\ufffd") > max(8, len(text) // 100):
+        raise NotAJobScript(f"{path}: not UTF-8 text ({text.count(chr(0xFFFD))} undecodable bytes), not a job "
+                            "script; give the sbatch script itself")
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    if not first:
+        raise NotAJobScript(f"{path}: empty, nothing to check; give an sbatch script with #SBATCH lines")
+    if first.startswith("#!") and not _SHELL_SHEBANG.match(first):
+        raise NotAJobScript(f"{path}: starts with {first[:60]!r}, a script for another interpreter; sbatch runs "
+                            "shell scripts: check the job script that starts it (#!/bin/bash, #SBATCH lines)")
+    if not first.startswith("#!") and "#SBATCH" not in text:
+        raise NotAJobScript(f"{path}: neither a #! line nor any #SBATCH directive, so not a job script "
+                            "(sbatch refuses a script without #!); give the sbatch script itself")
+    return text
+
+
+def lint_file(path: Path) -> list[Finding]:
+    """Lint a script on disk; --output folders are checked relative to the script's directory."""
+    path = Path(path)
+    return lint_script(read_job_script(path), submit_dir=path.parent)
 
 
 def lint_script(text: str, submit_dir: Path | None = None) -> list[Finding]:
@@ -349,7 +384,7 @@ class _NemoCommand:
         return found[1] if found else None
 
 
-def _nemo_command(script: Script) -> _NemoCommand:
+def nemo_command(script: Script) -> _NemoCommand:
     code = script.code
     return _NemoCommand({match.group(1): (match.group(2), code.count("\n", 0, match.start()) + 1)
                          for match in _OVERRIDE.finditer(code)})
@@ -371,7 +406,7 @@ def _lightning(script: Script) -> Iterable[Finding]:
             "--gpus-per-task with Lightning/NeMo: each task then sees one GPU while Lightning asks for all "
             "of them ('You requested gpu: [0, 1] But your machine only has: [0]').",
             "use --gpus-per-node=N with --ntasks-per-node=N.", header.line("gpus-per-task"))
-    command = _nemo_command(script)
+    command = nemo_command(script)
     numbers = {"--ntasks-per-node": script.number(header.get("ntasks-per-node")),
                "--gpus-per-node": header.gpus_per_node or None,
                "trainer.devices": script.number(command.value("trainer.devices"))}
@@ -395,24 +430,27 @@ def _lightning(script: Script) -> Iterable[Finding]:
 
 def _nemo_layout_in_script(script: Script, command: _NemoCommand, per_node: int | None) -> Iterable[Finding]:
     sizes = {}
-    for name in ("tensor", "expert", "pipeline"):
-        key = f"{_STRATEGY}{name}_model_parallel_size"
+    for name in ("tensor", "expert", "pipeline", "context"):
+        key = f"{_STRATEGY}{name}_model_parallel_size" if name != "context" else f"{_STRATEGY}context_parallel_size"
         written = command.value(key)
         sizes[name] = script.number(written) if written is not None else 1
     if None in sizes.values():
         return  # a size the linter cannot know (a variable set at run time): say nothing rather than guess
-    tp, ep, pp = sizes["tensor"], sizes["expert"], sizes["pipeline"]
+    tp, ep, pp, cp = sizes["tensor"], sizes["expert"], sizes["pipeline"], sizes["context"]
     peft_none = (command.value("peft") == "none"
                  or re.search(r"peft_scheme\s*=\s*(['\"]none['\"]|None)", script.code) is not None)
     tp_line = command.line(f"{_STRATEGY}tensor_model_parallel_size")
     nodes = script.number(script.header.get("nodes") or "1") or 1
     total = per_node * nodes if per_node else None
-    if total and total % (tp * ep * pp):
+    if total and total % (tp * ep * pp * cp):
+        sizes_text = "TP x EP x PP" + (" x CP" if cp > 1 else "")
+        values = f"{tp} x {ep} x {pp}" + (f" x {cp}" if cp > 1 else "")
         yield Finding(
             "parallel-sizes-mismatch", ERROR,
-            f"TP x EP x PP = {tp} x {ep} x {pp} = {tp * ep * pp} does not fit the {total} GPUs of the job.",
-            "request a multiple of TP x EP x PP GPUs (the rest is data parallel).",
-            tp_line or script.header.line("gpus-per-node"))
+            f"{sizes_text} = {values} = {tp * ep * pp * cp} does not divide the {total} GPUs of the job "
+            f"({per_node} per node x {nodes} node{'s' if nodes > 1 else ''}): Megatron stops at start-up.",
+            f"request a multiple of {sizes_text} GPUs (the rest is data parallel), or smaller sizes.",
+            tp_line or command.line(f"{_STRATEGY}context_parallel_size") or script.header.line("gpus-per-node"))
     factory = re.search(r"--factory\s+[\"']?mixtral", script.code)
     if factory and command.value(f"{_STRATEGY}expert_model_parallel_size") is None and total:
         problem = mixtral_default_ep_problem(total, tp, pp)
@@ -481,7 +519,7 @@ def _read_json(name: str, submit_dir: Path | None) -> dict | None:
 @script_rule
 def _killed_pids(script: Script) -> Iterable[Finding]:
     text = script.text
-    for scope_text, offset in _shell_scopes(text):
+    for scope_text, offset in shell_scopes(text):
         assigned = {match.group(1) for match in _ASSIGNMENT.finditer(scope_text)}
         assigned |= set(re.findall(r"\bread\s+(?:-\w+\s+)*([A-Za-z_]\w*)", scope_text))
         assigned |= set(re.findall(r"\bfor\s+([A-Za-z_]\w*)\s+in\b", scope_text))
@@ -499,7 +537,7 @@ def _killed_pids(script: Script) -> Iterable[Finding]:
                     line)
 
 
-def _shell_scopes(text: str) -> list[tuple[str, int]]:
+def shell_scopes(text: str) -> list[tuple[str, int]]:
     """The batch shell's text and the text of each `bash -c '...'` child shell, with their offsets."""
     children: list[tuple[int, int]] = []
     position = 0
@@ -532,7 +570,8 @@ def _fixed_port(script: Script) -> Iterable[Finding]:
         yield Finding(
             "fixed-rendezvous-port", WARNING,
             "rendezvous on the fixed port 29500: a second job on the same node fails with 'address in use'.",
-            "pick a free port in the job (bind port 0 in Python) or use torchrun --standalone.",
+            "derive the port from the job id, the same on every node of the job: "
+            "MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000)) (before srun, so every node gets it).",
             script.line_of(match.group(0)))
 
 
@@ -590,3 +629,8 @@ def _module_purge(script: Script) -> Iterable[Finding]:
 
 def errors_in(findings: Iterable[Finding]) -> list[Finding]:
     return [finding for finding in findings if finding.is_error]
+
+
+# Rules in their own modules, registered on import: hand-written launches (torchrun, DeepSpeed, Accelerate,
+# NeMo on several nodes) and what a job asks SLURM for (time, host memory, paths, NeMo memory fit).
+from . import launch_check, request_check  # noqa: E402,F401

@@ -131,10 +131,17 @@ def test_an_nccl_file_with_nothing_readable_names_file_line_and_expectation(tmp_
 
 
 def test_nvidia_smi_without_a_header_says_which_columns_it_assumed():
-    log = parse_nvidia_smi("2026/11/21 15:14:14.137, 0, NVIDIA H200, 00000000:01:00.0, 6251, 143771\n")
+    # Nothing in these cells can be memory.total (no column that stays the same and is the largest)
+    log = parse_nvidia_smi("2026/11/21 15:14:14.137, 0, NVIDIA H200, 00000000:01:00.0, 6251, 4\n"
+                           "2026/11/21 15:14:19.137, 0, NVIDIA H200, 00000000:01:00.0, 6300, 5\n")
     assert log.samples == []
-    (problem,) = log.problems
+    problem = log.problems[0]
     assert problem.line == 1 and "no header line" in problem.reason and "memory.used" in problem.reason
+
+
+def test_nvidia_smi_without_a_header_reads_the_seed_query_with_a_bus_id():
+    (sample,) = parse_nvidia_smi("2026/11/21 15:14:14.137, 0, NVIDIA H200, 00000000:01:00.0, 6251, 143771\n").samples
+    assert (sample.gpu_index, sample.name, sample.used_mib, sample.total_mib) == (0, "NVIDIA H200", 6251.0, 143771.0)
 
 
 def test_nvidia_smi_header_names_the_columns_every_time_it_repeats():
@@ -164,3 +171,83 @@ def test_psrecord_with_fewer_columns_follows_its_header():
     log = parse_psrecord("# Elapsed time   CPU (%)     Real (MB)\n       0.000       93.700        5.000\n")
     (sample,) = log.samples
     assert (sample.cpu_percent, sample.real_mib, sample.virtual_mib) == (93.7, 5.0, None)
+
+
+@needs_real_logs
+def test_nemo_run_prefix_without_a_rank_label_on_a_real_summary():
+    """NeMo-Run started one process (no torchrun): its task prefix stands alone before the summary
+    (`i.finetune/0 335 M Trainable params`). The real log read in place, its rank labels dropped."""
+    text = read_text(REAL_LOGS / "nemo" / "nemo2_resiliency_8gpu_run.log").replace("[default0]:", "")
+    assert "ining-demo/0 54.7 M    Trainable params" in text
+    log = parse_nemo_log(text)
+    assert [(s.trainable_params, s.total_params, s.estimated_size_mb) for s in log.parameter_summaries] == [
+        (54_700_000, 54_700_000, 218.656)]
+    assert log.problems == []
+
+
+@pytest.mark.parametrize("prefix", ["i.finetune/0 ", "finetune/0 ", "ining-demo/1 "])
+def test_nemo_run_prefix_alone_on_summary_and_step_lines(prefix):
+    lines = ["335 M     Trainable params", "0         Non-trainable params", "335 M     Total params",
+             "1,340.000 Total estimated model params size (MB)",
+             "Training epoch 0, iteration 0/9 | global_step: 0 | reduced_train_loss: 2.5"]
+    log = parse_nemo_log("\n".join(prefix + line for line in lines))
+    assert (log.before_lora.trainable_params, log.before_lora.total_params) == (335_000_000, 335_000_000)
+    assert log.before_lora.estimated_size_mb == 1340.0 and log.problems == []
+    assert [step.global_step for step in log.steps] == [0]
+
+
+def _headerless(path: Path, columns: tuple[str, ...], units: bool) -> tuple[str, list[dict]]:
+    """A real header-repeating log rewritten in memory as `--format=csv,noheader[,nounits]` with these columns."""
+    rows = [row for row in csv.DictReader(read_text(path).splitlines(), skipinitialspace=True)
+            if row["timestamp"] != "timestamp"]
+    keys = {key.split(" [")[0]: key for key in rows[0]}
+    cells = [[row[keys[column]] if units else row[keys[column]].split(" ")[0] for column in columns] for row in rows]
+    return "\n".join(", ".join(line) for line in cells) + "\n", rows
+
+
+@needs_real_logs
+@pytest.mark.parametrize("units", [True, False], ids=["units", "nounits"])
+def test_nvidia_smi_without_a_header_real_values(units):
+    path = REAL_LOGS / "nvidia_smi" / "gpu_memory_rtx2070_repeated_header.csv"
+    text, rows = _headerless(path, ("utilization.gpu", "memory.used", "memory.total"), units)
+    log = parse_nvidia_smi(text)
+    assert log.problems == [] and len(log.samples) == len(rows) == 224
+    assert [s.used_mib for s in log.samples] == [float(row["memory.used [MiB]"].split()[0]) for row in rows]
+    assert {s.total_mib for s in log.samples} == {8192.0}
+    assert [s.utilization_pct for s in log.samples] == [float(row["utilization.gpu [%]"].split()[0]) for row in rows]
+
+
+@pytest.mark.parametrize("text", [
+    "45 %, 30512 MiB, 81559 MiB, 41, 210.52 W\n97 %, 64000 MiB, 81559 MiB, 63, 689.10 W\n",
+    "45, 30512, 81559, 41, 210.52\n97, 64000, 81559, 63, 689.10\n",
+], ids=["units", "nounits"])
+def test_nvidia_smi_snapshot_of_utilization_used_total_temperature_power(text, tmp_path, capsys):
+    log = parse_nvidia_smi(text)
+    assert [(s.utilization_pct, s.used_mib, s.total_mib) for s in log.samples] == [
+        (45.0, 30512.0, 81559.0), (97.0, 64000.0, 81559.0)]
+    assert log.problems == []
+    path = tmp_path / "snapshot.txt"  # a name that says nothing: the lines themselves must be recognised
+    path.write_text(text)
+    from workshop_lib.cli import main
+
+    assert main(["memory", str(path)]) == 0
+    assert "Peak = 64000 MiB" in capsys.readouterr().out
+
+
+def test_nvidia_smi_headerless_lines_that_name_no_memory_are_still_refused():
+    log = parse_nvidia_smi("45, 12, 7\n46, 13, 7\n")
+    assert log.samples == [] and log.problems and "no header line" in log.problems[0].reason
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("0, 45, 30512, 81559, 41, 210.52\n1, 97, 64000, 81559, 63, 689.10\n",
+     [(0, 45.0, 30512.0, 81559.0, None), (1, 97.0, 64000.0, 81559.0, None)]),
+    ("2026/11/21 15:14:14.137, 0, NVIDIA H100, 12, 900, 81559\n2026/11/21 15:14:19.140, 1, NVIDIA H100, 88, 70000, 81559\n",
+     [(0, 12.0, 900.0, 81559.0, "NVIDIA H100"), (1, 88.0, 70000.0, 81559.0, "NVIDIA H100")]),
+    ("0, NVIDIA H100 80GB HBM3, 45 %, 30512 MiB, 81559 MiB, 41, 210.52 W\n",
+     [(0, 45.0, 30512.0, 81559.0, "NVIDIA H100 80GB HBM3")]),
+], ids=["index-first-nounits", "timestamp-index-name-nounits", "index-name-units"])
+def test_nvidia_smi_headerless_queries_with_index_name_and_timestamp(text, expected):
+    log = parse_nvidia_smi(text)
+    assert log.problems == []
+    assert [(s.gpu_index, s.utilization_pct, s.used_mib, s.total_mib, s.name) for s in log.samples] == expected

@@ -25,10 +25,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     render.add_argument("-o", "--output", type=Path, help="write the script here instead of printing it")
     render.add_argument("--import-model", metavar="MODEL",
                         help="render the NeMo checkpoint import job for MODEL (e.g. llama-3.1-8b) instead")
+    render.add_argument("--stage", metavar="DIR", help="with --import-model: the job of an instructor's staging "
+                        "into DIR (`workshop setup PROFILE --stage DIR` runs it)")
     render.set_defaults(handler=_render)
 
-    check = subparsers.add_parser("check", help="lint sbatch scripts for the pitfalls SLURM and NeMo punish; a "
-                                  "folder also has its env_vars.sh compared with the names its Python reads")
+    check = subparsers.add_parser("check", help="lint sbatch scripts for the pitfalls SLURM and NeMo punish and the "
+                                  "launch mistakes of hand-written torchrun/DeepSpeed/Accelerate/NeMo jobs; a folder "
+                                  "also has its env_vars.sh compared with the names its Python reads and its job "
+                                  "names checked for reuse")
     check.add_argument("scripts", nargs="+", type=Path, metavar="SCRIPT_OR_DIR")
     check.set_defaults(handler=_check)
 
@@ -124,8 +128,13 @@ def _render(args: argparse.Namespace) -> int:
     from ..experiments import get_experiment
     from ..scripts import render_import_script, render_script
 
+    if args.stage and not args.import_model:
+        raise WorkshopError("--stage goes with --import-model (the staging's import jobs)")
     if args.import_model:
-        text = render_import_script(args.import_model, args.profile)
+        from ..profiles import load_profile, staged_profile
+
+        profile = load_profile(args.profile)
+        text = render_import_script(args.import_model, staged_profile(profile, args.stage) if args.stage else profile)
     elif args.experiment_id:
         text = render_script(get_experiment(args.experiment_id), args.profile)
     else:
@@ -146,14 +155,19 @@ def _render(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace) -> int:
     from ..env_vars_check import check_folder
-    from ..validate import lint_file
+    from ..validate import NotAJobScript, lint_file
 
     errors = warnings = checked = 0
     for target in args.scripts:
         if target.is_dir():
             results, comparisons = check_folder(target)
         else:
-            results, comparisons = [(target, lint_file(target))], []
+            try:
+                results, comparisons = [(target, lint_file(target))], []
+            except NotAJobScript as refused:
+                print(f"error: {refused}")  # said, counted, and the other files still checked
+                errors += 1
+                continue
         for path, findings in results:
             checked += path.suffix != ".py"
             for finding in findings:

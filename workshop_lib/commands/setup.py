@@ -16,6 +16,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     setup.add_argument("--from", dest="start", metavar="STEP", help="start at this step")
     setup.add_argument("--force", action="store_true", help="run the selected steps even if they are done")
     setup.add_argument("--list", action="store_true", help="list the steps and whether each is done")
+    setup.add_argument("--stage", metavar="DIR", default=None,
+                       help="instructors: stage everything once into DIR for the whole class (participants then "
+                            "export WORKSHOP_SHARED_ROOT=DIR and download nothing large)")
     setup.add_argument("--miniforge-installer", metavar="URL", default=None,
                        help="where the Miniforge installer comes from (default: conda-forge's latest release)")
     setup.set_defaults(handler=_setup)
@@ -26,7 +29,8 @@ def _setup(args: argparse.Namespace) -> int:
     from ..site_setup import MINIFORGE_INSTALLER, build_plan, describe, is_done, run, select
 
     profile = load_profile(args.site)
-    plan = build_plan(profile, miniforge_installer=args.miniforge_installer or MINIFORGE_INSTALLER)
+    stage = _stage_folder(args.stage) if args.stage else None
+    plan = build_plan(profile, miniforge_installer=args.miniforge_installer or MINIFORGE_INSTALLER, stage=stage)
     steps = select(plan, only=args.only, start=args.start)
     if args.list:
         for number, step in enumerate(steps, 1):
@@ -37,4 +41,21 @@ def _setup(args: argparse.Namespace) -> int:
         return 0
     ran = run(plan, steps, force=args.force, echo=lambda line: print(line, flush=True))
     print(f"setup of {profile.name!r} complete: {len(ran)} step(s) ran, {len(steps) - len(ran)} already done")
+    if stage:
+        print(f"The class uses it with: export WORKSHOP_SHARED_ROOT={stage}  (then: ./workshop-setup {args.site})")
     return 0
+
+
+def _stage_folder(folder: str) -> str:
+    from pathlib import Path
+
+    from ..site_setup import SetupError
+
+    path = Path(folder).expanduser()
+    if not path.is_absolute():
+        path = Path.cwd() / path
+    if any(character in str(path) for character in '"`\\$\n'):
+        raise SetupError(f"--stage {folder!r}: pick a folder whose path has no quotes, backslashes or $")
+    if path.exists() and not path.is_dir():
+        raise SetupError(f"--stage {folder!r} is a file, not a folder: give the folder to stage into")
+    return str(path)

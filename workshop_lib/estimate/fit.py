@@ -84,7 +84,7 @@ def describe(setup: TrainingSetup) -> str:
         layout += " + SP"
     engine = {"megatron": "Megatron", "ddp": "DDP stand-in"}.get(setup.resolved_engine, setup.resolved_engine)
     kind = f"LoRA r={setup.lora_rank}" if setup.lora_rank else "full fine-tune"
-    return (f"{engine}, {kind}, {setup.gpus} GPUs, {layout}, DP={setup.data_parallel}, "
+    return (f"{engine}, {kind}, {setup.gpus} GPU{'s' if setup.gpus > 1 else ''}, {layout}, DP={setup.data_parallel}, "
             f"micro-batch {setup.batch} x {setup.seq_len} tokens")
 
 

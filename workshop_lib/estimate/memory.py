@@ -509,7 +509,8 @@ def estimate_memory(model: ModelShape | str | dict, setup: TrainingSetup) -> Mem
     shape = model_shape(model)
     check_setup(setup, shape)
     counts = parameter_counts(shape)
-    trainable = (lora_trainable_count(shape, setup.lora_rank, setup.lora_modules)
+    trainable = (lora_trainable_count(shape, setup.lora_rank, setup.lora_modules,
+                                      fused=setup.resolved_engine == "megatron")
                  if setup.lora_rank else counts.total)
     states = _states(setup, shape, counts, trainable)
     activations, logits = activation_bytes(shape, setup), logits_bytes(shape, setup)

@@ -53,6 +53,12 @@ def format_estimate(estimate: MemoryEstimate) -> str:
     return "\n".join(lines)
 
 
+# What NeMo 2.4.1's recipes put LoRA on (book/reference/nemo/lora_*.yaml, as NeMo resolved them):
+# llama31_8b leaves target_modules at LoRA's default, all four linears; mixtral_8x7b names two.
+NEMO_RECIPE_LORA_TARGETS = {"llama-3.1-8b": ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"),
+                            "mixtral-8x7b": ("linear_qkv", "linear_proj")}
+
+
 def setup_from_experiment(experiment, seq_len: int = 512, auto_precision: str = "bf16") -> TrainingSetup:
     """The TrainingSetup of a workshop Experiment (duck-typed; no import of workshop_lib.experiments).
 
@@ -68,6 +74,8 @@ def setup_from_experiment(experiment, seq_len: int = 512, auto_precision: str = 
         zero_stage=experiment.zero_stage, fsdp=experiment.fsdp, offload=offload,
         batch=experiment.per_device_batch or 1, seq_len=gpt.seq_len if gpt else seq_len,
         lora_rank=(experiment.lora_rank or 32) if experiment.peft == "lora" else None,
+        lora_modules=NEMO_RECIPE_LORA_TARGETS.get(experiment.model) if experiment.engine == "nemo"
+        and experiment.peft == "lora" else None,
         tensor_parallel=experiment.tensor_parallel, expert_parallel=experiment.expert_parallel or 1,
         sequence_parallel=experiment.sequence_parallel,
         engine="megatron" if experiment.engine == "nemo" else "auto")

@@ -256,10 +256,19 @@ def parameter_count(model: str | Mapping | ModelShape) -> int:
     return parameter_counts(model).total
 
 
-def lora_linears(shape: ModelShape) -> dict[str, tuple[int, int]]:
-    """The Linear layers LoRA may target in this family: name -> (in features, out features), per layer."""
+def lora_linears(shape: ModelShape, fused: bool = False) -> dict[str, tuple[int, int]]:
+    """The Linear layers LoRA may target in this family: name -> (in features, out features), per layer.
+
+    `fused`: Megatron's layers as NeMo builds them (one linear_qkv, one linear_fc1 for gate and up), whose
+    adapters are smaller than those of the Hugging Face layers they replace (r * (in + out) per Linear).
+    """
     h, f = shape.hidden_size, shape.intermediate_size
     q_out, kv_out = shape.num_heads * shape.head_dim, shape.num_kv_heads * shape.head_dim
+    if fused and shape.family in ("llama", "mixtral"):
+        linears = {"linear_qkv": (h, q_out + 2 * kv_out), "linear_proj": (q_out, h)}
+        if shape.family == "llama":  # Mixtral's MLPs are experts: the recipes do not put LoRA on them
+            linears.update(linear_fc1=(h, 2 * f), linear_fc2=(f, h))
+        return linears
     if shape.family in ("llama", "mixtral"):
         linears = {"q_proj": (h, q_out), "k_proj": (h, kv_out), "v_proj": (h, kv_out), "o_proj": (q_out, h)}
         if shape.family == "llama":
@@ -271,14 +280,15 @@ def lora_linears(shape: ModelShape) -> dict[str, tuple[int, int]]:
 
 
 def lora_trainable_count(model: str | Mapping | ModelShape, rank: int,
-                         modules: tuple[str, ...] | list[str] | None = None) -> int:
+                         modules: tuple[str, ...] | list[str] | None = None, fused: bool = False) -> int:
     """Trainable parameters of LoRA rank r: each targeted Linear(in, out) gains A (r x in) and B (out x r),
     so r * (in + out) per module per layer (no bias). Default targets: the attention projections."""
     shape = model_shape(model)
     if rank <= 0:
         raise WorkshopError(f"LoRA rank {rank} must be a positive integer (the seeds use 32)")
-    available = lora_linears(shape)
-    modules = tuple(modules) if modules else shape.attention_modules
+    available = lora_linears(shape, fused)
+    default = ("linear_qkv", "linear_proj") if fused and "linear_qkv" in available else shape.attention_modules
+    modules = tuple(modules) if modules else default
     unknown = [name for name in modules if name not in available]
     if unknown:
         raise WorkshopError(f"LoRA target {', '.join(unknown)} is not a Linear layer of {shape.name} "

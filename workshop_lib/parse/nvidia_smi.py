@@ -102,18 +102,117 @@ def _is_header(cells: list[str]) -> bool:
     return all(_HEADER_CELL.match(cell) for cell in cells)
 
 
+_PCI_BUS = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d$")
+_WATTS = re.compile(r"^\d+(?:\.\d+)?\s*W$")
+_BARE_NUMBER = re.compile(r"^\d+(?:\.\d+)?$")
+
+
+def infer_columns(rows: list[list[str]]) -> tuple[str, ...] | None:
+    """The query of header-less lines (`--format=csv,noheader[,nounits]`), read from the cells themselves;
+    None when they do not show which column is memory.used.
+
+    With units each cell says what it is: `%` utilization (gpu, then memory), `MiB` memory (used, total;
+    or used, free, total), `W` power, a date the timestamp, a bus id, a GPU name; a bare number is the
+    index before the memory columns and the temperature after them. Without units (nounits) memory is the
+    adjacent pair (used, total) whose second value stays the same on every line and is the largest;
+    a number before it is utilization.gpu, the ones after it temperature.gpu and power.draw."""
+    widths = {len(row) for row in rows}
+    if len(widths) != 1 or not rows:
+        return None
+    first = rows[0]
+    if any(_mib(cell) is not None and cell.endswith(("MiB", "GiB")) for cell in first):
+        return _columns_from_units(first)
+    # nounits: the text cells say what they are (a date, a bus id, a GPU name); the numbers are read together
+    text_columns = {i: _text_column(first[i]) for i in range(len(first)) if not _BARE_NUMBER.match(first[i])}
+    # nvidia-smi's queries name the GPU by `index,name` (or `index,pci.bus_id`): a number right before those is it
+    text_columns |= {i - 1: "index" for i, name in list(text_columns.items())
+                     if name in ("name", "pci.bus_id") and i > 0 and i - 1 not in text_columns}
+    numeric = [i for i in range(len(first)) if i not in text_columns]
+    if not numeric or not all(_BARE_NUMBER.match(row[i]) for row in rows for i in numeric):
+        return None
+    names = _columns_from_numbers([[row[i] for i in numeric] for row in rows])
+    if names is None:
+        return None
+    columns = dict(text_columns) | dict(zip(numeric, names))
+    return tuple(columns[i] for i in range(len(first)))
+
+
+def _text_column(cell: str) -> str:
+    if _timestamp(cell) is not None:
+        return "timestamp"
+    return "pci.bus_id" if _PCI_BUS.match(cell) else "name"
+
+
+def _columns_from_units(cells: list[str]) -> tuple[str, ...] | None:
+    columns: list[str] = []
+    memory = [i for i, cell in enumerate(cells) if cell.endswith(("MiB", "GiB"))]
+    memory_names = {2: ("memory.used", "memory.total"), 3: ("memory.used", "memory.free", "memory.total")}
+    if len(memory) not in memory_names:
+        return None
+    percents = iter(("utilization.gpu", "utilization.memory"))
+    for i, cell in enumerate(cells):
+        if i in memory:
+            columns.append(memory_names[len(memory)][memory.index(i)])
+        elif cell.endswith("%"):
+            columns.append(next(percents, "other"))
+        elif _WATTS.match(cell):
+            columns.append("power.draw")
+        elif _timestamp(cell) is not None:
+            columns.append("timestamp")
+        elif _PCI_BUS.match(cell):
+            columns.append("pci.bus_id")
+        elif cell.isdigit():
+            columns.append("index" if i < memory[0] else "temperature.gpu")
+        else:
+            columns.append("name")
+    return tuple(columns)
+
+
+def _columns_from_numbers(rows: list[list[str]]) -> tuple[str, ...] | None:
+    values = [[float(cell) for cell in row] for row in rows]
+    width = len(values[0])
+    largest = max(max(row) for row in values)
+    total = [i for i in range(1, width)
+             if len({row[i] for row in values}) == 1 and values[0][i] == largest
+             and all(row[i - 1] <= row[i] for row in values)]
+    if len(total) != 1 or largest < 1024:
+        return None  # no single column that can only be memory.total
+    first_column = [row[0] for row in values]
+    if total[0] == 2:
+        before: tuple[str, ...] = ("utilization.gpu",)
+    elif total[0] == 3 and all(value.is_integer() and value < 64 for value in first_column):
+        before = ("index", "utilization.gpu")  # --query-gpu=index,utilization.gpu,memory.used,...
+    elif total[0] == 1:
+        before = ()
+    else:
+        return None
+    after = ("temperature.gpu", "power.draw", "utilization.memory")[:width - total[0] - 1]
+    if len(after) != width - total[0] - 1:
+        return None
+    return (*before, "memory.used", "memory.total", *after)
+
+
+def looks_like_nvidia_smi(first_line: str) -> bool:
+    """True for a header line or a header-less line whose columns can be read from its cells."""
+    cells = [cell.strip() for cell in first_line.split(",")]
+    if "memory.used" in first_line:
+        return True
+    return len(cells) >= 2 and infer_columns([cells]) is not None and any(
+        cell.endswith(("MiB", "GiB")) for cell in cells)
+
+
 def parse_nvidia_smi(text: str, node: str = "") -> GpuMemoryLog:
     """Read an nvidia-smi CSV with or without units. The header names the columns (any query that
     has memory.used); a repeated header (an appended file, or one nvidia-smi call per sample) is
-    read again. Without a header seed 002's columns (DEFAULT_COLUMNS) are assumed. Lines with
-    `[N/A]`, cut lines and lines mixed with other output are reported, with the reason."""
-    columns: tuple[str, ...] = DEFAULT_COLUMNS
+    read again. Without a header seed 002's columns (DEFAULT_COLUMNS) are assumed when the lines fit
+    them, else the columns are read from the cells (``infer_columns``). Lines with `[N/A]`, cut lines
+    and lines mixed with other output are reported, with the reason."""
+    lines = [(number, line) for number, line in log_lines(text) if line.strip()]
+    columns: tuple[str, ...] = _headerless_columns(lines)
     has_header = False
     samples: list[GpuMemorySample] = []
     problems: list[LogProblem] = []
-    for number, line in log_lines(text):
-        if not line.strip():
-            continue
+    for number, line in lines:
         cells = [cell.strip() for cell in line.split(",")]
         if _is_header(cells):
             columns, has_header = tuple(_column_name(cell) for cell in cells), True
@@ -128,6 +227,19 @@ def parse_nvidia_smi(text: str, node: str = "") -> GpuMemoryLog:
         else:
             samples.append(sample)
     return GpuMemoryLog(node=node, samples=samples, problems=problems)
+
+
+def _headerless_columns(lines: list[tuple[int, str]]) -> tuple[str, ...]:
+    """The columns of the lines before any header: seed 002's when they fit, else read from the cells."""
+    rows = []
+    for _, line in lines:
+        cells = [cell.strip() for cell in line.split(",")]
+        if _is_header(cells):
+            break
+        rows.append(cells)
+    if not rows or all(isinstance(_sample(row, DEFAULT_COLUMNS), GpuMemorySample) for row in rows[:5]):
+        return DEFAULT_COLUMNS
+    return infer_columns(rows[:50]) or DEFAULT_COLUMNS
 
 
 def _sample(cells: list[str], columns: tuple[str, ...]) -> GpuMemorySample | str:

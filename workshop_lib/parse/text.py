@@ -16,13 +16,17 @@ _LINE_BREAKS = re.compile(r"\r\n|\r|\n")
 
 # What launchers put in front of a process's lines, outermost first; several may stack
 # (`srun -l` around torchrun around NeMo-Run):
-#   NeMo-Run:        `finetune/0 [default0]:` (the task name may be cut: `ining-demo/0 [default3]:`)
+#   NeMo-Run:        `finetune/0 [default0]:` (the task name may be cut: `ining-demo/0 [default3]:`),
+#                    `i.finetune/0 ` alone when it started one process
 #   torchrun --tee:  `[default0]:`, newer torch `[rank0]:`
 #   srun -l:         `0: ` (and `  3: ` when right-aligned)
 #   mpirun --tag-output: `[1,0]<stdout>:`
 _LAUNCHER_PREFIX = re.compile(
     r"^(?:"
     r"\S+/\d+ (?=\[default\d+\]:|[IWEF]\d{4} )"  # NeMo-Run's task name, before a rank label or a glog line
+    # ... or alone (one process, no torchrun: `i.finetune/0 335 M Trainable params`), taken only before
+    # what NeMo prints (so `logs/0 written` or a date `2023/06/22 18:56` keep their first word)
+    r"|[^\s/]{1,40}/\d+ (?=\[NeMo |Training epoch |[\d,.]+\s*[KMBT]?\s+(?:Trainable|Non-trainable|Total|Modules) )"
     r"|\[(?:default|rank)\d+\]: ?"
     r"|\s*\d+: "
     r"|\[\d+,\d+\]<(?:stdout|stderr)>:"

@@ -106,7 +106,8 @@ def run(args, runtime: Runtime) -> dict:
                        "fsdp": args.fsdp, "offload": args.offload,
                        "offload_applied": bool(args.offload and runtime.device_kind == "cuda"),
                        "per_device_batch": args.per_device_batch, "grad_accum": args.grad_accum,
-                       "samples_per_gpu": args.samples_per_gpu, "samples_total": args.samples_total or None, "max_length": args.max_length}
+                       "samples_per_gpu": args.samples_per_gpu, "samples_total": args.samples_total or None,
+                       "max_length": args.max_length, "max_steps": args.max_steps}
     summary = summary_fields(runtime=runtime, engine="gpt", settings=engine_settings, model="gpt",
                              precision=precision, samples=len(data.train),
                              trainable_params=trainable, total_params=total, local_params=local_params,

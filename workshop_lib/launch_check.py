@@ -1,0 +1,628 @@
+"""Linter rules for hand-written multi-GPU, multi-node launches: torchrun, DeepSpeed's and Accelerate's
+launchers, and NeMo, as participants write them after the workshop.
+
+The batch shell runs once, on the first node. A launcher started there without `srun` runs on that node
+only; `srun` starts one copy per task; the batch shell expands `$SLURM_NODEID` (always 0 there) before
+`srun` sees the line unless single quotes (or a quoted heredoc) keep it for the task's shell. So each
+launch is read with where it runs: the batch shell, a `bash -c '...'` string, or a heredoc that `srun`
+runs. The rules register themselves with ``validate.script_rule``."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Iterable
+
+from .sbatch_script import HEREDOC
+from .validate import ERROR, WARNING, Finding, Script, nemo_command, script_rule, shell_scopes
+
+# A launcher as a command word (never `--deepspeed cfg.json`, which is the Trainer's flag).
+_LAUNCHER = re.compile(
+    r"(?P<torchrun>(?<![\w.-])torchrun\b|\bpython[\d.]*\s+-m\s+torch\.distributed\.(?:run|launch)\b)"
+    r"|(?P<accelerate>(?<![\w.-])accelerate\s+launch\b)"
+    r"|(?P<deepspeed>(?<![\w.-])deepspeed(?=\s+(?:-|\S+\.py\b)))"
+    r"|(?P<nemo>(?<![\w.-])nemo\s+llm\b)")  # NeMo (Lightning): srun starts its ranks, one task per GPU
+_INSTALLING = re.compile(r"\b(?:pip|conda|mamba|install)\b")
+_SRUN = re.compile(r"(?<![\w./-])srun\b")
+_RANK_VARIABLE = re.compile(r"\$\{?(SLURM_NODEID|SLURM_PROCID|SLURM_LOCALID)\b")
+_LOCAL_HOSTS = ("localhost", "127.0.0.1", "0.0.0.0")
+# A script whose "nodes" are processes of one machine (the workshop's local cluster) says so with this
+# comment; there a localhost rendezvous is the right one.
+ONE_HOST_PRAGMA = "workshop check: nodes share one host"
+
+
+def _option(text: str, *names: str) -> tuple[str, int] | None:
+    """The value of the last `--name=value` / `--name value` among ``names`` (with _ or -), and its offset."""
+    found = None
+    for name in names:
+        pattern = re.escape(name).replace("_", "[_-]")
+        for match in re.finditer(rf"(?<![\w-]){pattern}(?:=|\s+)(\"[^\"]*\"|'[^']*'|[^\s;&|]+)", text):
+            if found is None or match.start() > found[1]:
+                found = (match.group(1).strip("\"'"), match.start())
+    return found
+
+
+def _has_flag(text: str, *names: str) -> bool:
+    return any(re.search(rf"(?<![\w-]){re.escape(name).replace('_', '[_-]')}(?![\w-])", text) for name in names)
+
+
+@dataclass(frozen=True)
+class Region:
+    """Code that runs in one shell: the batch shell, or a string/heredoc another command runs."""
+
+    text: str  # comments and other regions blanked, line breaks kept
+    first_line: int
+    under_srun: bool  # the whole region runs as an srun task
+    expanded: bool  # the batch shell expands `$` in it before that task runs
+    srun_text: str = ""  # the srun command that runs it
+
+
+@dataclass(frozen=True)
+class Launch:
+    kind: str  # torchrun, accelerate, deepspeed
+    line: int
+    args: str  # the launcher's command line from its name on (continuations joined)
+    under_srun: bool
+    srun_text: str  # the srun command that starts it ('' when none)
+    region: Region
+
+    def line_of(self, offset: int) -> int:
+        return self.line + self.args.count("\n", 0, offset)
+
+
+def _logical_lines(text: str, first_line: int) -> list[tuple[int, str]]:
+    """(line, command) with backslash continuations joined (the newline kept so offsets give lines)."""
+    result, buffer, start = [], [], None
+    for number, line in enumerate(text.split("\n"), start=first_line):
+        if start is None:
+            start = number
+        if line.rstrip().endswith("\\"):
+            buffer.append(line.rstrip()[:-1] + " ")
+            continue
+        buffer.append(line)
+        result.append((start, "\n".join(buffer)))
+        buffer, start = [], None
+    if buffer:
+        result.append((start, "\n".join(buffer)))
+    return result
+
+
+def _segment_before(line: str, offset: int) -> str:
+    """The command a word at ``offset`` belongs to: the text since the last `;`, `&&`, `||` or `|`."""
+    return re.split(r";|&&|\|\||\|", line[:offset])[-1]
+
+
+@dataclass(frozen=True)
+class _Heredoc:
+    opener: int  # the line with `<<`
+    body: tuple[int, ...]
+    quoted: bool  # `<<'EOF'`: nothing in it is expanded
+    target: str | None  # the variable (read -d '' VAR, VAR=$(cat <<) or file (cat > FILE) it fills
+
+
+def _heredocs(lines: list[str], skip: set[int]) -> list[_Heredoc]:
+    found, index = [], 0
+    while index < len(lines):
+        line = lines[index]
+        match = HEREDOC.search(line) if index + 1 not in skip and not line.lstrip().startswith("#") else None
+        if not match:
+            index += 1
+            continue
+        delimiter, body = match.group(2), []
+        index += 1
+        while index < len(lines) and lines[index].strip() != delimiter:
+            body.append(index + 1)
+            index += 1
+        target = re.search(r"\bread\b[^<]*?([A-Za-z_]\w*)\s*<<", line) or re.search(r"([A-Za-z_]\w*)=\$\(\s*cat", line) \
+            or re.search(r">\s*[\"']?([\w./${}-]+)", line)
+        found.append(_Heredoc(index - len(body), tuple(body), bool(match.group(1)),
+                              target.group(1) if target else None))
+        index += 1
+    return found
+
+
+class ScriptLaunches:
+    """Where each region of a script runs, and every launcher started in it."""
+
+    def __init__(self, script: Script):
+        self.script = script
+
+    @cached_property
+    def regions(self) -> list[Region]:
+        script = self.script
+        code_lines = script.code.split("\n")
+        heredocs = _heredocs(code_lines, script.other_job_lines)
+        in_heredoc = {number for heredoc in heredocs for number in heredoc.body}
+        batch_lines = ["" if number in in_heredoc else line for number, line in enumerate(code_lines, start=1)]
+        batch_text = "\n".join(batch_lines)
+        self.batch_lines = _logical_lines(batch_text, 1)  # bash -c strings kept: where a stored command is used
+        scopes = shell_scopes(batch_text)
+        outer = scopes[0][0]
+        regions = [Region(outer, 1, False, True)]
+        logical = _logical_lines(batch_text, 1)
+        for scope_text, offset in scopes[1:]:
+            opener_line = batch_text.count("\n", 0, offset) + 1
+            opener = next((text for start, text in reversed(logical) if start <= opener_line), "")
+            command = opener[:opener.find("bash -c")] if "bash -c" in opener else opener
+            srun = _SRUN.search(_segment_before(command, len(command)))
+            quote = batch_text[offset - 1]
+            variable = re.fullmatch(r"\s*\$\{?([A-Za-z_]\w*)\}?\s*", scope_text)
+            if variable:  # `srun bash -c "$NODE_TASK"`: the heredoc below holds the code
+                continue
+            regions.append(Region(scope_text, opener_line, srun is not None, quote == '"',
+                                  command[srun.start():] if srun else ""))
+        for heredoc in heredocs:
+            if not heredoc.target or not heredoc.body:
+                continue
+            name = re.escape(heredoc.target)
+            runner = next(((start, text) for start, text in logical if start > heredoc.body[-1] + 1
+                           and re.search(rf"\$\{{?{name}\b|(?<![\w.-]){name}(?![\w.-])", text)), None)
+            if runner is None:
+                continue  # written and never run from here (a config, a Python file, a job for sbatch)
+            use = re.search(rf"\$\{{?{name}\b|(?<![\w.-]){name}(?![\w.-])", runner[1]).start()
+            srun = _SRUN.search(_segment_before(runner[1], use))
+            body = "\n".join(code_lines[number - 1] for number in heredoc.body)
+            regions.append(Region(body, heredoc.body[0], srun is not None, not heredoc.quoted,
+                                  _segment_before(runner[1], use)[srun.start():] if srun else ""))
+        return regions
+
+    @cached_property
+    def launches(self) -> list[Launch]:
+        found = []
+        for region in self.regions:  # (computing the regions also sets batch_lines)
+            lines = _logical_lines(region.text, region.first_line)
+            for start, text in lines:
+                for match in _LAUNCHER.finditer(text):
+                    kind = match.lastgroup
+                    before = _segment_before(text, match.start())
+                    if _INSTALLING.search(before):
+                        continue  # `pip install deepspeed ...`: a package, not a launch
+                    stored = re.match(r"\s*(?:export\s+)?([A-Za-z_]\w*)=[\"']", before)
+                    if stored:  # LAUNCHER="torchrun ...": it runs where $LAUNCHER is used
+                        user = next((t for s_, t in self.batch_lines if s_ > start and re.search(
+                            rf"\$\{{?{stored.group(1)}\b", t) and not re.match(rf"\s*(?:export\s+)?\w+=", t)), None)
+                        if user is None:
+                            continue
+                        before = user[:re.search(rf"\$\{{?{stored.group(1)}\b", user).start()]
+                    srun = _SRUN.search(before)
+                    under = region.under_srun or srun is not None
+                    srun_text = region.srun_text if region.under_srun else (before[srun.start():] if srun else "")
+                    found.append(Launch(kind, start + text.count("\n", 0, match.start()), text[match.start():],
+                                        under, srun_text, region))
+        return found
+
+    # --- what the job asked for --------------------------------------------------------------
+    @cached_property
+    def nodes(self) -> int | None:
+        return self.script.number(self.script.header.get("nodes") or "1")
+
+    @cached_property
+    def gpus_per_task(self) -> int | None:
+        return _count(self.script.header.get("gpus-per-task"))
+
+    @cached_property
+    def gpus_total(self) -> int | None:
+        """--gpus=N (or -G N): GPUs for the whole job, placed by SLURM wherever they fit."""
+        return _count(self.script.header.get("gpus"))
+
+    @cached_property
+    def gpus_per_node(self) -> int | None:
+        header = self.script.header
+        for option in ("gpus-per-node", "gres"):
+            if header.get(option):
+                return _count(header.get(option))
+        if self.gpus_total and self.nodes:
+            return self.gpus_total // self.nodes if self.gpus_total % self.nodes == 0 else None
+        if self.gpus_per_task:
+            tasks = self.tasks_per_node()
+            return self.gpus_per_task * tasks if tasks else None
+        return None
+
+    def tasks_per_node(self, srun_text: str = "") -> int | None:
+        """Tasks (so launchers) per node of a step: srun's own options win over the job's."""
+        script, header = self.script, self.script.header
+        nodes = self.nodes
+        if srun_text:
+            per_node = _option(srun_text, "--ntasks-per-node")
+            if per_node:
+                return script.number(per_node[0])
+            tasks = _option(srun_text, "--ntasks") or _short(srun_text, "n")
+            if tasks:
+                step_nodes = _option(srun_text, "--nodes") or _short(srun_text, "N")
+                total, on = script.number(tasks[0]), script.number(step_nodes[0]) if step_nodes else nodes
+                return -(-total // on) if total and on else None
+        if header.get("ntasks-per-node"):
+            return script.number(header.get("ntasks-per-node"))
+        if header.get("ntasks"):
+            total = script.number(header.get("ntasks"))
+            return -(-total // nodes) if total and nodes else None
+        return 1
+
+    def value_of(self, name: str) -> str | None:
+        """The last literal value a script assigns to a shell variable."""
+        values = re.findall(rf"^\s*(?:export\s+)?{re.escape(name)}=(\"[^\"]*\"|'[^']*'|\S*)", self.script.code, re.M)
+        return values[-1].strip("\"'") if values else None
+
+
+def _count(value: str | None) -> int | None:
+    """GPUs in `4`, `a100:4`, `gpu:a100:4` (the first of a comma list)."""
+    if not value:
+        return None
+    match = re.search(r"(\d+)$", value.split(",")[0])
+    return int(match.group(1)) if match else 1
+
+
+def _short(text: str, letter: str) -> tuple[str, int] | None:
+    match = None
+    for match in re.finditer(rf"(?<![\w-])-{letter}\s*(\"[^\"]*\"|[^\s\"-][^\s]*)", text):
+        pass
+    return (match.group(1).strip("\""), match.start()) if match else None
+
+
+def launches_of(script: Script) -> ScriptLaunches:
+    """One ScriptLaunches per Script, kept on it (the rules below share it)."""
+    return script.__dict__.setdefault("_launches", ScriptLaunches(script))
+
+
+def _name(kind: str) -> str:
+    return {"torchrun": "torchrun", "accelerate": "accelerate launch", "deepspeed": "the deepspeed launcher",
+            "nemo": "nemo llm"}[kind]
+
+
+def _launchers(job: ScriptLaunches) -> list[Launch]:
+    """The launchers that start their own workers on each node (NeMo's ranks are srun's tasks)."""
+    return [launch for launch in job.launches if launch.kind != "nemo"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Where the launchers run
+# ---------------------------------------------------------------------------------------------
+@script_rule
+def _launch_placement(script: Script) -> Iterable[Finding]:
+    job = launches_of(script)
+    nodes = job.nodes
+    tasks = job.tasks_per_node() or 1
+    for launch in job.launches:
+        if launch.kind == "nemo":
+            if not launch.under_srun and ((nodes or 1) > 1 or tasks > 1):
+                yield Finding(
+                    "launcher-without-srun", ERROR,
+                    f"nemo llm runs in the batch shell of a job with {nodes} node(s) x {tasks} task(s) per node: "
+                    "Lightning reads SLURM's task layout and waits for ranks that srun never starts (the job hangs "
+                    "until the time limit).",
+                    "start it with srun (srun singularity exec ... nemo llm ...): srun starts one rank per task.",
+                    launch.line)
+            continue
+        if nodes and nodes > 1 and not launch.under_srun and launch.kind != "deepspeed":
+            yield Finding(
+                "launcher-without-srun", ERROR,
+                f"{_name(launch.kind)} runs in the batch shell of a --nodes={nodes} job: the batch shell runs on "
+                "the first node only, so "
+                + ("the other node sits" if nodes == 2 else f"the other {nodes - 1} nodes sit")
+                + " idle (and a multi-node rendezvous waits for them until the time limit).",
+                f"start it once per node: srun --ntasks-per-node=1 {launch.args.split()[0]} ...", launch.line)
+        if launch.under_srun:
+            per_node = job.tasks_per_node(launch.srun_text)
+            if per_node and per_node > 1:
+                yield Finding(
+                    "launchers-per-task", ERROR,
+                    f"srun starts {_name(launch.kind)} once per task, and the step has {per_node} tasks per node: "
+                    f"{per_node} launchers per node, each starting its own workers on the same GPUs "
+                    f"({per_node} x workers processes, which collide on ports and GPUs).",
+                    f"run one launcher per node: srun --ntasks-per-node=1 {launch.args.split()[0]} ... (keep "
+                    "--ntasks-per-node=N only when srun itself starts the N workers, without a launcher).",
+                    launch.line)
+
+
+# ---------------------------------------------------------------------------------------------
+# GPUs and workers
+# ---------------------------------------------------------------------------------------------
+@script_rule
+def _gpus_and_workers(script: Script) -> Iterable[Finding]:
+    job = launches_of(script)
+    launchers = _launchers(job)
+    if not launchers:
+        return
+    header, nodes = script.header, job.nodes
+    first = launchers[0]
+    if job.gpus_total and nodes and nodes > 1 and not header.get("gpus-per-node") and not header.get("gres"):
+        yield Finding(
+            "gpus-total-over-nodes", ERROR,
+            f"--gpus={header.get('gpus')} is a total for the job: over --nodes={nodes} SLURM may place them "
+            f"unevenly (e.g. {job.gpus_total - 1} + 1), while {_name(first.kind)} starts the same number of "
+            "workers on every node.",
+            f"ask per node: --gpus-per-node={max(job.gpus_total // nodes, 1)} (and drop --gpus).", header.line("gpus"))
+        return
+    visible = job.gpus_per_task if job.gpus_per_task else job.gpus_per_node
+    for launch in launchers:
+        workers = workers_per_node(script, launch)
+        if workers is None or visible is None:
+            continue
+        number, offset, said = workers
+        if number == visible:
+            continue
+        if job.gpus_per_task and launch.kind != "accelerate":
+            yield Finding(
+                "gpus-per-task-with-launcher", ERROR,
+                f"--gpus-per-task={header.get('gpus-per-task')}: the task that runs {_name(launch.kind)} sees only "
+                f"its own {visible} GPU{'s' if visible > 1 else ''}, while {said} starts {number} "
+                "workers on the node (CUDA error: invalid device ordinal).",
+                f"ask per node for a launcher: --ntasks-per-node=1 and --gpus-per-node={number}.",
+                header.line("gpus-per-task"))
+            continue
+        yield Finding(
+            "workers-gpus-mismatch", ERROR,
+            f"{said} where the job holds {visible} GPU{'s' if visible > 1 else ''} per node: "
+            + (f"{visible - number} GPUs per node sit idle." if number < visible
+               else f"{number - visible} workers have no GPU (CUDA error: invalid device ordinal).")
+            + (" Accelerate's --num_processes is the total over all machines." if launch.kind == "accelerate" else ""),
+            _workers_fix(launch.kind, visible, nodes), launch.line_of(offset))
+
+
+def workers_per_node(script: Script, launch: Launch) -> tuple[int, int, str] | None:
+    """(workers the launcher starts on each node, offset of the option, the option as said in a message)."""
+    if launch.kind == "torchrun":
+        found = _option(launch.args, "--nproc_per_node")
+        if not found or found[0] in ("gpu", "auto"):
+            return None
+        number = script.number(found[0])
+        return (number, found[1], f"--nproc_per_node={number}") if number else None
+    if launch.kind == "deepspeed":
+        found = _option(launch.args, "--num_gpus")
+        number = script.number(found[0]) if found else None
+        return (number, found[1], f"--num_gpus={number}") if number else None
+    found = _option(launch.args, "--num_processes")
+    machines = _option(launch.args, "--num_machines")
+    number = script.number(found[0]) if found else None
+    machine_count = script.number(machines[0]) if machines else 1
+    if not number or not machine_count or number % machine_count:
+        return None
+    if machine_count == 1:
+        return number, found[1], f"--num_processes={number}"
+    return (number // machine_count, found[1],
+            f"--num_processes={number} over --num_machines={machine_count} ({number // machine_count} per machine)")
+
+
+def _workers_fix(kind: str, per_node: int, nodes: int | None) -> str:
+    if kind == "torchrun":
+        return f"use --nproc_per_node={per_node} (or --nproc_per_node=gpu: one worker per GPU the node holds)."
+    if kind == "deepspeed":
+        return f"use --num_gpus={per_node}, or leave it out (every GPU the node holds)."
+    total = per_node * (nodes or 1)
+    return (f"use --num_processes={total} (GPUs per node x nodes = {per_node} x {nodes or 1}) with "
+            f"--num_machines={nodes or 1}.")
+
+
+@script_rule
+def _launcher_nodes(script: Script) -> Iterable[Finding]:
+    job = launches_of(script)
+    nodes = job.nodes
+    if not nodes:
+        return
+    for launch in _launchers(job):
+        option = {"torchrun": "--nnodes", "accelerate": "--num_machines"}.get(launch.kind)
+        if option is None:
+            continue
+        found = _option(launch.args, option)
+        if found and ":" in found[0]:
+            continue  # an elastic range (min:max): torchrun waits for what it gets
+        written = script.number(found[0]) if found else 1
+        if written is None or written == nodes:
+            continue
+        said = f"{option}={found[0]}" if found else f"no {option} (so 1)"
+        yield Finding(
+            "launcher-nodes-mismatch", ERROR,
+            f"{_name(launch.kind)} with {said} in a --nodes={nodes} job: "
+            + ("each node forms a group of its own and trains alone (or the rendezvous waits for nodes that "
+               "never come)." if written < nodes else "the rendezvous waits for nodes the job does not have, "
+               "until the time limit."),
+            f"use {option}=$SLURM_NNODES (or {option}={nodes}).", launch.line_of(found[1]) if found else launch.line)
+    command = nemo_command(script)
+    num_nodes = command.value("trainer.num_nodes")
+    nemo = "nemo llm" in script.code or num_nodes is not None
+    written = script.number(num_nodes) if num_nodes is not None else (1 if nemo else None)
+    if nemo and written is not None and written != nodes:
+        said = f"trainer.num_nodes={num_nodes}" if num_nodes is not None else "no trainer.num_nodes (the recipe's 1)"
+        yield Finding(
+            "launcher-nodes-mismatch", ERROR,
+            f"NeMo with {said} in a --nodes={nodes} job: Lightning's world size is trainer.devices x "
+            "trainer.num_nodes, so the ranks of the other nodes do not fit it and NeMo stops at start-up "
+            "(or every node trains alone).",
+            f"pass trainer.num_nodes=$SLURM_NNODES (or {nodes}).",
+            command.line("trainer.num_nodes") or script.line_of("nemo llm") or script.header.line("nodes"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Rendezvous
+# ---------------------------------------------------------------------------------------------
+@script_rule
+def _rendezvous(script: Script) -> Iterable[Finding]:
+    job = launches_of(script)
+    if not job.nodes or job.nodes < 2 or ONE_HOST_PRAGMA in script.text:
+        return
+    for launch in _launchers(job):
+        if launch.kind == "deepspeed":
+            continue  # its hostfile names the nodes (rule deepspeed-without-hostfile)
+        if launch.kind == "torchrun":
+            if _has_flag(launch.args, "--standalone"):
+                yield _localhost(launch, "--standalone", "a rendezvous on each node's own localhost")
+                continue
+            found = _option(launch.args, "--rdzv_endpoint")
+            option = "--rdzv_endpoint"
+            if found is None:
+                found, option = _option(launch.args, "--master_addr"), "--master_addr"
+            exported = job.value_of("PET_RDZV_ENDPOINT") or job.value_of("PET_MASTER_ADDR")
+            names = "--rdzv_endpoint (or --master_addr)"
+        else:
+            if _has_flag(launch.args, "--config_file"):
+                continue  # the config file may name the main machine
+            found = _option(launch.args, "--main_process_ip")
+            exported, names, option = None, "--main_process_ip", "--main_process_ip"
+        if found is None and exported is None:
+            yield Finding(
+                "rendezvous-missing", ERROR,
+                f"{_name(launch.kind)} on {job.nodes} nodes without {names}: it rendezvous at 127.0.0.1 (its "
+                "default; MASTER_ADDR in the environment is not read by the launcher), so each node waits for "
+                "the others on itself until the time limit.",
+                _rendezvous_fix(launch.kind), launch.line)
+            continue
+        value = found[0] if found else exported
+        resolved = _resolve(job, value)
+        said = f"{option}={value}" if found else f"PET_RDZV_ENDPOINT/PET_MASTER_ADDR={value}"
+        if any(host in resolved for host in _LOCAL_HOSTS):
+            yield _localhost(launch, said + (f" (so {resolved})" if resolved != value else ""),
+                             "an address that means a different machine on every node",
+                             launch.line_of(found[1]) if found else launch.line)
+            continue
+        unset = _never_set(script, value.split(":")[0] if option == "--rdzv_endpoint" else value)
+        if unset:
+            yield Finding(
+                "rendezvous-missing", ERROR,
+                f"{_name(launch.kind)} with {said}: this script never sets {unset} (nor sources a file that could), "
+                "so the launcher gets an empty address and every node waits until the time limit.",
+                _rendezvous_fix(launch.kind), launch.line_of(found[1]) if found else launch.line)
+            continue
+        yield from _node_rank(launch, job)
+
+
+def _never_set(script: Script, host: str) -> str | None:
+    """`$MASTER_ADDR` when the host is only that variable and nothing in the script can set it."""
+    match = re.fullmatch(r"\$\{?([A-Za-z_]\w*)\}?", host.strip())
+    if not match or match.group(1).startswith(("SLURM", "PET_")):
+        return None
+    name, code = match.group(1), script.code
+    if re.search(r"^\s*(?:source|\.|eval)\s", code, re.M) or re.search(
+            rf"(?<![\w$]){name}=|\bread\b[^\n]*\b{name}\b|\bfor\s+{name}\b|\bdeclare\b[^\n]*\b{name}\b", code):
+        return None
+    return f"${name}"
+
+
+def _node_rank(launch: Launch, job: ScriptLaunches) -> Iterable[Finding]:
+    """A static rendezvous (torchrun's default, Accelerate's) needs each node's rank; left out, every node is 0."""
+    backend = _option(launch.args, "--rdzv_backend")
+    if backend and backend[0] in ("c10d", "etcd", "etcd-v2"):
+        return  # the rendezvous hands out node ranks itself
+    option = "--node_rank" if launch.kind == "torchrun" else "--machine_rank"
+    if _option(launch.args, option) or job.value_of("PET_NODE_RANK") is not None:
+        return
+    yield Finding(
+        "node-rank-missing", ERROR,
+        f"{_name(launch.kind)} with a static rendezvous on {job.nodes} nodes and no {option}: it defaults to 0 on "
+        "every node, so all nodes claim rank 0 and the rendezvous hangs or fails with a duplicate rank.",
+        f"pass {option}=\"$SLURM_NODEID\" inside single quotes (srun bash -c '...'), or use "
+        "--rdzv_backend=c10d, which numbers the nodes itself.", launch.line)
+
+
+def _resolve(job: ScriptLaunches, value: str) -> str:
+    """`$MASTER_ADDR:29500` with MASTER_ADDR=localhost assigned in the script -> `localhost:29500`."""
+    def substitute(match: re.Match) -> str:
+        return job.value_of(match.group(1)) or match.group(0)
+
+    return re.sub(r"\$\{?([A-Za-z_]\w*)\}?", substitute, value)
+
+
+def _localhost(launch: Launch, what: str, meaning: str, line: int | None = None) -> Finding:
+    return Finding(
+        "rendezvous-localhost", ERROR,
+        f"{_name(launch.kind)} with {what} in a multi-node job: {meaning}, so the nodes never meet (each "
+        "waits, or trains alone).", _rendezvous_fix(launch.kind), line or launch.line)
+
+
+def _rendezvous_fix(kind: str) -> str:
+    head = 'HEAD_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1) before srun, then '
+    if kind == "accelerate":
+        return head + "--main_process_ip \"$HEAD_NODE\" --main_process_port <port> --machine_rank \"\\$SLURM_NODEID\" " \
+                      "(inside single quotes)."
+    return head + '--rdzv_backend=c10d --rdzv_endpoint="$HEAD_NODE:<port>" (the same on every node).'
+
+
+@script_rule
+def _ranks_expanded_early(script: Script) -> Iterable[Finding]:
+    job = launches_of(script)
+    several = (job.nodes or 1) > 1 or (job.tasks_per_node() or 1) > 1
+    if not several:
+        return
+    for region in job.regions:
+        batch = not region.under_srun and region.expanded
+        for start, text in _logical_lines(region.text, region.first_line):
+            on_srun_line = batch and _SRUN.search(text) is not None
+            assignment = batch and re.match(r"\s*(?:export\s+)?[A-Za-z_]\w*=", text) is not None
+            runs_as_task = region.under_srun and region.expanded
+            if not (on_srun_line or assignment or runs_as_task):
+                continue
+            for match in _RANK_VARIABLE.finditer(text):
+                if _protected(text, match.start(), region.under_srun):
+                    continue
+                variable = match.group(1)
+                yield Finding(
+                    "rank-expanded-in-batch-shell", ERROR,
+                    f"${variable} is expanded by the batch shell, where it is 0, before srun starts the tasks: "
+                    f"every node (or task) gets {variable}=0, so all claim rank 0 and the rendezvous hangs or "
+                    "fails with duplicate ranks.",
+                    f"let each task's shell expand it: srun bash -c '... ${variable} ...' (single quotes), or "
+                    f"\\${variable} inside double quotes, or a quoted heredoc (<<'EOF').",
+                    start + text.count("\n", 0, match.start()))
+                break
+
+
+def _protected(text: str, offset: int, in_task_string: bool) -> bool:
+    """True when `$` at offset is escaped, or inside single quotes of the batch shell's own line."""
+    if offset and text[offset - 1] == "\\":
+        return True
+    if in_task_string:
+        return False  # a double-quoted string or heredoc: inner single quotes do not stop the batch shell
+    state = None
+    for char in text[:offset]:
+        if state is None and char in "'\"":
+            state = char
+        elif state == char:
+            state = None
+    return state == "'"
+
+
+@script_rule
+def _deepspeed_hostfile(script: Script) -> Iterable[Finding]:
+    job = launches_of(script)
+    if not job.nodes or job.nodes < 2:
+        return
+    for launch in job.launches:
+        if launch.kind != "deepspeed" or _has_flag(launch.args, "--hostfile", "-H"):
+            continue
+        what = ("under srun each node starts its own single-node DeepSpeed job" if launch.under_srun
+                else "it looks for /job/hostfile, finds none and trains on the first node's GPUs only")
+        yield Finding(
+            "deepspeed-without-hostfile", ERROR,
+            f"the deepspeed launcher on --nodes={job.nodes} without --hostfile: {what}.",
+            "write a hostfile from the allocation (scontrol show hostnames \"$SLURM_JOB_NODELIST\" | "
+            "sed 's/$/ slots=<GPUs per node>/' > hostfile) and pass --hostfile hostfile, or start one "
+            "torchrun per node with srun instead.", launch.line)
+
+
+@script_rule
+def _pinned_devices(script: Script) -> Iterable[Finding]:
+    """A hand-set CUDA_VISIBLE_DEVICES for the whole job (export, or a line of its own) or for a launcher.
+    `CUDA_VISIBLE_DEVICES=1 python eval.py &`, one process per GPU, is left alone."""
+    job = launches_of(script)
+    gpus = job.gpus_per_node or job.gpus_total or 0
+    if gpus < 2 and (job.nodes or 1) < 2:
+        return
+    for start, text in _logical_lines(script.code, 1):
+        match = re.search(r"(?<![\w$])(export\s+)?CUDA_VISIBLE_DEVICES=[\"']?(\d+(?:,\d+)*)[\"']?(\s*$|\s*;|\s+\S)", text)
+        if not match:
+            continue
+        whole_job = match.group(1) or not match.group(3).strip() or match.group(3).strip() == ";"
+        if not whole_job and not _LAUNCHER.search(text[match.end() - 1:]):
+            continue
+        devices = [int(index) for index in match.group(2).split(",")]
+        every_gpu = gpus > 0 and sorted(devices) == list(range(gpus))
+        yield Finding(
+            "cuda-visible-devices-pinned", WARNING if every_gpu else ERROR,
+            f"CUDA_VISIBLE_DEVICES={match.group(2)} set by hand in a job with {gpus} GPUs per node: "
+            + ("it names every GPU only where SLURM numbers a job's GPUs from 0 (nodes that confine jobs to their "
+               "GPUs); elsewhere it points at another job's GPUs." if every_gpu else
+               f"it hides {gpus - len(devices)} of the job's GPUs (they sit idle)" if len(devices) < gpus else
+               "it names GPUs the job was not given (another job's, or none)")
+            + ("" if every_gpu else ", and SLURM had already set it to the GPUs it gave this job."),
+            "delete it: SLURM sets CUDA_VISIBLE_DEVICES to the job's GPUs on every node.",
+            start + text.count("\n", 0, match.start()))

@@ -1,0 +1,237 @@
+"""Linter rules on what a hand-written job asks SLURM for: its time limit, its host memory for the ranks
+that load the model, the paths it uses after a `cd`, and (for NeMo) whether the layout fits the GPUs,
+by the estimate the workshop's own experiments are checked with (``fit_check``)."""
+
+from __future__ import annotations
+
+import math
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Iterable
+
+from .launch_check import launches_of, workers_per_node
+from .validate import ERROR, Finding, Script, nemo_command, script_rule
+
+_STRATEGY = "trainer.strategy."
+# Models whose size the estimate knows, as people write them (hub ids, NeMo factories): compared with
+# separators and case dropped, so meta-llama/Llama-3.1-8B, llama31_8b and llama-3.1-8b are one name.
+_ESTIMATED_MODELS = ("llama-3.1-8b", "mixtral-8x7b", "bloom-560m")
+
+
+def _squash(text: str) -> str:
+    return re.sub(r"[-_.\s]", "", text.lower())
+
+
+def model_in_script(script: Script) -> str | None:
+    """The estimated model the script trains (by name, in its code), or None."""
+    code = _squash(script.code)
+    found = [name for name in _ESTIMATED_MODELS if _squash(name) in code]
+    return found[0] if len(found) == 1 else None
+
+
+# ---------------------------------------------------------------------------------------------
+# A script saved with Windows line breaks
+# ---------------------------------------------------------------------------------------------
+@script_rule
+def _dos_line_breaks(script: Script) -> Iterable[Finding]:
+    if "\r\n" in script.text:
+        yield Finding(
+            "dos-line-breaks", ERROR,
+            f"the script has Windows line breaks (CR LF, {script.text.count(chr(13) + chr(10))} lines): sbatch "
+            "refuses it ('Batch script contains DOS line breaks'), and bash would read `train.py\\r`.",
+            "convert it: dos2unix SCRIPT (or sed -i 's/\\r$//' SCRIPT), and save with Unix line endings.",
+            script.text.count("\n", 0, script.text.index("\r\n")) + 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# --time
+# ---------------------------------------------------------------------------------------------
+@script_rule
+def _time_limit(script: Script) -> Iterable[Finding]:
+    value = script.header.get("time")
+    match = re.fullmatch(r"(\d+):(\d+)", value or "")
+    if not match or int(match.group(1)) >= 10:
+        return  # `30:00` is half an hour, as it looks; `04:00:00`, `1-00:00` and `120` say what they mean
+    minutes, seconds = int(match.group(1)), int(match.group(2))
+    yield Finding(
+        "time-looks-like-hours", ERROR,
+        f"--time={value} is minutes:seconds to SLURM ({minutes} min {seconds} s), not {minutes} h {seconds} min: "
+        f"the job is killed after {minutes * 60 + seconds} seconds, before training gets far.",
+        f"write hours:minutes:seconds: --time={minutes}:{seconds:02d}:00 (or minutes alone: --time={minutes * 60 + seconds}).",
+        script.header.line("time"))
+
+
+# ---------------------------------------------------------------------------------------------
+# --mem and the ranks that each load the model in CPU memory
+# ---------------------------------------------------------------------------------------------
+_MEM = re.compile(r"^(\d+(?:\.\d+)?)([KMGT]?)B?$", re.IGNORECASE)
+_MEM_GIB = {"K": 1 / 1024 ** 2, "M": 1 / 1024, "": 1 / 1024, "G": 1, "T": 1024}  # sbatch's default unit is MB
+
+
+def mem_gib(value: str | None) -> float | None:
+    match = _MEM.match((value or "").strip())
+    return float(match.group(1)) * _MEM_GIB[match.group(2).upper()] if match else None
+
+
+def _ranks_per_node(script: Script) -> int | None:
+    """Processes per node that each load the model: the launcher's workers, else srun's tasks."""
+    job = launches_of(script)
+    for launch in job.launches:
+        if launch.kind == "nemo":
+            continue
+        workers = workers_per_node(script, launch)
+        if workers:
+            return workers[0]
+        return job.gpus_per_node  # --nproc_per_node=gpu, or a launcher's default: one per GPU
+    if re.search(r"(?<![\w./-])srun\b[^\n]*\bpython", script.code):
+        return job.tasks_per_node()
+    return None
+
+
+def _node_memory(script: Script) -> tuple[float, str, int | None] | None:
+    """(GiB per node, the directive as written, its line) from --mem, --mem-per-gpu or --mem-per-cpu."""
+    header, job = script.header, launches_of(script)
+    if header.get("mem"):
+        gib = mem_gib(header.get("mem"))
+        return (gib, f"--mem={header.get('mem')}", header.line("mem")) if gib is not None else None
+    per_gpu, gpus = mem_gib(header.get("mem-per-gpu")), job.gpus_per_node
+    if per_gpu and gpus:
+        return per_gpu * gpus, f"--mem-per-gpu={header.get('mem-per-gpu')} x {gpus} GPUs", header.line("mem-per-gpu")
+    per_cpu, tasks = mem_gib(header.get("mem-per-cpu")), job.tasks_per_node()
+    cpus = script.number(header.get("cpus-per-task") or "1")
+    if per_cpu and tasks and cpus:
+        return (per_cpu * cpus * tasks, f"--mem-per-cpu={header.get('mem-per-cpu')} x {cpus * tasks} CPUs",
+                header.line("mem-per-cpu"))
+    return None
+
+
+@script_rule
+def _host_memory(script: Script) -> Iterable[Finding]:
+    node = _node_memory(script)
+    mem = node[0] if node else None
+    if not mem or "nemo llm" in script.code or "--random-init" in script.code:
+        return  # --mem=0 is the whole node; NeMo loads its distributed checkpoint shard by shard; the
+        # workshop's stand-in with --random-init builds the model on the meta device, never in CPU memory
+    model = model_in_script(script)
+    ranks = _ranks_per_node(script)
+    if model is None or not ranks or ranks < 2:
+        return
+    from .estimate.shapes import parameter_count
+
+    per_rank = parameter_count(model) * 2 / 1024 ** 3  # 16-bit weights: the least each rank holds while loading
+    need = per_rank * ranks
+    if need <= mem:
+        return
+    yield Finding(
+        "host-memory-too-small", ERROR,
+        f"{node[1]} per node for {ranks} ranks that each load {model} "
+        f"({per_rank:.1f} GiB in 16-bit) into CPU memory before moving it to their GPU: at least {need:.0f} GiB, "
+        "so the node runs out of memory while loading and SLURM kills the job (OUT_OF_MEMORY).",
+        f"ask for --mem={math.ceil(need * 1.25)}G or more (or --mem=0 for the whole node's memory).",
+        node[2])
+
+
+# ---------------------------------------------------------------------------------------------
+# Relative paths after `cd`
+# ---------------------------------------------------------------------------------------------
+_CD = re.compile(r"^\s*cd\s+(\"[^\"]*\"|'[^']*'|[^\s;&|]+)")
+_RELATIVE_FILE = re.compile(r"(?<![\w/$.~-])((?:\./)?[\w.-]+(?:/[\w.-]+)*\.(?:py|sh|json|ya?ml|txt|csv|jsonl))\b")
+_SUBMIT_DIR = ("$SLURM_SUBMIT_DIR", "${SLURM_SUBMIT_DIR}", ".", "-", "$OLDPWD")
+
+
+@script_rule
+def _relative_after_cd(script: Script) -> Iterable[Finding]:
+    submit = script.submit_dir
+    if submit is None:
+        return  # where sbatch runs is unknown: nothing to compare with
+    target: str | None = None
+    for number, line in enumerate(script.code.split("\n"), start=1):
+        if match := _CD.match(line):
+            written = match.group(1).strip("\"'")
+            target = None if written in _SUBMIT_DIR else written
+            continue
+        if target is None:
+            continue
+        where = _folder(script, target, Path(submit))
+        if where is None:
+            continue
+        for path in _RELATIVE_FILE.findall(line):
+            if (Path(submit) / path).is_file() and not (where / path).exists():
+                yield Finding(
+                    "relative-path-after-cd", ERROR,
+                    f"{path} is relative, and after `cd {target}` it is looked up in {target}/, where it is not "
+                    "(it is next to the job script): the command fails with 'No such file or directory'.",
+                    f"use \"$SLURM_SUBMIT_DIR/{path.removeprefix('./')}\", or run it before the cd.", number)
+
+
+def _folder(script: Script, target: str, submit: Path) -> Path | None:
+    """The folder a literal `cd` goes to (a variable assigned a literal path counts); None when unknown."""
+    variable = re.fullmatch(r"\$\{?([A-Za-z_]\w*)\}?(/.*)?", target)
+    if variable:
+        values = re.findall(rf"^\s*(?:export\s+)?{variable.group(1)}=[\"']?([^\"'\s$`]+)[\"']?\s*$", script.code, re.M)
+        if len(values) != 1:
+            return None
+        target = values[0] + (variable.group(2) or "")
+    if "$" in target or "`" in target or target.startswith("~"):
+        return None
+    folder = Path(target)
+    return folder if folder.is_absolute() else submit / folder
+
+
+# ---------------------------------------------------------------------------------------------
+# NeMo: does the layout fit the GPUs (the estimate the experiments are checked with)
+# ---------------------------------------------------------------------------------------------
+@lru_cache(maxsize=1)
+def _site():
+    """The workshop's site profile: its NeMo factory names and its GPUs' memory."""
+    from .profiles import load_profile
+
+    return load_profile("ibex")
+
+
+@script_rule
+def _nemo_fit(script: Script) -> Iterable[Finding]:
+    factory = re.search(r"--factory\s+[\"']?([A-Za-z0-9_]+)", script.code)
+    if not factory or "nemo llm" not in script.code:
+        return
+    site = _site()
+    models = {name: model for model, name in site.nemo.factories.items()}
+    model = models.get(factory.group(1))
+    if model is None or site.gpu_memory_gib is None:
+        return
+    command = nemo_command(script)
+    sizes = {}
+    for name in ("tensor", "pipeline", "expert"):
+        written = command.value(f"{_STRATEGY}{name}_model_parallel_size")
+        sizes[name] = script.number(written) if written is not None else (None if name == "expert" else 1)
+    context = command.value(f"{_STRATEGY}context_parallel_size")
+    if context is not None and script.number(context) != 1:
+        return  # the estimate has no context parallelism: say nothing rather than guess
+    job = launches_of(script)
+    per_node = job.gpus_per_node or script.number(command.value("trainer.devices"))
+    if sizes["tensor"] is None or sizes["pipeline"] is None or not per_node or not job.nodes:
+        return  # a size known only at run time
+    gpus = per_node * job.nodes
+    from .validate import NEMO_MIXTRAL_DEFAULT_EP
+
+    if sizes["expert"] is None and "mixtral" in model:
+        sizes["expert"] = NEMO_MIXTRAL_DEFAULT_EP  # the recipe's EP (mixtral-without-ep says when it cannot be)
+    peft_none = (command.value("peft") == "none"
+                 or re.search(r"peft_scheme\s*=\s*(['\"]none['\"]|None)", script.code) is not None)
+    sequence_parallel = (command.value(f"{_STRATEGY}sequence_parallel") or "").lower() in ("true", "1")
+    if (gpus % (sizes["tensor"] * sizes["pipeline"] * (sizes["expert"] or 1))
+            or (sequence_parallel and sizes["tensor"] < 2)
+            or (not peft_none and (sizes["tensor"] > 1 or sizes["pipeline"] > 1))):
+        return  # a layout NeMo refuses anyway: the layout rules say why, the estimate would not add to it
+    from .experiments import NEMO, Experiment
+    from .fit_check import fit_findings
+
+    experiment = Experiment(id=f"this {model} job", chapter=0, group="script", title="", engine=NEMO, model=model,
+                            nodes=job.nodes, gpus_per_node=per_node, peft="none" if peft_none else "lora",
+                            tensor_parallel=sizes["tensor"], pipeline_parallel=sizes["pipeline"],
+                            expert_parallel=sizes["expert"], sequence_parallel=sequence_parallel)
+    for finding in fit_findings(experiment, site):
+        yield Finding(finding.rule, finding.severity,
+                      finding.message.replace("the profile's", f"{site.name}'s"), finding.fix,
+                      command.line(f"{_STRATEGY}tensor_model_parallel_size") or script.line_of("--factory"))
