@@ -86,6 +86,11 @@ def cases(places: dict[str, str]) -> list[list[str]]:
     # setup
     found += [["setup", value, "--list"] for value in ("no-such-site", p["missing"], p["folder"], p["binary"])]
     found += [["setup", "tiny", "--only", "no-such-step", "--list"], ["setup", "tiny", "--from", "nope", "--list"]]
+    # lab (--print-only: a case that passed the checks would print the script, never submit it)
+    found += [["lab"], ["lab", "--ibex", "--batch"]]
+    found += [["lab", "--batch", "--print-only", "--profile", value] for value in (p["missing"], p["folder"],
+                                                                                    p["binary"], p["empty"])]
+    found += [["lab", "--ibex", "--print-only", "--wait", value] for value in ("0", "-5", "nan", "x")]
     # the cluster and jobs
     found += [["cluster", "up", "--nodes", value] for value in ("0", "-1", "99", "x")]
     found += [["cluster", "up", "--timeout", value] for value in ("0", "-1", "nan")]
@@ -116,6 +121,6 @@ def test_bad_arguments_end_in_a_message_and_a_non_zero_status(places, capsys):
             broken.append(f"{argv}: printed a traceback:\n{(out + err)[-800:]}")
         elif not status:
             broken.append(f"{argv}: status {status!r}, output {(out + err)[-300:]!r}")
-        elif not err.strip():
-            broken.append(f"{argv}: status {status} but no message on stderr; stdout {out[-300:]!r}")
+        elif "error" not in (out + err).lower():
+            broken.append(f"{argv}: status {status} but no error message; output {(out + err)[-300:]!r}")
     assert not broken, f"{len(broken)} of {len(cases(places))} bad inputs misbehaved:\n\n" + "\n\n".join(broken)
