@@ -7,7 +7,8 @@ asks first.
 The chapters run with papermill on the tiny profile against the local SLURM cluster, into a temporary
 folder; their runs go to the workshop's runs folder (``workshop_lib.notebook.resolve_runs_dir``), where
 completed runs are reused, exactly as a participant re-running a chapter would see. The book is then
-built into ``_build/html`` with warnings as errors while $WORKSHOP_SUBMIT=0, so the build can only read.
+built into a temporary folder (never the checkout's ``_build/html``, the user's own book) with warnings as
+errors while $WORKSHOP_SUBMIT=0, so the build can only read.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-HTML_DIR = ROOT / "_build" / "html"
 SCREENSHOT_DIR = ROOT / "_build" / "screenshots"
 
 _MEMO: dict[str, object] = {}
@@ -63,9 +63,10 @@ def _build(executed: ExecutedChapters) -> BuiltBook:
 
     numbers = [chapter_number(run.notebook) for run in executed.chapters]
     before = {n: run_snapshot(n, executed.runs_dir) for n in numbers}
-    build_book(read_only=True)
+    # Into a temporary folder: the checkout's _build/html is the book the user built (`make demo`, `make book`).
+    html_dir = build_book(read_only=True, output=Path(tempfile.mkdtemp(prefix="workshop-book-")))
     after = {n: run_snapshot(n, executed.runs_dir) for n in numbers}
-    return BuiltBook(HTML_DIR, before, after)
+    return BuiltBook(html_dir, before, after)
 
 
 @pytest.fixture(scope="session")

@@ -27,12 +27,30 @@ def outside_the_checkout(tmp_path_factory):
     _SESSION["cluster_state"] = running.state if running.status().running else base / "state" / "slurm"
     os.environ["WORKSHOP_RUNS_DIR"] = str(base / "runs")
     os.environ["WORKSHOP_STATE_DIR"] = str(base / "state")
+    before = _users_own_files()
     yield base
+    after = _users_own_files()
+    assert after == before, (f"the tests changed what the user built or ran in the checkout: {before} -> {after}; "
+                             "tests must write into temporary folders")
     for name, value in saved.items():
         if value is None:
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
+
+
+def _users_own_files() -> dict[str, tuple[int, ...] | None]:
+    """The checkout's book (_build/html) and runs folder (runs/, its run folders): what `make demo`, `make
+    book` and the notebooks made for the user, to be left exactly as they were."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    found: dict[str, tuple[int, ...] | None] = {}
+    for name in ("_build/html", "_build/html/index.html", "runs"):
+        path = root / name
+        found[name] = (path.stat().st_mtime_ns, len(list(path.iterdir())) if path.is_dir() else 0) \
+            if path.exists() else None
+    return found
 
 
 @pytest.fixture(scope="session")

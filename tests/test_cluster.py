@@ -125,10 +125,25 @@ def test_down_stops_every_daemon_and_up_restarts(local_cluster):
     before = local_cluster.status()
     pids = [d.pid for d in before.daemons if d.running]
     assert len(pids) == 6  # munged, mariadbd, slurmdbd, slurmctld, 2 x slurmd
+    import socket
+    import subprocess
+    import time
+
+    running = subprocess.run(["sbatch", "--parsable", "--wrap", "sleep 120", "-o", "/dev/null"], capture_output=True,
+                             text=True, check=True).stdout.strip()
+    deadline = time.monotonic() + 30
+    while "RUNNING" not in subprocess.run(["squeue", "-h", "-j", running, "-o", "%T"], capture_output=True,
+                                         text=True).stdout and time.monotonic() < deadline:
+        time.sleep(0.3)
     stopped = local_cluster.down()
     assert set(stopped) >= {"slurmctld", "slurmd-node1", "slurmd-node2", "slurmdbd", "mariadbd", "munged"}
+    assert (running, "RUNNING") in local_cluster.cancelled  # said, not done silently
     for pid in pids:
         assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split(") ")[1][0] == "Z"
+    ports = local_cluster.ports
+    for port in (ports.slurmctld, ports.slurmdbd, ports.mariadb):  # gone, not still exiting: `up` may follow
+        with socket.socket() as probe:
+            assert probe.connect_ex(("127.0.0.1", port)) != 0, port
     assert not local_cluster.status().running
     with pytest.raises(SubmitError):  # nobody answers sbatch now
         cluster.submit(__file__, backend="slurm")

@@ -68,7 +68,8 @@ def test_memory_killed_without_cgroups_reads_as_out_of_memory_with_the_predictio
     assert [text for _, text in explanation.log_lines][:2] == killed[:2]
     assert "going over --mem" in explanation.hint and "lower the per-device batch" in explanation.hint
     assert explanation.hint.endswith("The estimator predicted 3.1 GiB per GPU.")
-    assert "signal 9 (SIGKILL)" in explanation.headline() and "JobLaunchFailure" in explanation.headline()
+    assert "signal 9 (SIGKILL)" in explanation.headline() and "reason: over its --mem" in explanation.headline()
+    assert "JobLaunchFailure" not in explanation.headline()  # SLURM's reason of a launch, not of this kill
 
 
 def test_node_fail_cancelled_and_lost_each_have_their_own_hint(tmp_path):

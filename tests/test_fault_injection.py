@@ -319,3 +319,131 @@ def test_without_accounting_a_forgotten_job_is_settled_from_its_footer(local_clu
         wait_for_runs([retried], timeout=90, progress=False)
     finally:
         local_cluster.up(nodes=2, accounting=True)
+
+
+# ---- interrupted between reserving and recording: every point, one job in the end -------------------
+def previous_failed_attempt(directory: Path, experiment) -> None:
+    """The files of an earlier attempt that failed (its record, log and metrics), for the archive to keep."""
+    (directory / "train").mkdir(parents=True)
+    record = runs_module.RunRecord(experiment_id=experiment.id, content_hash=experiment.content_hash, profile="tiny",
+                                   job_id="1", backend="slurm", submitted_at="2026-11-20T10:00:00+00:00",
+                                   final_state="FAILED", exit_code=3)
+    record.save(directory)
+    (directory / "slurm-1.out").write_text("Exit status: 3\n")
+    (directory / "train" / "metrics.jsonl").write_text('{"step": 1, "loss": 9.0}\n')
+
+
+def slow_sbatch(folder: Path, before: float = 0, after: float = 0) -> dict:
+    """PATH with an `sbatch` that waits `before` seconds, submits with the real one, then waits `after`
+    seconds before answering: a controller slow to take or to acknowledge the job."""
+    import shutil
+
+    folder.mkdir(parents=True, exist_ok=True)
+    wrapper = folder / "sbatch"
+    wrapper.write_text(f'#!/bin/bash\nsleep {before}\n{shutil.which("sbatch")} "$@"\nstatus=$?\n'
+                       f'sleep {after}\nexit $status\n')
+    wrapper.chmod(0o755)
+    return {"PATH": f"{folder}{os.pathsep}{os.environ['PATH']}"}
+
+
+def assert_one_job_and_the_earlier_attempt_kept(root: Path, experiment, profile: Path, expected_note: str):
+    again = submit_experiment(experiment, load_profile(profile), root=root, backend="slurm")
+    assert expected_note in again.note, again.note
+    [info] = wait_for_runs([again], timeout=90, progress=False)
+    assert info.state == "COMPLETED"
+    directory = again.directory
+    assert scheduler_jobs(directory) - cancelled_jobs(directory) == {again.record.job_id}
+    assert progress_jobs(again) == {again.record.job_id}
+    assert not (directory / RESERVATION_NAME).exists() and not (directory / ".next").exists()
+    [kept] = (directory / "attempts").iterdir()  # the failed attempt, whole, in one folder
+    assert json.loads((kept / "job.json").read_text())["job_id"] == "1"
+    assert (kept / "train" / "metrics.jsonl").read_text() == '{"step": 1, "loss": 9.0}\n'
+    assert (kept / "slurm-1.out").exists()
+    return again
+
+
+def cancelled_jobs(directory: Path) -> set[str]:
+    listed = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%i|%T|%Z"], capture_output=True, text=True)
+    return {line.split("|")[0] for line in listed.stdout.splitlines()
+            if line.split("|")[1:] == ["CANCELLED", str(directory)]}
+
+
+@pytest.mark.parametrize("fault, expected_note", [
+    ("after-reserve", "submitted job"),  # nothing reached the scheduler: submitted once, now
+    ("after-submit", "adopted job"),  # held job, script still staged
+    ("after-submit:int", "adopted job"),  # the same with Ctrl-C
+    ("after-archive", "adopted job"),  # the earlier attempt archived, the new files not yet moved in
+    ("mid-move", "adopted job"),  # killed between moving one file and the next
+    ("after-move", "adopted job"),  # the files moved out of .next/, job.json not written
+])
+def test_a_submission_stopped_between_reserving_and_recording_ends_with_one_job(local_cluster, tmp_path, fault,
+                                                                               expected_note):
+    profile = fault_profile(tmp_path / "profile", seconds=0.5)
+    root = tmp_path / "runs"
+    previous_failed_attempt(runs_module.run_directory(THIRD, root), THIRD)
+    crashed = notebook(profile, root, [THIRD], WORKSHOP_FAULT=fault)
+    crashed.wait(timeout=60)
+    assert crashed.returncode in (-signal.SIGKILL, -signal.SIGINT)  # killed, or ended by KeyboardInterrupt
+    assert (runs_module.run_directory(THIRD, root) / RESERVATION_NAME).exists()
+    assert_one_job_and_the_earlier_attempt_kept(root, THIRD, profile, expected_note)
+
+
+@pytest.mark.parametrize("interrupt", [signal.SIGKILL, signal.SIGINT])
+def test_a_submitter_stopped_while_a_slow_sbatch_has_not_answered_leaves_a_job_that_is_adopted(
+        local_cluster, tmp_path, interrupt):
+    profile = fault_profile(tmp_path / "profile", seconds=0.5)
+    root = tmp_path / "runs"
+    directory = runs_module.run_directory(THIRD, root)
+    previous_failed_attempt(directory, THIRD)
+    waiting = notebook(profile, root, [THIRD], **slow_sbatch(tmp_path / "bin", after=30))
+    [held] = wait_until(lambda: scheduler_jobs(directory), 30, "sbatch to reach the controller")
+    waiting.send_signal(interrupt)
+    waiting.wait(timeout=30)
+    assert (directory / RESERVATION_NAME).exists() and job_state(held) == "PENDING"
+    again = assert_one_job_and_the_earlier_attempt_kept(root, THIRD, profile, f"adopted job {held}")
+    assert again.record.job_id == held
+
+
+def test_ctrl_c_before_a_slow_sbatch_submitted_anything_submits_once_on_the_rerun(local_cluster, tmp_path):
+    profile = fault_profile(tmp_path / "profile", seconds=0.5)
+    root = tmp_path / "runs"
+    directory = runs_module.run_directory(THIRD, root)
+    previous_failed_attempt(directory, THIRD)
+    waiting = notebook(profile, root, [THIRD], **slow_sbatch(tmp_path / "bin", before=30))
+    wait_until(lambda: (directory / ".next" / "job.sbatch").exists() and (directory / RESERVATION_NAME).exists(),
+               30, "the reservation")
+    time.sleep(1)
+    waiting.send_signal(signal.SIGINT)
+    waiting.wait(timeout=30)
+    assert (directory / RESERVATION_NAME).exists()  # it cannot know that sbatch had not submitted yet
+    assert_one_job_and_the_earlier_attempt_kept(root, THIRD, profile, "submitted job")
+
+
+def test_held_jobs_the_record_does_not_name_are_cancelled_with_a_line_saying_why(local_cluster, tmp_path):
+    profile = fault_profile(tmp_path / "profile", seconds=0.5)
+    root = tmp_path / "runs"
+    directory = runs_module.run_directory(THIRD, root)
+    previous_failed_attempt(directory, THIRD)
+    script = tmp_path / "orphan.sbatch"
+    script.write_text("#!/bin/bash\necho orphan $SLURM_JOB_ID >> train/progress.txt\n")
+
+    def held_job() -> str:
+        return subprocess.run(["sbatch", "--parsable", "--hold", f"--chdir={directory}", "--output=/dev/null",
+                               str(script)], capture_output=True, text=True, check=True).stdout.strip()
+
+    # No reservation: left by a submitter of an older version, or by hand.
+    stray = held_job()
+    run = submit_experiment(THIRD, load_profile(profile), root=root, backend="slurm")
+    assert f"cancelled job {stray}" in run.note and "job.json does not name it" in run.note
+    assert job_state(stray) == "CANCELLED" and run.submitted_now
+    assert wait_for_runs([run], timeout=90, progress=False)[0].state == "COMPLETED"
+    # Two jobs left by one interrupted submission: neither is the run's only job, so both go.
+    runs_module.write_atomically(directory / RESERVATION_NAME, json.dumps(
+        {"reserved_at": time.time() - 5, "backend": "slurm", "experiment_id": THIRD.id,
+         "content_hash": THIRD.content_hash, "profile": "tiny"}) + "\n")
+    first, second = held_job(), held_job()
+    reused = submit_experiment(THIRD, load_profile(profile), root=root, backend="slurm")
+    assert f"cancelled job {first}" in reused.note and f"cancelled job {second}" in reused.note
+    assert "reused" in reused.note and reused.record.job_id == run.record.job_id
+    assert job_state(first) == job_state(second) == "CANCELLED"
+    assert not (directory / RESERVATION_NAME).exists() and progress_jobs(reused) == {run.record.job_id}

@@ -29,7 +29,8 @@ def run(path, timeout=30):
     return job, info
 
 
-def test_environment_mimics_slurm(tmp_path):
+def test_environment_mimics_slurm(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORKSHOP_LOCAL_GPUS", "2")  # as many as asked for, also on a one-GPU machine
     job, info = run(script(tmp_path, 'echo "$SLURM_JOB_ID $SLURM_NNODES $SLURM_GPUS_ON_NODE $CUDA_VISIBLE_DEVICES"',
                            "--gpus-per-node=2", "--ntasks-per-node=2"))
     assert info.state == "COMPLETED" and info.exit_code == 0
@@ -197,6 +198,10 @@ def test_job_finds_the_submitters_python_without_activation(tmp_path, monkeypatc
 @pytest.mark.train
 @pytest.mark.slow
 def test_hybrid_shard_on_emulated_nodes_shards_inside_each_node(tmp_path):
+    from workshop_lib.local_executor import machine_gpu_count
+
+    if machine_gpu_count():  # the executor hands a job this machine's real GPUs: 4 ranks would want 4 of them
+        pytest.skip("a GPU machine: this tiny-profile job (2 nodes x 2 CPU ranks) is the CPU stand-in's test")
     # The chapter's 2 nodes x 2 processes job, run by the local executor: HYBRID_SHARD must see two
     # nodes (a shard group per node: half the parameters per rank), not one node of four.
     from workshop_lib.experiments import get_experiment
@@ -220,3 +225,33 @@ def test_hybrid_shard_on_emulated_nodes_shards_inside_each_node(tmp_path):
     row = table[table["Strategy"] == "HYBRID_SHARD"].iloc[0]
     assert (row["CPU Offload"], row["Nodes x GPUs"], row["Shard Group (ranks)"]) == ("no", "2 x 2", 2)
     assert row["Samples/s"] > 0
+
+
+def test_a_runner_that_cannot_start_fails_its_job_with_the_reason(tmp_path, monkeypatch):
+    """What a GPU machine without workshop_lib on the runner's path showed: the runner died at import and
+    the job stayed PENDING forever. Here the runner dies at import the same way, on purpose."""
+    import sys
+
+    from workshop_lib import local_executor
+
+    monkeypatch.setattr(local_executor, "RUNNER_COMMAND", [sys.executable, "-c", "import no_such_runner_module"])
+    job = cluster.submit(script(tmp_path, "echo never"), backend="local")
+    [info] = cluster.wait_for([job], timeout=30, poll_interval=0.1, progress=False)
+    assert info.state == "FAILED"
+    assert "runner could not start" in info.reason and "No module named 'no_such_runner_module'" in info.reason
+    assert not job.stdout_path.exists()  # nothing ran
+
+
+def test_the_runner_finds_this_workshop_lib_without_it_installed_or_on_the_path(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from workshop_lib import local_executor
+
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    # -S: no site-packages, so no installed workshop_lib; only the environment the runner gets finds it.
+    found = subprocess.run([sys.executable, "-S", "-c", "import workshop_lib; print(workshop_lib.__file__)"],
+                           cwd=tmp_path, env=local_executor._runner_environment(), capture_output=True, text=True)
+    assert found.returncode == 0, found.stderr
+    assert Path(found.stdout.strip()).parent == Path(local_executor.__file__).parent

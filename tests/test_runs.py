@@ -157,12 +157,14 @@ def test_a_damaged_job_json_affects_its_own_row_only_and_says_how_to_recover(iso
     assert statuses[EXPERIMENT.id].state == "COMPLETED"
     damaged = statuses[damaged_experiment.id]
     assert damaged.state == "DAMAGED" and "job.json is damaged" in damaged.explanation
-    assert f"slurm-{runs[1].record.job_id}.out" in damaged.explanation and "rename" in damaged.explanation
+    assert f"slurm-{runs[1].record.job_id}.out" in damaged.explanation
+    # The job completed: the advice keeps it (renaming job.json would run the experiment again).
+    assert "Exit status: 0" in damaged.explanation and "Leave job.json as it is" in damaged.explanation
     assert main(["status", EXPERIMENT.id, damaged_experiment.id]) == 0
     assert "DAMAGED" in capsys.readouterr().out
     kept = submit_experiment(damaged_experiment, profile)
     assert not kept.submitted_now and "damaged" in kept.note  # an unreadable record may hide an active job
-    record.rename(record.with_name("job.json.damaged"))  # the recovery the message describes
+    record.rename(record.with_name("job.json.damaged"))  # how to run it again (the advice for a failed job)
     again = submit_experiment(damaged_experiment, profile)
     assert again.submitted_now
     [archived] = (again.directory / "attempts").iterdir()
@@ -239,7 +241,7 @@ def test_a_view_of_two_failed_runs_asks_sacct_once_for_both(isolated, monkeypatc
 
     asked = []
 
-    def accounting(job_ids, duplicates=False):  # sacct -D: job 7 was requeued after NODE_FAIL
+    def accounting(job_ids, duplicates=False, origin=None):  # sacct -D: job 7 was requeued after NODE_FAIL
         asked.append(sorted(job_ids))
         return {"7#0": JobInfo(job_id="7", state="NODE_FAIL", node_list="node1"),
                 "7#1": JobInfo(job_id="7", state="FAILED", exit_code=3)}
@@ -289,3 +291,93 @@ def test_the_callers_job_name_and_output_decide_the_record_and_its_log(isolated,
     assert adopted.record.job_name == "again" and adopted.record.stdout == f"again-{adopted.record.job_id}.log"
     [info] = wait_for_runs([adopted], timeout=60, progress=False)
     assert info.state == "COMPLETED" and "Exit status: 0" in (adopted.directory / adopted.record.stdout).read_text()
+
+
+def test_a_damaged_record_of_a_job_that_did_not_complete_says_to_rename_it(tmp_path):
+    from workshop_lib.runs import DamagedRecord, RunRecord
+
+    (tmp_path / "job.json").write_text('{"experiment_id": ')
+    (tmp_path / "slurm-7.out").write_text("step 1\n Exit status: 3\n")
+    with pytest.raises(DamagedRecord, match="ends with `Exit status: 3`.*rename job.json to job.json.damaged"):
+        RunRecord.load(tmp_path)
+    (tmp_path / "slurm-7.out").unlink()
+    with pytest.raises(DamagedRecord, match="never ran: rename job.json"):
+        RunRecord.load(tmp_path)
+
+
+def test_a_full_disk_during_a_submission_is_a_message_not_an_oserror(isolated, monkeypatch):
+    import errno
+
+    from workshop_lib import runs as runs_module
+    from workshop_lib.errors import WorkshopError
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(isolated))
+
+    monkeypatch.setattr(runs_module, "prepare_run_directory", full)
+    with pytest.raises(WorkshopError, match="No space left on device.*free some disk space"):
+        submit_experiment(EXPERIMENT, quick_profile(isolated))
+    assert main(["submit", "--profile", str(quick_profile(isolated)), EXPERIMENT.id]) == 2
+
+
+def test_cancel_stops_a_chapters_active_jobs_and_says_what_it_did(isolated, capsys):
+    from workshop_lib.runs import cancel_runs, load_run
+
+    slow, done = get_experiment("fsdp/single-gpu/full-shard"), EXPERIMENT
+    [finished] = submit_experiments([done], quick_profile(isolated))
+    wait_for_runs([finished], timeout=60, progress=False)
+    (isolated / "slow").mkdir()
+    [running] = submit_experiments([slow], quick_profile(isolated / "slow", seconds=60))
+    never = get_experiment("fsdp/gpt/1-gpu")
+    lines = cancel_runs([slow, done, never])
+    assert lines == [f"{slow.id}: cancelled job {running.record.job_id} (it was {lines[0].split('was ')[1]}",
+                     f"{done.id}: job {finished.record.job_id} already ended (COMPLETED): nothing to cancel",
+                     f"{never.id}: nothing to cancel (not submitted)"]
+    [info] = wait_for_runs([load_run(slow)], timeout=30, progress=False)
+    assert info.state == "CANCELLED"
+    # The shell's way, for a whole chapter: nothing is left to cancel now.
+    assert main(["cancel", "--chapter", "4"]) == 0
+    shown = capsys.readouterr().out
+    assert f"{slow.id}: job {running.record.job_id} already ended (CANCELLED)" in shown
+    assert main(["cancel"]) == 2 and "nothing to cancel: give experiment ids" in capsys.readouterr().err
+
+
+def test_the_read_only_view_reads_a_finished_runs_footer(isolated):
+    """`make book` (WORKSHOP_SUBMIT=0) asks no scheduler: a run whose job.json has no final state yet is
+    shown as its log's footer says, not UNKNOWN."""
+    from workshop_lib.runs import load_run, read_only_info
+
+    [run] = submit_experiments([EXPERIMENT], quick_profile(isolated))
+    wait_for_runs([run], timeout=60, progress=False)
+    record = json.loads((run.directory / "job.json").read_text())
+    record["final_state"] = None  # as a notebook that never waited leaves it
+    (run.directory / "job.json").write_text(json.dumps(record))
+    assert "Exit status: 0" in run.stdout_path.read_text()
+    assert read_only_info(load_run(EXPERIMENT)).state == "COMPLETED"
+    run.stdout_path.write_text("step 1\n")  # still running, or killed: the folder cannot tell
+    assert read_only_info(load_run(EXPERIMENT)).state == "UNKNOWN"
+
+
+def test_the_books_way_to_stop_a_chapter_is_the_real_one():
+    import shlex
+    from pathlib import Path
+
+    from workshop_lib import notebook
+    from workshop_lib.cli import build_parser
+
+    page = (Path(__file__).resolve().parents[1] / "book" / "slurm_primer.md").read_text()
+    commands = [line for line in page.splitlines() if line.startswith("workshop cancel")]
+    assert len(commands) >= 3
+    for line in commands:
+        args = build_parser().parse_args(shlex.split(line)[1:])
+        assert args.command == "cancel" and (args.chapter or args.experiment_ids or args.job)
+    assert "nb.cancel_experiments(selection, runs_dir)" in page and callable(notebook.cancel_experiments)
+
+
+def test_a_runs_folder_that_cannot_be_written_points_to_read_only_mode(isolated):
+    from workshop_lib.errors import WorkshopError
+
+    blocked = isolated / "a-file"
+    blocked.write_text("not a folder\n")  # as root no permission blocks a write; a file in the path does
+    with pytest.raises(WorkshopError, match="WORKSHOP_SUBMIT=0"):
+        submit_experiment(EXPERIMENT, quick_profile(isolated), root=blocked / "runs")

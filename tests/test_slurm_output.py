@@ -76,3 +76,20 @@ def test_expected_stdout_follows_the_directives_and_the_command_line_wins(tmp_pa
     assert so.expected_stdout(script, tmp_path, "99") == tmp_path / "logs/demo-99.out"
     assert so.expected_stdout(script, tmp_path, "99", ["--output=/x/%j.log"]) == Path("/x/99.log")
     assert so.expected_stdout(tmp_path / "s.sh", tmp_path, "5_2", ["-o", "a-%A-%a.txt"]) == tmp_path / "a-5-2.txt"
+
+
+def test_requeue_rows_of_an_unrelated_job_with_a_reused_id_are_not_attempts():
+    """After a scheduler reset `sacct -D -j 12` also lists older jobs that had id 12: only rows of the same
+    working directory, submitted since the run's record, are attempts of this job."""
+    from datetime import datetime
+
+    from workshop_lib.slurm_backend import _same_job
+
+    since = datetime.fromisoformat("2026-11-25T10:00:00").timestamp()
+    origin = {"12": ("/runs/zero/baseline", since)}
+    row = "12|zero-baseline|{state}|0:0|30|node1|None|10|{workdir}|{submit}"
+    requeued = row.format(state="NODE_FAIL", workdir="/runs/zero/baseline", submit="2026-11-25T10:00:05")
+    other_folder = row.format(state="COMPLETED", workdir="/runs/fsdp/baseline", submit="2026-11-25T10:00:05")
+    long_ago = row.format(state="FAILED", workdir="/runs/zero/baseline", submit="2026-11-20T09:00:00")
+    assert _same_job(requeued, origin)
+    assert not _same_job(other_folder, origin) and not _same_job(long_ago, origin)

@@ -64,9 +64,10 @@ class Backend(Protocol):
 
     def cancel(self, job_id: str) -> None: ...
 
-    def jobs_in(self, workdir: Path, since: float) -> list[str]:
-        """Ids of jobs submitted since `since` (epoch s) with this working directory (finds a job whose
-        submitter died before recording it). Raises ClusterError when the scheduler cannot be asked."""
+    def jobs_in(self, workdir: Path, since: float = 0.0) -> list[JobInfo]:
+        """The jobs the scheduler still lists with this working directory, submitted since `since` (epoch s),
+        oldest first (finds a job whose submitter stopped before recording it). Raises ClusterError when the
+        scheduler cannot be asked."""
 
     def poll_policy(self) -> PollPolicy: ...
 

@@ -11,7 +11,7 @@ from .errors import WorkshopError
 # One module per area; each defines register(subparsers). Listed here so the order of --help is stable.
 COMMAND_MODULES = [
     "cluster",  # cluster up/down/status, jobs
-    "experiments",  # experiments, render, check, submit, status
+    "experiments",  # experiments, render, check, submit, status, cancel
     "results",  # collect, memory
     "estimate",  # estimate
     "setup",  # setup SITE (a login node's one-off preparation)
@@ -50,6 +50,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("workshop: interrupted", file=sys.stderr)
         return 130
+    except OSError as error:  # a path the command was given or writes to: name it, never a traceback
+        where = f" {error.filename}" if error.filename else ""
+        print(f"workshop: error: cannot use{where}: {error.strerror or error} - check the path you gave (a file "
+              "where a file is expected, in a folder you can write) and the free disk space", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -88,8 +88,100 @@ def execute_chapter(path: Path, profile: str, output_dir: Path, parameters: dict
     output = output_dir / f"{path.stem}.ipynb"
     _jobs_find_this_python()
     papermill.execute_notebook(jupytext.read(path), str(output), parameters={"profile": profile, **(parameters or {})},
-                               kernel_name="python3", language="python", cwd=str(ROOT), progress_bar=False)
+                               kernel_name="python3", language="python", cwd=str(ROOT), progress_bar=False,
+                               kernel_manager_class=_local_kernel_manager())
     return output
+
+
+def _local_kernel_manager():
+    """The kernel talks to papermill over IPC sockets (files on this machine), not TCP: nothing is exposed
+    on the network, and the kernel has no reason to warn that TCP is unencrypted (a warning a reader of
+    `make demo` could do nothing about)."""
+    from jupyter_client.manager import AsyncKernelManager
+    from traitlets import CaselessStrEnum
+
+    class LocalKernelManager(AsyncKernelManager):
+        transport = CaselessStrEnum(["tcp", "ipc"], default_value="ipc", config=True)
+
+    return LocalKernelManager
+
+
+class JobProgress:
+    """While a chapter executes, one terminal line whenever one of its runs moves on (submitted, its
+    latest training step, ended), read from the run folders alone: no scheduler is asked. The notebook's
+    own progress bar lives inside the executed notebook, out of a terminal's sight."""
+
+    def __init__(self, experiments, runs_dir: Path, interval_s: float = 10.0, echo=print):
+        self.experiments, self.runs_dir, self.interval_s, self.echo = list(experiments), runs_dir, interval_s, echo
+        self.shown: dict[str, str] = {}
+        self._stop = None
+        self._thread = None
+
+    def __enter__(self):
+        import threading
+
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True, name="job-progress")
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self.poll()  # the last word on each run
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.poll()
+
+    def poll(self) -> None:
+        for experiment in self.experiments:
+            line = run_progress(self.runs_dir / experiment.id)
+            if line and self.shown.get(experiment.id) != line:
+                self.shown[experiment.id] = line
+                self.echo(f"    {experiment.id:<42} {line}", flush=True)
+
+
+def run_progress(directory: Path) -> str:
+    """'job 41: step 12 (loss 2.31)', 'job 41: ended, exit status 0 after 00:01:07', or '' before submission."""
+    from .parse.footer import parse_footer
+    from .runs import DamagedRecord, RunRecord
+
+    try:
+        record = RunRecord.load(directory)
+    except (DamagedRecord, OSError):  # the run table after the chapter says why
+        return ""
+    if record is None:
+        return ""
+    log = directory / (record.stdout or f"slurm-{record.job_id}.out")
+    try:
+        footer = parse_footer(log.read_text(errors="replace")) if log.is_file() else None
+    except OSError:
+        footer = None
+    if footer is not None and footer.exit_status is not None:
+        took = f" after {footer.total_time_text}" if footer.total_time_text else ""
+        return f"job {record.job_id}: ended, exit status {footer.exit_status}{took}"
+    step = _last_step(directory / "train" / "metrics.jsonl")
+    if step:
+        return f"job {record.job_id}: training, step {step['step']} (loss {step['loss']:.3f})"
+    return f"job {record.job_id}: " + ("started" if log.is_file() else "submitted, waiting to start")
+
+
+def _last_step(path: Path) -> dict | None:
+    import json
+
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if record.get("kind") == "step":
+            return record
+    return None
 
 
 def _jobs_find_this_python() -> None:
@@ -125,17 +217,22 @@ def run_snapshot(chapter: int, runs_dir: Path) -> dict[str, str]:
 
 
 def execute_and_account(path: Path, profile: str, output_dir: Path, runs_dir: Path,
-                        parameters: dict | None = None) -> ChapterRun:
-    """Execute a chapter and report which jobs it submitted or reused and how long each took."""
+                        parameters: dict | None = None, show_progress: bool = False) -> ChapterRun:
+    """Execute a chapter and report which jobs it submitted or reused and how long each took; with
+    `show_progress`, a line whenever one of its jobs moves on (JobProgress)."""
     from .notebook import chapter_results_for, select
 
     chapter = chapter_number(path)
     before = run_snapshot(chapter, runs_dir)
-    started = time.monotonic()
-    execute_chapter(path, profile, output_dir, parameters)
-    seconds = time.monotonic() - started
     chosen = {**notebook_parameters(path), **(parameters or {})}
     selection = select(chapter, profile, chosen.get("experiments"))
+    started = time.monotonic()
+    if show_progress:
+        with JobProgress(selection.runnable, runs_dir):
+            execute_chapter(path, profile, output_dir, parameters)
+    else:
+        execute_chapter(path, profile, output_dir, parameters)
+    seconds = time.monotonic() - started
     results = chapter_results_for(selection, runs_dir)
     after = run_snapshot(chapter, runs_dir)
     ids = [experiment.id for experiment in selection.runnable]
@@ -163,19 +260,24 @@ def failed_runs(runs: list[ChapterRun]) -> list[str]:
             if state != "COMPLETED"]
 
 
-def build_book(read_only: bool = True) -> None:
-    """jupyter-book build with warnings as errors; the chapters it executes only read results."""
+def build_book(read_only: bool = True, output: Path | None = None) -> Path:
+    """jupyter-book build with warnings as errors; the chapters it executes only read results. The book
+    goes to `output`/_build/html (default: the checkout's _build/html, what `make demo` shows); the tests
+    pass a temporary folder so that they never replace the book a user built. Returns the html folder."""
     from .notebook import SUBMIT_VARIABLE
 
     env = dict(os.environ)
     if read_only:
         env[SUBMIT_VARIABLE] = "0"
+    base = Path(output) if output is not None else ROOT
     # The execution cache is keyed on the notebooks' code, and Sphinx rebuilds only pages whose source
     # changed, not on the runs they read: either would keep the tables of an earlier execution. So the
     # cache goes and every page is rebuilt (--all); re-reading results takes seconds per chapter.
-    shutil.rmtree(ROOT / "_build" / ".jupyter_cache", ignore_errors=True)
-    command = [str(Path(sys.executable).parent / "jupyter-book"), "build", str(ROOT), "--all", "-W", "--keep-going"]
+    shutil.rmtree(base / "_build" / ".jupyter_cache", ignore_errors=True)
+    command = [str(Path(sys.executable).parent / "jupyter-book"), "build", str(ROOT), "--all", "-W", "--keep-going",
+               *(["--path-output", str(base)] if output is not None else [])]
     subprocess.run(command, check=True, cwd=ROOT, env=env)
+    return base / "_build" / "html"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -205,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
         timer.run("sample job", sample_job)
         for notebook in chapter_notebooks():
             chapters.append(timer.run(f"chapter {notebook.stem}", lambda nb=notebook: execute_and_account(
-                nb, args.profile, ROOT / "_build" / "executed", runs_dir)))
+                nb, args.profile, ROOT / "_build" / "executed", runs_dir, show_progress=True)))
         if (ROOT / "_config.yml").exists():
             timer.run("build the book (reads results only)", build_book)
     finally:

@@ -1,5 +1,6 @@
 """Why a job did not complete, in a few lines: state, exit code or signal, time used against the limit,
-the log lines that matter (the first traceback or error, not the footer) and what to change.
+the log lines that matter (the program's traceback or last error, ranked above a launcher's report that its
+child failed; never the footer) and what to change.
 
 The notebook, `workshop status` and `workshop submit --wait` all show `explain(...)`.
 """
@@ -19,6 +20,13 @@ _TRACEBACK = "Traceback (most recent call last):"
 _ERROR_LINE = re.compile(
     r"(\b\w*(Error|Exception)\b\s*:|\berror\b|\bERROR\b|\bKilled\b|oom[-_]kill|[Oo]ut of memory|Exceeded job memory"
     r"|CANCELLED AT|DUE TO TIME LIMIT|Segmentation fault|Aborted|command not found|No such file or directory)")
+# Exceptions a launcher raises only to report that its child failed or vanished: the child's own output
+# says why (torchrun's ChildFailedError; psrecord's NoSuchProcess when the process it follows never
+# started; a launcher's CalledProcessError; torchrun's SignalException when SLURM stops the job).
+_LAUNCHER_EXCEPTION = re.compile(r"\b(ChildFailedError|NoSuchProcess|CalledProcessError|SignalException)\b")
+# Launchers' one-line reports of a child's exit (torchrun's elastic agent, srun's task summary).
+_LAUNCHER_LINE = re.compile(r"torch/distributed/elastic/|^srun: error: .*Exited with exit code|"
+                            r"exits with return code = -?\d+|^\[[\d\-: ,]+\] \[(ERROR|INFO)\] \[launch\.py")
 # SLURM's words for a job killed over --mem: cgroup's oom-kill, or jobacct_gather's OverMemoryKill.
 _MEMORY_KILL = re.compile(r"oom[-_]kill event|Exceeded job memory limit|exceeded memory limit")
 # Lines the job template prints itself (header, `workshop memory`'s summary, footer): never the answer to
@@ -26,8 +34,9 @@ _MEMORY_KILL = re.compile(r"oom[-_]kill event|Exceeded job memory limit|exceeded
 _OWN_LINES = re.compile(
     r"^\s*(=+$|Job finished|End time|Total time|Exit status|Start time|Job \S+ \(|(GPU|CPU) Memory Usage"
     r"|\[.* - GPU \d+\] Peak =|(Peak|Average|Mode|Busy average) =|Avg / Average and Mode|Busy avg counts"
-    r"|\d+ unreadable log lines|Memory summary failed)")
+    r"|\d+ unreadable log lines|Memory summary failed|workshop: error: .*: no memory log here)")
 
+MEMORY_REASON = "over its --mem (SLURM killed it)"
 HINTS = {
     "FAILED": "the job's commands exited with an error: the lines above say which. Fix the cause and re-run the "
               "cell (a failed run is submitted again; completed ones are reused).",
@@ -97,44 +106,73 @@ def explain(info: JobInfo, log_path: Path | None = None, predicted: str | None =
     hint = HINTS.get(info.state, f"the job ended {info.state}: the lines above tell why.")
     if info.state == "TIMEOUT" and info.time_limit_s:
         hint = f"it used all of its {format_duration(info.time_limit_s)}: " + hint.split(": ", 1)[1]
+    reason = info.reason
     if info.state != "OUT_OF_MEMORY" and _MEMORY_KILL.search(text):
-        # Without cgroups SLURM records such a job as FAILED (signal 9); its log says why.
+        # Without cgroups SLURM records such a job as FAILED (signal 9), with a reason of its own launch
+        # (JobLaunchFailure) that misleads; its log says why.
         hint = "the log shows SLURM killed it for going over --mem: " + HINTS["OUT_OF_MEMORY"].split(": ", 1)[1]
+        reason = MEMORY_REASON
+    elif info.state == "OUT_OF_MEMORY":
+        reason = MEMORY_REASON
     if "--mem" in hint and predicted:
         hint += f" The estimator predicted {predicted}."
     elif info.state == "FAILED" and info.signal == signals.SIGKILL.value and predicted:
         hint += f" SIGKILL often means memory ran out; the estimator predicted {predicted}."
     return Explanation(job_id=info.job_id, state=info.state, exit_code=info.exit_code, signal=info.signal,
                        elapsed_s=info.elapsed_s, time_limit_s=info.time_limit_s, log_path=path,
-                       log_lines=tuple(important_lines(text)), hint=hint, reason=info.reason,
+                       log_lines=tuple(important_lines(text)), hint=hint, reason=reason,
                        earlier_attempts=earlier_attempts)
 
 
 def important_lines(text: str, most: int = 8) -> list[tuple[int, str]]:
-    """The lines that say what went wrong: the first Python traceback (its head, last frame and the
-    exception), else the first error-looking lines, else the last lines before the job's own footer."""
+    """The lines that say what went wrong, the cause first in rank: a program's Python traceback (its head,
+    last frames and the exception); else the last error lines a program printed (argparse's `error:`, bash's
+    `No such file or directory`, SLURM's kill notices); only then a launcher's traceback, which just reports
+    that its child failed (torchrun's ChildFailedError, psrecord's NoSuchProcess); else the last lines
+    before the job's own footer."""
     lines = text.splitlines()
     bare = [strip_launcher_prefix(line) for line in lines]  # launchers' prefixes (NeMo-Run, srun -l, …)
-    for index, line in enumerate(bare):
-        if line.startswith(_TRACEBACK):
-            return _traceback(lines, bare, index, most)
+    tracebacks = _tracebacks(bare)
+    programs = [(start, end) for start, end in tracebacks if not _is_launcher_exception(bare, end)]
+    if programs:
+        return _traceback(lines, bare, *programs[0], most)
+    inside = {index for start, end in tracebacks for index in range(start, end + 1)}
     errors = [(index + 1, lines[index]) for index, line in enumerate(bare)
-              if _ERROR_LINE.search(line) and not _OWN_LINES.match(line)]
+              if index not in inside and _ERROR_LINE.search(line) and not _OWN_LINES.match(line)
+              and not _LAUNCHER_LINE.search(line)]
     if errors:
-        return errors[:most]
+        return errors[-most:]
+    if tracebacks:
+        return _traceback(lines, bare, *tracebacks[0], most)
     body = [(index + 1, lines[index]) for index, line in enumerate(bare) if line.strip() and not _OWN_LINES.match(line)]
     return body[-min(most, 5):]
 
 
-def _traceback(lines: list[str], bare: list[str], start: int, most: int) -> list[tuple[int, str]]:
-    end = start + 1
-    while end < len(bare) and (bare[end].startswith((" ", "\t")) or not bare[end].strip()
-                               or bare[end].startswith(("During handling", "The above exception", _TRACEBACK))):
-        end += 1
-    # The exception line, plus the lines of its message that follow it without indentation.
-    last = min(end, len(lines) - 1)
-    frames = [index for index in range(start + 1, end) if bare[index].lstrip().startswith("File ")]
-    chosen = [start] + [index for frame in frames[-2:] for index in (frame, frame + 1) if index < end] + [last]
+def _tracebacks(bare: list[str]) -> list[tuple[int, int]]:
+    """(first line, exception line) of every Python traceback, chained ones ("During handling …") as one."""
+    found, index = [], 0
+    while index < len(bare):
+        if not bare[index].startswith(_TRACEBACK):
+            index += 1
+            continue
+        end = index + 1
+        while end < len(bare) and (bare[end].startswith((" ", "\t")) or not bare[end].strip()
+                                   or bare[end].startswith(("During handling", "The above exception", _TRACEBACK))):
+            end += 1
+        end = min(end, len(bare) - 1)
+        found.append((index, end))
+        index = end + 1
+    return found
+
+
+def _is_launcher_exception(bare: list[str], line: int) -> bool:
+    return bool(_LAUNCHER_EXCEPTION.search(bare[line]))
+
+
+def _traceback(lines: list[str], bare: list[str], start: int, last: int, most: int) -> list[tuple[int, str]]:
+    # The head, the last two frames (file and code line) and the exception line.
+    frames = [index for index in range(start + 1, last) if bare[index].lstrip().startswith("File ")]
+    chosen = [start] + [index for frame in frames[-2:] for index in (frame, frame + 1) if index < last] + [last]
     picked = sorted(set(chosen))[:most]
     return [(index + 1, lines[index]) for index in picked]
 

@@ -165,14 +165,24 @@ class LocalCluster:
         return self.status()
 
     def down(self) -> list[str]:
-        """Cancel the cluster's jobs and stop every daemon this project started. Returns what was stopped."""
+        """Cancel the cluster's jobs, running ones included (their ids end up in `self.cancelled`), and stop
+        every daemon this project started; returns once each is gone and its port is free (an `up` right
+        after finds them free). Returns what was stopped; `self.cancelled` holds (job id, its state)."""
+        self.cancelled: list[tuple[str, str]] = []
         if self._pid_of("slurmctld"):
+            listed = subprocess.run(["squeue", "-h", "-o", "%i %T"], env=self.environment(), capture_output=True,
+                                    text=True, timeout=30)
+            self.cancelled = [tuple(line.split()[:2]) for line in listed.stdout.splitlines() if len(line.split()) > 1]
             subprocess.run(["scancel", "--full", "--user", _username()], env=self.environment(),
                            capture_output=True, timeout=30)
         stopped = []
         for name in self._slurm_daemon_names() + ["slurmdbd", "mariadbd", "munged"]:
             if self._stop(name):
                 stopped.append(name)
+        ports = [self.ports.slurmctld, self.ports.slurmdbd, self.ports.mariadb]
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and any(_port_open(port) for port in ports):
+            time.sleep(0.1)
         return stopped
 
     def controller_running(self) -> bool:
@@ -411,11 +421,19 @@ def _which(tool: str) -> str | None:
 
 
 def _alive(pid: int) -> bool:
+    """Whether any thread of the process still runs: a daemon's main thread can be a zombie while its
+    other threads are still shutting down (and holding its port)."""
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][:1]
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
     except OSError:
-        return False
-    return state != "Z"
+        tasks = [Path(f"/proc/{pid}")]
+    for task in tasks:
+        try:
+            if (task / "stat").read_text().split(") ")[-1][:1] != "Z":
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def _port_open(port: int) -> bool:

@@ -115,10 +115,38 @@ def submit(script: Path, workdir: Path, sbatch_args: Sequence[str] = (), hold: b
         "state": "PENDING", "submitted_at": time.time(), "held": hold,
     }
     _write(record)
-    subprocess.Popen([sys.executable, "-m", "workshop_lib.local_executor", "run", job_id],
-                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                     start_new_session=True, cwd=workdir)
+    # The runner's own errors (it cannot import, say) go to a file of its own: job_info reads it back.
+    with open(_runner_log(job_id), "wb") as errors:
+        runner = subprocess.Popen([*RUNNER_COMMAND, job_id], stdin=subprocess.DEVNULL, stdout=errors, stderr=errors,
+                                  start_new_session=True, cwd=workdir, env=_runner_environment())
+    _update(job_id, change=lambda record: record.setdefault("runner_pid", runner.pid))
     return Submission(job_id, stdout, name)
+
+
+RUNNER_COMMAND = [sys.executable, "-m", "workshop_lib.local_executor", "run"]
+
+
+def _runner_log(job_id: str) -> Path:
+    return jobs_dir() / f"{job_id}.runner.log"
+
+
+def _runner_environment() -> dict[str, str]:
+    """The submitter's environment, with this workshop_lib importable by the runner even where the package
+    is neither installed nor on PYTHONPATH (a notebook started from the checkout's folder)."""
+    package_parent = str(Path(__file__).resolve().parents[1])
+    paths = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([*paths, package_parent])}
+
+
+def _runner_failure(job_id: str) -> str:
+    """Why a runner ended before it started the job: the last line it printed."""
+    try:
+        lines = [line for line in _runner_log(job_id).read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        lines = []
+    said = lines[-1].strip() if lines else "it printed nothing"
+    return (f"the local executor's runner could not start ({said}); its output is in {_runner_log(job_id)}. "
+            f"Check that `{sys.executable} -m workshop_lib.local_executor` runs here, then submit again")
 
 
 def job_info(job_id: str) -> JobInfo:
@@ -128,7 +156,13 @@ def job_info(job_id: str) -> JobInfo:
         return JobInfo(job_id=job_id, state=FORGOTTEN, reason=str(missing))
     state = record["state"]
     if state in ("PENDING", "RUNNING") and record.get("runner_pid") and not _alive(record.get("runner_pid")):
-        state = "NODE_FAIL"  # the runner vanished without writing an end state (machine rebooted, killed)
+        if not record.get("runner_started"):
+            # It died before it could run anything (at import, say): FAILED with what it printed.
+            record = _update(job_id, {"state": "FAILED", "reason": _runner_failure(job_id), "exit_code": 1,
+                                      "ended_at": time.time(), "held": False})
+            state = "FAILED"
+        else:
+            state = "NODE_FAIL"  # the runner vanished without writing an end state (machine rebooted, killed)
     started = record.get("started_at")
     ended = record.get("ended_at") or (time.time() if started else None)
     return JobInfo(
@@ -144,17 +178,18 @@ def release(job_id: str) -> None:
     _update(job_id, {"held": False})
 
 
-def jobs_in(workdir: Path, since: float) -> list[str]:
-    """Local jobs started in `workdir` since `since` (epoch seconds)."""
+def jobs_in(workdir: Path, since: float = 0.0) -> list[JobInfo]:
+    """Local jobs started in `workdir` since `since` (epoch seconds), oldest first."""
+    wanted = str(Path(workdir).resolve())
     found = []
     for path in jobs_dir().glob("local-*.json"):
         try:
             record = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        if record.get("workdir") == str(workdir) and record.get("submitted_at", 0) >= since - 1:
+        if str(Path(record.get("workdir", "")).resolve()) == wanted and record.get("submitted_at", 0) >= since - 1:
             found.append(record["job_id"])
-    return sorted(found, key=_job_number)
+    return [job_info(job_id) for job_id in sorted(found, key=_job_number)]
 
 
 def cancel(job_id: str) -> None:
@@ -181,7 +216,10 @@ def _alive(pid: int | None) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    try:  # a runner that died but was not yet reaped by its submitter (a zombie) is not alive
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
 
 
 def node_names(nodes: int) -> list[str]:
@@ -289,7 +327,8 @@ def _wait_for_gpus(record: dict) -> dict:
 
 def run(job_id: str) -> int:
     """The runner: wait for GPUs, execute the job script, enforce its time limit, record how it ended."""
-    record = _update(job_id, {"runner_pid": os.getpid()})  # from now on a vanished runner shows as NODE_FAIL
+    # From now on a vanished runner shows as NODE_FAIL (before, as a runner that could not start).
+    record = _update(job_id, {"runner_pid": os.getpid(), "runner_started": True})
     while record.get("held") and not record.get("cancel_requested"):
         time.sleep(0.2)  # `sbatch --hold`: the submitter is still preparing the run folder
         record = _read(job_id)

@@ -34,7 +34,8 @@ from .disk_check import check_disk, pending_needs
 from .profiles import Profile, load_profile
 from .results import COMPLETED, chapter_results, read_run, run_note, run_record
 from .paths import ROOT_VARIABLE, RUNS_VARIABLE, repository_root, runs_root  # noqa: F401  (part of this API)
-from .runs import Run, explain_runs, load_run, query_runs, submit_experiments, wait_for_runs
+from .runs import (Run, cancel_runs, explain_runs, load_run, query_runs, read_only_info, submit_experiments,
+                   wait_for_runs)
 from .scripts import render_script
 from .slurm_output import JobInfo
 from .tables import Table
@@ -323,6 +324,14 @@ def _live_monitor(runs: Sequence[Run], root: Path):
     return monitor
 
 
+def cancel_experiments(selection: Selection, runs_dir: Path | str | None = None) -> list[str]:
+    """Cancel the selection's queued and running jobs (a whole chapter: ``nb.cancel_experiments(selection)``;
+    from a shell: ``workshop cancel --chapter N``). Re-running the chapter later submits them again."""
+    lines = cancel_runs(selection.runnable, resolve_runs_dir(runs_dir))
+    message("<br>".join(_escape(line) for line in lines) or "Nothing selected.")
+    return lines
+
+
 def _completed_here(experiment: Experiment, profile: Profile, root) -> bool:
     """The experiment has a completed run of the same content and profile (it will be reused)."""
     record = load_run(experiment, root).record
@@ -335,9 +344,7 @@ def _show_run_table(runs: Sequence[Run], read_only: bool = False) -> pd.DataFram
     each run that ended without completing, why (state, exit code, time against the limit, the log lines
     that matter, a hint). Read-only: asks no scheduler."""
     if read_only:
-        infos = [JobInfo(job_id=run.record.job_id if run.record else "", state=(
-            "DAMAGED" if run.damage else (run.record.final_state or "UNKNOWN") if run.record else "NOT SUBMITTED"))
-            for run in runs]
+        infos = [read_only_info(run) for run in runs]  # the record, else the log's footer: no scheduler
     else:
         infos = query_runs(runs)
     rows = [{"experiment": run.experiment.id, "job": run.record.job_id if run.record else "", "state": info.state,

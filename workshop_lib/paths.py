@@ -45,3 +45,16 @@ def runs_root(runs_dir: Path | str | None = None) -> Path:
     """Absolute runs folder: the argument, else $WORKSHOP_RUNS_DIR, else <repository>/runs."""
     chosen = runs_dir or os.environ.get(RUNS_VARIABLE) or repository_root() / "runs"
     return Path(chosen).expanduser().resolve()
+
+
+def existing_runs_root(runs_dir: Path | str | None) -> Path:
+    """`runs_root` for reading: a folder named on the command line must exist (a typo would otherwise show
+    every run as missing); the default one may not exist yet (nothing was submitted)."""
+    from .errors import WorkshopError
+
+    root = runs_root(runs_dir)
+    if runs_dir and not root.is_dir():
+        what = "is not a folder" if root.exists() else "does not exist"
+        raise WorkshopError(f"runs folder {runs_dir} {what}: give the folder that holds the run directories "
+                            f"(the one you submitted with; default ${RUNS_VARIABLE} or <repository>/runs)")
+    return root

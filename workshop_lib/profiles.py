@@ -210,6 +210,12 @@ def load_profile(name_or_path: str | Path | None = None) -> Profile:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as error:
         raise ProfileError(f"profile {path} is not valid YAML: {error}") from error
+    except UnicodeDecodeError:
+        raise ProfileError(f"profile {path} is not a text file (a YAML profile is text): give the path of a "
+                           f"profile such as slurm/profiles/tiny.yml, or a name: {', '.join(available_profiles())}"
+                           ) from None
+    except OSError as error:
+        raise ProfileError(f"cannot read profile {path} ({error.strerror}): give a readable YAML file") from error
     if not isinstance(data, dict):
         raise ProfileError(f"profile {path} must be a mapping of keys, not {type(data).__name__}")
     return with_shared_folder(profile_from_dict(data, source=path))

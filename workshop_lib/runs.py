@@ -10,12 +10,16 @@ notebooks on the same runs folder take turns) and each file is written whole (te
 
     NOT SUBMITTED ─reserve─▶ RESERVED ─sbatch --hold─▶ HELD ─archive, install, record, release─▶ ACTIVE ─▶ ENDED
 
-- *reserve*: ``.reservation.json`` says a submission is under way, before ``sbatch`` is called. A submitter
-  killed after ``sbatch`` but before ``job.json`` leaves it behind; the next one finds the held job by its
-  working directory and adopts it instead of submitting a second job.
+- *reserve*: ``.reservation.json`` says a submission is under way, before ``sbatch`` is called. It is dropped
+  only where no job can exist (sbatch answered no); a submitter stopped anywhere after that (killed, Ctrl-C,
+  sbatch waiting on a slow controller) leaves it behind, and the next one settles it: it adopts the held job
+  it finds in the run folder when that is the run's only waiting job, and cancels every other one, saying
+  which and why. Before any new submission, waiting jobs in the folder that ``job.json`` does not name are
+  cancelled too: once released they would write over the run's files.
 - the new script is rendered into ``.next/`` and the job submitted *held*; only once ``sbatch`` succeeded
   do the previous attempt's files move to ``attempts/<job id>-<submit time>/`` (a name a reused job id
-  cannot collide with), the new files take their place, ``job.json`` is written and the job released.
+  cannot collide with), the new files take their place, ``job.json`` is written and the job released. The
+  job id and each phase go into the reservation first, so a stopped install is finished, not repeated.
 - *ACTIVE* includes UNKNOWN (a scheduler that does not answer): such a run is asked again later, never
   archived, never submitted again.
 - *ENDED*: the scheduler's final state (``sacct``), or, where it has forgotten the job and keeps no
@@ -43,8 +47,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from . import cluster, paths, slurm_output
-from .backend import get_backend, resolve_backend
-from .errors import ClusterError, WorkshopError
+from .backend import FORGOTTEN, get_backend, resolve_backend
+from .errors import ClusterError, SubmitError, WorkshopError
 from .experiments import Experiment, select_experiments
 from .profiles import Profile, load_profile
 from .sbatch_script import sbatch_request
@@ -127,13 +131,32 @@ class RunRecord:
             known = {key: data[key] for key in cls.__dataclass_fields__ if key in data}
             return cls(**known)
         except (ValueError, TypeError, AttributeError) as error:
-            logs = sorted(p.name for p in Path(directory).glob("slurm-*.out"))
-            job = f" The job's log is {', '.join(logs)} (its number is the job id)." if logs else ""
-            raise DamagedRecord(
-                f"{path} is damaged ({type(error).__name__}: {error}); the run's other files are intact.{job} "
-                f"To recover: if that job still runs (`squeue --me`), wait for it and then rename job.json to "
-                f"job.json.damaged; otherwise rename it now. The next submission then keeps every file of this "
-                f"run under {ATTEMPTS_DIR}/ and submits it again.") from error
+            raise DamagedRecord(f"{path} is damaged ({type(error).__name__}: {error}); the run's other files are "
+                                f"intact. {_damaged_record_advice(Path(directory))}") from error
+
+
+def _damaged_record_advice(directory: Path) -> str:
+    """What to do about a damaged job.json, from what the job's log says: a completed run is kept as it is
+    (renaming its record would run the experiment again)."""
+    from .parse.footer import parse_footer
+
+    logs = sorted(directory.glob("slurm-*.out"))
+    if not logs:
+        return (f"No job log is here, so the job never ran: rename job.json to job.json.damaged and re-run; the "
+                f"next submission keeps this run's files under {ATTEMPTS_DIR}/ and submits it again.")
+    names = ", ".join(log.name for log in logs)
+    try:
+        exit_status = parse_footer(logs[-1].read_text(errors="replace")).exit_status
+    except OSError:
+        exit_status = None
+    if exit_status == 0:
+        return (f"Its log {logs[-1].name} ends with `Exit status: 0`: the job completed and the tables read its "
+                "results from the other files. Leave job.json as it is: renaming it would run the experiment "
+                "again (this run is not submitted again while it is damaged).")
+    ended = f"ends with `Exit status: {exit_status}`" if exit_status is not None else "has no footer yet"
+    return (f"The job's log {names} {ended} (its number is the job id). If that job still runs (`squeue --me`), "
+            "wait for it. Once it has ended without completing, rename job.json to job.json.damaged: the next "
+            f"submission keeps every file of this run under {ATTEMPTS_DIR}/ and submits it again.")
 
 
 @dataclass
@@ -251,9 +274,10 @@ def run_lock(directory: Path, timeout: float = LOCK_TIMEOUT_S):
         directory.mkdir(parents=True, exist_ok=True)
         handle = open(directory / LOCK_NAME, "a+")
     except OSError as error:
-        raise WorkshopError(f"cannot write to the run folder {directory} ({error.strerror}): submit with a "
-                            f"writable runs folder (--runs-dir, or ${RUNS_VARIABLE}); reading results needs "
-                            "no write access") from error
+        raise WorkshopError(f"cannot write to the run folder {directory} ({error.strerror}): submitting, even "
+                            f"to reuse a completed run, takes the run's lock. To only read the results that exist "
+                            f"(what `make book` does), set WORKSHOP_SUBMIT=0 before executing the notebook; to "
+                            f"submit, use a writable runs folder (--runs-dir, or ${RUNS_VARIABLE})") from error
     deadline = time.monotonic() + timeout
     with handle:
         while True:
@@ -282,33 +306,50 @@ def submit_experiment(experiment: Experiment, profile: Profile | str | None = No
         if run.damage:
             run.note = "not submitted: job.json is damaged (see the message)"
             return run
-        if (directory / RESERVATION_NAME).exists():
-            adopted = _adopt_reserved(run)
-            if adopted is not None:
-                return adopted
-        if run.record is not None:
-            info = run.info()
-            if info.state == "PENDING" and info.reason == HELD:
-                # Recorded, but its submitter stopped before releasing it (see _install).
-                get_backend(run.record.backend).release(run.record.job_id)
-                run.note = f"released job {run.record.job_id}, left held by an interrupted submission"
-                return run
-            if not info.finished:
-                run.note = (f"job {run.record.job_id} is {info.state}: not doubled" if info.state != UNKNOWN else
-                            f"job {run.record.job_id}: the scheduler does not answer, so it may still run: not "
-                            f"submitted again ({_first_line(info.reason)}); re-run this later")
-                return run
-            run.remember(info)
-            same = run.record.content_hash == experiment.content_hash and run.record.profile == profile.name
-            if same and info.state == "COMPLETED" and not force:
-                run.note = f"reused: job {run.record.job_id} completed"
-                return run
-        return _submit_new(run, profile, backend, sbatch_args)
+        settled: list[str] = []  # what was done about jobs an interrupted submission left behind
+        try:
+            if (directory / RESERVATION_NAME).exists():
+                adopted = _settle_reservation(run, settled)
+                if adopted is not None:
+                    return adopted
+            run = _submit_or_reuse(run, profile, force, backend, sbatch_args, settled)
+        except OSError as error:  # a full disk, a folder turned read-only: say where, and what re-running does
+            raise WorkshopError(
+                f"could not write in the run folder {directory} ({error.strerror}: {error.filename}): free some "
+                f"disk space (`df -h {directory.parent}`) or submit into another runs folder (--runs-dir, "
+                f"${RUNS_VARIABLE}), then re-run. A job this submission already handed to the scheduler is adopted "
+                "then, not doubled.") from error
+        run.note = "; ".join([*settled, run.note])
+        return run
 
 
-def _submit_new(run: Run, profile: Profile, backend: str | None, sbatch_args: Sequence[str]) -> Run:
+def _submit_or_reuse(run: Run, profile: Profile, force: bool, backend: str | None, sbatch_args: Sequence[str],
+                     settled: list[str]) -> Run:
+    if run.record is not None:
+        info = run.info()
+        if info.state == "PENDING" and info.reason == HELD:
+            # Recorded, but its submitter stopped before releasing it (see _install).
+            get_backend(run.record.backend).release(run.record.job_id)
+            run.note = f"released job {run.record.job_id}, left held by an interrupted submission"
+            return run
+        if not info.finished:
+            run.note = (f"job {run.record.job_id} is {info.state}: not doubled" if info.state != UNKNOWN else
+                        f"job {run.record.job_id}: the scheduler does not answer, so it may still run: not "
+                        f"submitted again ({_first_line(info.reason)}); re-run this later")
+            return run
+        run.remember(info)
+        same = run.record.content_hash == run.experiment.content_hash and run.record.profile == profile.name
+        if same and info.state == "COMPLETED" and not force:
+            run.note = f"reused: job {run.record.job_id} completed"
+            return run
+    return _submit_new(run, profile, backend, sbatch_args, settled)
+
+
+def _submit_new(run: Run, profile: Profile, backend: str | None, sbatch_args: Sequence[str],
+                settled: list[str]) -> Run:
     check_before_submit(run.experiment, profile)  # a skipped `workshop setup` step: say so before the queue
     chosen = resolve_backend(backend)
+    _cancel_strays(run, chosen, settled)
     staging = run.directory / STAGING_DIR
     shutil.rmtree(staging, ignore_errors=True)
     script = prepare_run_directory(run.experiment, profile, staging)
@@ -318,13 +359,20 @@ def _submit_new(run: Run, profile: Profile, backend: str | None, sbatch_args: Se
                    "experiment_id": run.experiment.id, "content_hash": run.experiment.content_hash,
                    "profile": profile.name, "sbatch_args": ["--open-mode=append", *sbatch_args]}
     write_atomically(run.directory / RESERVATION_NAME, json.dumps(reservation) + "\n")
+    _fault_point("after-reserve")
     try:
         job = cluster.submit(script, workdir=run.directory, backend=chosen, hold=True,
                              sbatch_args=reservation["sbatch_args"])
-    except BaseException:
-        (run.directory / RESERVATION_NAME).unlink(missing_ok=True)
-        shutil.rmtree(staging, ignore_errors=True)
+    except SubmitError as refused:
+        if _may_have_submitted(refused):
+            raise SubmitError(f"{refused}\n{_KEPT}".format(directory=run.directory)) from refused
+        # The scheduler answered no: no job exists, so the reservation goes.
+        _drop_reservation(run.directory)
         raise
+    except ClusterError as error:  # e.g. sbatch did not answer in time: it may have submitted the job
+        raise ClusterError(f"{error}\n{_KEPT}".format(directory=run.directory)) from error
+    # Anything else (Ctrl-C, a kill) also leaves the reservation: a job may exist, and the next submission
+    # adopts or cancels it.
     _fault_point("after-submit")
     _install(run, job.job_id, reservation)
     run.submitted_now = True
@@ -332,42 +380,111 @@ def _submit_new(run: Run, profile: Profile, backend: str | None, sbatch_args: Se
     return run
 
 
-def _adopt_reserved(run: Run) -> Run | None:
-    """Finish a submission whose submitter died between `sbatch` and `job.json`: adopt its held job.
-    None when no job was submitted (the reservation is then dropped)."""
+_KEPT = ("The job may have reached the scheduler, so {directory} keeps its reservation: re-running the cell "
+         "(or `workshop submit`) adopts that job or cancels it, and never starts a second one.")
+
+
+def _may_have_submitted(refused: SubmitError) -> bool:
+    """sbatch timed out waiting for the controller's answer: the controller may still have queued the job."""
+    return "timed out" in str(refused).lower()
+
+
+def _drop_reservation(directory: Path) -> None:
+    (directory / RESERVATION_NAME).unlink(missing_ok=True)
+    shutil.rmtree(directory / STAGING_DIR, ignore_errors=True)
+
+
+def _settle_reservation(run: Run, settled: list[str]) -> Run | None:
+    """A submission was interrupted between reserving and recording: finish it with the job it left (adopted
+    when it is the run's only waiting job and its script is staged), else cancel every job it left.
+    Returns the run when adopted, or when the scheduler cannot be asked (then nothing is submitted);
+    None when the reservation is settled and a submission may follow (`settled` says what was done)."""
     path = run.directory / RESERVATION_NAME
     try:
         reservation = json.loads(path.read_text())
-        found = get_backend(reservation["backend"]).jobs_in(run.directory, reservation["reserved_at"])
+        backend_name, since = reservation["backend"], float(reservation["reserved_at"])
+    except (OSError, ValueError, KeyError, TypeError):
+        reservation, since = None, 0.0
+        backend_name = run.record.backend if run.record is not None else None
+    if reservation is not None and reservation.get("job_id"):
+        # The job was submitted and its files were being moved in: finish that, from where it stopped.
+        _install(run, reservation["job_id"], reservation)
+        run.note = (f"adopted job {reservation['job_id']}: its submission stopped while moving its files in; "
+                    "they are in place now")
+        return run
+    try:
+        backend = get_backend(backend_name or resolve_backend(None))
+        found = backend.jobs_in(run.directory, since)
     except ClusterError as error:
         run.note = (f"an earlier submission was interrupted and the scheduler does not answer ({_first_line(error)}):"
                     " not submitting, so as not to start a second job; re-run this later")
         return run
-    except (OSError, ValueError, KeyError):
-        found, reservation = [], None
-    if not found or reservation is None or not (run.directory / STAGING_DIR / SCRIPT_NAME).is_file():
-        path.unlink(missing_ok=True)
-        shutil.rmtree(run.directory / STAGING_DIR, ignore_errors=True)
-        return None
-    job_id = found[-1]
-    _install(run, job_id, reservation)
-    run.note = f"adopted job {job_id}, submitted by a submitter that stopped before recording it"
-    return run
+    named = run.record.job_id if run.record is not None else None
+    waiting = [info for info in found if info.state == "PENDING" and info.job_id != named]
+    staged = reservation is not None and (run.directory / STAGING_DIR / SCRIPT_NAME).is_file()
+    if len(waiting) == 1 and staged:
+        job_id = waiting[0].job_id
+        _install(run, job_id, reservation)
+        run.note = (f"adopted job {job_id}: it waited in this run folder, the run's only job, submitted by a "
+                    "submission that stopped before recording it")
+        return run
+    _drop_reservation(run.directory)
+    _cancel(backend, waiting, run, settled, "an interrupted submission left it" + (
+        "" if len(waiting) < 2 else f" ({len(waiting)} jobs in one run folder)"))
+    return None
+
+
+def _cancel_strays(run: Run, backend_name: str, settled: list[str]) -> None:
+    """Before a new submission: cancel waiting jobs in the run folder that job.json does not name (once
+    released they would write into the new attempt's files). A scheduler that cannot be asked is left to
+    sbatch, which then says so."""
+    backend = get_backend(backend_name)
+    try:
+        found = backend.jobs_in(run.directory)
+    except ClusterError:
+        return
+    named = run.record.job_id if run.record is not None else None
+    _cancel(backend, [info for info in found if info.state == "PENDING" and info.job_id != named], run, settled,
+            "it waited in this run folder and job.json does not name it")
+
+
+def _cancel(backend, infos: Sequence[JobInfo], run: Run, settled: list[str], why: str) -> None:
+    for info in infos:
+        try:
+            backend.cancel(info.job_id)
+        except ClusterError as error:
+            raise ClusterError(f"job {info.job_id} waits in {run.directory} but job.json does not name it, and "
+                               f"cancelling it failed ({_first_line(error)}): cancel it yourself "
+                               f"(`workshop cancel --job {info.job_id}`, or scancel) and re-run") from error
+        settled.append(f"cancelled job {info.job_id} ({why}; once released it would overwrite this run's files)")
 
 
 def _install(run: Run, job_id: str, reservation: dict) -> None:
-    """The held job is submitted: archive the previous attempt, move the new files in, record, release."""
+    """The held job is submitted: archive the previous attempt, move the new files in, record, release.
+    Each phase is written into the reservation first, so that a submitter stopped anywhere here is
+    finished by the next one (`_settle_reservation`) instead of leaving the job unnamed."""
     directory, staging = run.directory, run.directory / STAGING_DIR
-    if run.record is not None and not run.record.final_state:
-        run.remember(run.info())
-    _archive_attempt(run)
-    for entry in staging.iterdir():
-        os.replace(entry, directory / entry.name)
-    staging.rmdir()
+    path = directory / RESERVATION_NAME
+    if not reservation.get("job_id"):
+        if run.record is not None and not run.record.final_state:
+            run.remember(run.info())
+        reservation = {**reservation, "job_id": job_id, "attempt": _attempt_name(run), "phase": "archive"}
+        write_atomically(path, json.dumps(reservation) + "\n")
+    if reservation.get("phase") == "archive":
+        _archive_attempt(run, reservation.get("attempt"))
+        _fault_point("after-archive")
+        reservation = {**reservation, "phase": "move"}
+        write_atomically(path, json.dumps(reservation) + "\n")
+    if staging.is_dir():
+        for entry in sorted(staging.iterdir()):
+            os.replace(entry, directory / entry.name)
+            _fault_point("mid-move")
+        staging.rmdir()
+    _fault_point("after-move")
     (directory / TRAIN_DIR).mkdir(exist_ok=True)
     script = directory / SCRIPT_NAME
     sbatch_args = reservation.get("sbatch_args", ["--open-mode=append"])  # absent in an older reservation
-    request = sbatch_request(script.read_text(errors="replace"), sbatch_args)
+    request = sbatch_request(script.read_text(errors="replace"), sbatch_args) if script.is_file() else {}
     stdout = slurm_output.expected_stdout(script, directory, job_id, sbatch_args)
     run.record = RunRecord(
         experiment_id=reservation["experiment_id"], content_hash=reservation["content_hash"],
@@ -376,36 +493,50 @@ def _install(run: Run, job_id: str, reservation: dict) -> None:
         submitted_at=datetime.fromtimestamp(reservation["reserved_at"], timezone.utc).isoformat(timespec="seconds"),
         job_name=request.get("job-name") or SCRIPT_NAME)
     run.record.save(directory)
-    (directory / RESERVATION_NAME).unlink(missing_ok=True)
+    path.unlink(missing_ok=True)
     _fault_point("before-release")
     get_backend(run.record.backend).release(job_id)
 
 
-def _archive_attempt(run: Run) -> Path | None:
-    """Move the previous attempt's files to attempts/<job id>-<submit time>/ so that no result is lost."""
-    entries = [entry for entry in run.directory.iterdir() if entry.name not in _BOOKKEEPING]
-    if not entries:
+def _attempt_name(run: Run) -> str | None:
+    """The attempts/ folder the previous attempt's files go to: <job id>-<submit time>, a name a reused job
+    id cannot collide with; None when there is nothing to keep."""
+    if not [entry for entry in run.directory.iterdir() if entry.name not in _BOOKKEEPING]:
         return None
     if run.record is not None:
         stamp = run.record.submitted_at.replace(":", "").replace("-", "").split("+")[0]
         name = f"{run.record.job_id}-{stamp}"
     else:
         name = "unrecorded-" + datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
-    target = run.directory / ATTEMPTS_DIR / name
-    suffix = 1
-    while target.exists():
+    candidate, suffix = name, 1
+    while (run.directory / ATTEMPTS_DIR / candidate).exists():
         suffix += 1
-        target = run.directory / ATTEMPTS_DIR / f"{name}-{suffix}"
-    target.mkdir(parents=True)
+        candidate = f"{name}-{suffix}"
+    return candidate
+
+
+def _archive_attempt(run: Run, name: str | None) -> Path | None:
+    """Move the previous attempt's files to attempts/<name>/ so that no result is lost (resumable: a folder
+    half filled by a stopped submitter takes the rest)."""
+    entries = [entry for entry in run.directory.iterdir() if entry.name not in _BOOKKEEPING]
+    if not entries:
+        return None
+    target = run.directory / ATTEMPTS_DIR / (name or _attempt_name(run))
+    target.mkdir(parents=True, exist_ok=True)
     for entry in entries:
         os.replace(entry, target / entry.name)
     return target
 
 
 def _fault_point(name: str) -> None:
-    """Fault injection for the tests: die here, as `kill -9` would, when $WORKSHOP_FAULT names this step."""
-    if os.environ.get(FAULT_VARIABLE) == name:
+    """Fault injection for the tests: when $WORKSHOP_FAULT names this step, die here as `kill -9` would;
+    `NAME:int` sends SIGINT instead (Ctrl-C in a terminal, a notebook's interrupt)."""
+    chosen = os.environ.get(FAULT_VARIABLE, "")
+    if chosen == name:
         os.kill(os.getpid(), signal.SIGKILL)
+    elif chosen == f"{name}:int":
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(1)  # the handler raises KeyboardInterrupt at the next bytecode
 
 
 def _first_line(text) -> str:
@@ -482,18 +613,27 @@ def earlier_attempts_of(runs: Sequence[Run]) -> dict[int, tuple[str, ...]]:
     recorded = {run.record.job_id: run for run in runs if run.record is not None and run.record.backend == "slurm"}
     if not recorded:
         return {}
+    origin = {job_id: (str(run.directory), _epoch(run.record.submitted_at)) for job_id, run in recorded.items()}
     try:
-        records = get_backend("slurm").accounting(list(recorded), duplicates=True) or {}
+        records = get_backend("slurm").accounting(list(recorded), duplicates=True, origin=origin) or {}
     except ClusterError:
         return {}
     found: dict[int, tuple[str, ...]] = {}
     for job_id, run in recorded.items():
         attempts = [records[key] for key in sorted(records, key=lambda k: int(k.split("#")[1]))
-                    if key.split("#")[0] == job_id]
+                    if key.split("#")[0] == job_id and (not run.record.job_name or not records[key].name
+                                                        or records[key].name == run.record.job_name)]
         if len(attempts) > 1:
             found[id(run)] = tuple(info.state + (f" on {info.node_list}" if info.node_list else "")
                                    for info in attempts[:-1])
     return found
+
+
+def _epoch(stamp: str) -> float:
+    try:
+        return datetime.fromisoformat(stamp).timestamp()
+    except ValueError:
+        return 0.0
 
 
 def _predicted_memory(experiment: Experiment) -> str | None:
@@ -505,6 +645,43 @@ def _predicted_memory(experiment: Experiment) -> str | None:
     except Exception:  # noqa: BLE001 - a model the estimator does not know: no prediction, no failure
         return None
     return f"{estimate.total / 2**30:.1f} GiB per GPU (`workshop estimate {experiment.id}`)"
+
+
+# ---- stopping ----------------------------------------------------------------------------------
+def cancel_runs(experiments: Iterable[Experiment], root: Path | str | None = None) -> list[str]:
+    """Cancel the queued or running job of each experiment's run (`workshop cancel`, a notebook's
+    `nb.cancel_experiments`); one line per run says what was done. The run folders stay: re-running the
+    chapter submits the cancelled runs again and reuses the completed ones."""
+    runs = [load_run(experiment, root) for experiment in experiments]
+    lines = []
+    for run, info in zip(runs, query_runs(runs)):
+        name = run.experiment.id
+        if run.record is None:
+            lines.append(f"{name}: nothing to cancel ({run.damage and 'job.json is damaged' or 'not submitted'})")
+        elif info.state == UNKNOWN:
+            lines.append(f"{name}: job {run.record.job_id} not cancelled: the scheduler does not answer "
+                         f"({_first_line(info.reason)}); try again later")
+        elif info.finished:
+            lines.append(f"{name}: job {run.record.job_id} already ended ({info.state}): nothing to cancel")
+        else:
+            get_backend(run.record.backend).cancel(run.record.job_id)
+            lines.append(f"{name}: cancelled job {run.record.job_id} (it was {info.state})")
+    return lines
+
+
+def read_only_info(run: Run) -> JobInfo:
+    """What the run folder alone says, asking no scheduler (the book's read-only view): the recorded final
+    state, else the end the job's log footer gives, else UNKNOWN (it may still run)."""
+    if run.damage:
+        return JobInfo(job_id="", state=DAMAGED, reason=run.damage)
+    if run.record is None:
+        return JobInfo(job_id="", state=NOT_SUBMITTED)
+    if run.record.final_state:
+        return query_runs([run])[0]  # the recorded state: no scheduler call
+    ended = cluster.ended_from_log(JobInfo(job_id=run.record.job_id, state=FORGOTTEN,
+                                           stdout_path=run.stdout_path, reason="read only: no scheduler asked"))
+    return ended if ended.state != "LOST" else JobInfo(job_id=run.record.job_id, state=UNKNOWN,
+                                                       stdout_path=run.stdout_path)
 
 
 # ---- reading: status ----------------------------------------------------------------------------

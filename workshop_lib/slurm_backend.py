@@ -111,11 +111,15 @@ class SlurmBackend:
                     reason="not in squeue" + (" nor in sacct" if records is not None else "; no accounting here"))
         return infos
 
-    def accounting(self, job_ids: Sequence[str], duplicates: bool = False) -> dict[str, JobInfo] | None:
+    def accounting(self, job_ids: Sequence[str], duplicates: bool = False,
+                   origin: dict[str, tuple[str, float]] | None = None) -> dict[str, JobInfo] | None:
         """sacct's records of these jobs; None where the cluster keeps no accounting. With
-        `duplicates`, every attempt of a requeued job (key `ID#N`, the last without suffix)."""
+        `duplicates`, every attempt of a requeued job (key `ID#N`, oldest first). `origin` (job id ->
+        working directory, earliest submit time in epoch s) keeps only the rows of that very job: after a
+        scheduler reset, `sacct -D` also lists unrelated jobs that had the same id."""
+        fields = slurm_output.SACCT_FIELDS + (",WorkDir,Submit" if origin is not None else "")
         command = ["sacct", "-n", "-P", "-X", *(["-D"] if duplicates else []), "-j", ",".join(job_ids),
-                   "-o", slurm_output.SACCT_FIELDS]
+                   "-o", fields]
         result = _run(command, "sacct")
         if result.returncode != 0:
             if ACCOUNTING_DISABLED in result.stderr.lower():
@@ -127,6 +131,8 @@ class SlurmBackend:
         attempts: dict[str, JobInfo] = {}
         counts: dict[str, int] = {}
         for line in result.stdout.splitlines():  # one line per attempt, oldest first
+            if origin is not None and not _same_job(line, origin):
+                continue
             for job_id, info in slurm_output.job_infos_from_sacct(line).items():
                 attempts[f"{job_id}#{counts.get(job_id, 0)}"] = info
                 counts[job_id] = counts.get(job_id, 0) + 1
@@ -138,20 +144,22 @@ class SlurmBackend:
     def cancel(self, job_id: str) -> None:
         _checked(["scancel", job_id], f"scancel {job_id}")
 
-    def jobs_in(self, workdir: Path, since: float) -> list[str]:
+    def jobs_in(self, workdir: Path, since: float = 0.0) -> list[JobInfo]:
         output = _checked(["squeue", "-h", "-t", "all", "--me", "--local", "-O", SQUEUE_FORMAT], "squeue")
+        wanted = str(Path(workdir).resolve())
         found = []
         for line in output.splitlines():
             fields = line.split("|")
-            if len(fields) < 9 or fields[7] != str(workdir):
+            if len(fields) < 9 or str(Path(fields[7]).resolve()) != wanted:
                 continue
             try:
                 submitted = datetime.fromisoformat(fields[8]).timestamp()
             except ValueError:
                 submitted = since
             if submitted >= since - 1:
-                found.append(fields[0])
-        return found
+                found.append(JobInfo(job_id=fields[0], state=slurm_output.normalise_state(fields[2]),
+                                     reason=fields[3] or None, name=fields[1] or None))
+        return sorted(found, key=lambda info: int(info.job_id) if info.job_id.isdigit() else 0)
 
     def poll_policy(self) -> PollPolicy:
         from .backend import chosen_poll_policy
@@ -197,6 +205,21 @@ class SlurmBackend:
             else:
                 infos[job_id] = slurm_output.aggregate_array(job_id, tasks)
         return infos
+
+
+def _same_job(line: str, origin: dict[str, tuple[str, float]]) -> bool:
+    """Whether an `sacct -D` row (SACCT_FIELDS, WorkDir, Submit) belongs to the job `origin` describes."""
+    fields = line.split("|")
+    count = len(slurm_output.SACCT_FIELDS.split(","))
+    if len(fields) < count + 2 or fields[0] not in origin:
+        return True  # nothing to compare: keep it
+    workdir, earliest = origin[fields[0]]
+    try:
+        submitted = datetime.fromisoformat(fields[count + 1]).timestamp()
+    except ValueError:
+        submitted = earliest
+    same_folder = Path(fields[count]).resolve() == Path(workdir).resolve() if fields[count] else True
+    return same_folder and submitted >= earliest - 60
 
 
 def _refusal_hint(stderr: str) -> str:

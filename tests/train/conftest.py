@@ -53,12 +53,17 @@ def launch(tmp_path, data_dir):
     that metrics.jsonl ends with a summary and that every record follows the schema."""
 
     def run(module: str, nproc: int, *args: str, name: str = "run") -> Run:
+        if "--deepspeed" in args:  # an optional engine: absent on a machine without the train extra
+            pytest.importorskip("deepspeed", reason="DeepSpeed is not installed here (pip install -e '.[train]')")
         output_dir = tmp_path / name
         command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
                    "--master_addr=127.0.0.1", f"--master_port={free_port()}",
                    "-m", f"workshop_lib.train.{module}", "--output-dir", str(output_dir), *args]
-        env = {**os.environ, "WORKSHOP_DATA_DIR": str(data_dir), "OMP_NUM_THREADS": "1",
-               "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(REPO)}
+        # CUDA_VISIBLE_DEVICES="": these runs are the CPU ones (gloo) even on a GPU machine, where several
+        # ranks would otherwise share one GPU through NCCL.
+        env = {**os.environ, "WORKSHOP_DATA_DIR": str(data_dir), "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "",
+               "TOKENIZERS_PARALLELISM": "false",
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
         done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
         log = done.stdout + done.stderr
         assert done.returncode == 0, f"{' '.join(command)} failed:\n{log[-6000:]}"

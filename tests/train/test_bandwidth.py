@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -27,7 +28,8 @@ def test_two_processes_report_in_the_layout_the_nccl_parser_reads(tmp_path):
     torchrun = shutil.which("torchrun") or pytest.skip("torchrun is not installed")
     result = subprocess.run([torchrun, "--standalone", "--nproc_per_node=2", "-m", "workshop_lib.train.bandwidth",
                              "--size-mb", "2", "--iterations", "3"], cwd=tmp_path, capture_output=True, text=True,
-                            timeout=180, env={"PATH": f"{sys.prefix}/bin:/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
+                            timeout=180, env={"PATH": f"{sys.prefix}/bin:/usr/bin:/bin", "CUDA_VISIBLE_DEVICES": "",
+                                 "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})  # the gloo check, also on a GPU machine
     assert result.returncode == 0, result.stderr[-2000:]
     report = parse_nccl_allreduce(result.stdout)
     assert len(report.rows) == 1 and report.rows[0].size_bytes == 2 * 2**20 and report.out_of_bounds == 0

@@ -16,7 +16,7 @@ def _mlp(seed: int = 0) -> torch.nn.Module:
 
 
 def _train(model, optimizer, probe: MemoryProbe | None, steps: int = 3, batch: int = 32):
-    x = torch.randn(batch, 64)
+    x = torch.randn(batch, 64, device=next(model.parameters()).device)
     for step in range(1, steps + 1):
         if probe:
             probe.begin(step, model, optimizer)

@@ -116,3 +116,20 @@ def test_bloom_560m_random_init_config_has_the_real_dimensions():
     assert (config.hidden_size, config.n_layer, config.n_head, config.vocab_size) == (1024, 24, 16, 250880)
     with pytest.raises(WorkshopError, match="registry"):
         model_spec("bloom-7b")
+
+
+def test_a_requeued_job_keeps_the_earlier_attempts_metrics(tmp_path, monkeypatch):
+    from workshop_lib.train.metrics import MetricsWriter
+
+    first = MetricsWriter(tmp_path, enabled=True)
+    first.step(1, 9.0, 1e-4, 0.5, 8, 0.1)
+    first.step(2, 8.0, 1e-4, 0.5, 8, 0.2)
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")  # SLURM started the job again (NODE_FAIL, requeue)
+    second = MetricsWriter(tmp_path, enabled=True)
+    second.step(1, 9.1, 1e-4, 0.5, 8, 0.1)
+    kept = (tmp_path / "metrics.attempt0.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in kept] == [1, 2]
+    assert [json.loads(line)["loss"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [9.1]
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "0")  # a plain rerun into the same folder starts afresh
+    MetricsWriter(tmp_path, enabled=True)
+    assert (tmp_path / "metrics.jsonl").read_text() == "" and not (tmp_path / "metrics.attempt-1.jsonl").exists()

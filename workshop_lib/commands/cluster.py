@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
+import sys
 import time
+from pathlib import Path
+
+from ..errors import WorkshopError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -18,7 +23,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     up.add_argument("--timeout", type=float, default=90.0, help="seconds to wait for idle nodes")
     up.set_defaults(handler=_up)
 
-    down = actions.add_parser("down", help="cancel its jobs and stop every daemon it started")
+    down = actions.add_parser("down", help="cancel its jobs (running ones too) and stop every daemon it started; "
+                                           "returns once they have exited")
     down.set_defaults(handler=_down)
 
     status = actions.add_parser("status", help="show the daemons and the nodes")
@@ -37,6 +43,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _up(args: argparse.Namespace) -> int:
     from ..local_cluster import LocalCluster
 
+    if not 0 < args.timeout < float("inf"):
+        raise WorkshopError(f"--timeout {args.timeout} is not a number of seconds above 0 (default 90)")
     cluster = LocalCluster()
     started = time.monotonic()
     status = cluster.up(nodes=args.nodes, accounting=not args.no_accounting, timeout=args.timeout)
@@ -49,8 +57,15 @@ def _up(args: argparse.Namespace) -> int:
 def _down(args: argparse.Namespace) -> int:
     from ..local_cluster import LocalCluster
 
-    stopped = LocalCluster().down()
-    print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+    cluster = LocalCluster()
+    stopped = cluster.down()
+    if cluster.cancelled:
+        states = sorted({state for _, state in cluster.cancelled})
+        counts = ", ".join(f"{sum(s == state for _, s in cluster.cancelled)} {state.lower()}" for state in states)
+        print(f"cancelled {len(cluster.cancelled)} job(s) ({counts}): "
+              + " ".join(job_id for job_id, _ in cluster.cancelled))
+    print("stopped: " + (", ".join(stopped) + " (each has exited; its ports are free)" if stopped
+                         else "nothing was running"))
     return 0
 
 
@@ -72,8 +87,25 @@ def _env(args: argparse.Namespace) -> int:
 def _jobs(args: argparse.Namespace) -> int:
     from .. import cluster
 
+    for job_id in args.job_ids:
+        if not JOB_ID.fullmatch(job_id):
+            raise WorkshopError(f"{job_id!r} is not a job id: give SLURM's number (e.g. 1234, or 1234_5 for an array "
+                                "task) or the local executor's local-N, as `workshop status` shows them")
     jobs = [cluster.job_from_id(job_id, backend=args.backend) for job_id in args.job_ids]
     infos = cluster.wait_for(jobs) if args.wait else [job.info() for job in jobs]
     for info in infos:
         print(info.describe())
+    unknown = [info.job_id for info in infos if info.state in ("LOST", "FORGOTTEN") and not _has_log(info)]
+    if unknown:
+        print(f"workshop: error: the scheduler does not know job {', '.join(unknown)} and there is no log of it: "
+              "check the id (`workshop status` lists each run's job; `squeue --me` the active ones)", file=sys.stderr)
+        return 1
     return 0 if all(info.state == "COMPLETED" for info in infos) or not args.wait else 1
+
+
+# SLURM's job ids (an array task 12_3, a heterogeneous part 12+1) and the local executor's local-N.
+JOB_ID = re.compile(r"\d+([_+]\d+)?|local-\d+")
+
+
+def _has_log(info) -> bool:
+    return info.stdout_path is not None and Path(info.stdout_path).is_file()

@@ -8,9 +8,12 @@ import sys
 from pathlib import Path
 
 
+CHAPTERS = (1, 2, 3, 4)
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     listing = subparsers.add_parser("experiments", help="list the experiments of every chapter (or one)")
-    listing.add_argument("--chapter", type=int, help="only this chapter (1-4)")
+    listing.add_argument("--chapter", type=int, choices=CHAPTERS, help="only this chapter (1-4)")
     listing.add_argument("--format", choices=["table", "json"], default="table")
     listing.add_argument("--profile", help="mark the experiments this profile does not run (e.g. tiny)")
     listing.set_defaults(handler=_experiments)
@@ -35,7 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     submit = subparsers.add_parser("submit", help="render experiments into runs/<id>/ and submit them")
     submit.add_argument("experiment_ids", nargs="*", metavar="ID")
-    submit.add_argument("--chapter", type=int, help="every experiment of this chapter")
+    submit.add_argument("--chapter", type=int, choices=CHAPTERS, help="every experiment of this chapter")
     submit.add_argument("--profile", help="site profile (default $WORKSHOP_PROFILE or ibex)")
     submit.add_argument("--runs-dir", type=Path, help="root of the run directories (default $WORKSHOP_RUNS_DIR "
                         "or <repository>/runs)")
@@ -47,9 +50,52 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     status = subparsers.add_parser("status", help="the state of each experiment's run")
     status.add_argument("experiment_ids", nargs="*", metavar="ID")
-    status.add_argument("--chapter", type=int)
+    status.add_argument("--chapter", type=int, choices=CHAPTERS)
     status.add_argument("--runs-dir", type=Path)
     status.set_defaults(handler=_status)
+    _register_cancel(subparsers)
+
+
+def _register_cancel(subparsers: argparse._SubParsersAction) -> None:
+    cancel = subparsers.add_parser("cancel", help="cancel the queued or running jobs of experiments, a chapter, "
+                                                  "or jobs by id")
+    cancel.add_argument("experiment_ids", nargs="*", metavar="ID")
+    cancel.add_argument("--chapter", type=int, choices=CHAPTERS, help="every experiment of this chapter")
+    cancel.add_argument("--job", action="append", default=[], metavar="JOB_ID",
+                        help="a job by its id (repeatable), e.g. one `workshop submit` reported")
+    cancel.add_argument("--runs-dir", type=Path)
+    cancel.set_defaults(handler=_cancel)
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    from .. import cluster
+    from ..errors import WorkshopError
+    from ..experiments import select_experiments
+    from ..paths import existing_runs_root
+    from ..runs import cancel_runs
+    from .cluster import JOB_ID
+
+    if not (args.experiment_ids or args.chapter or args.job):
+        raise WorkshopError("nothing to cancel: give experiment ids, --chapter N or --job JOB_ID "
+                            "(`workshop status` lists the runs and their jobs)")
+    for job_id in args.job:
+        if not JOB_ID.fullmatch(job_id):
+            raise WorkshopError(f"--job {job_id!r} is not a job id: give SLURM's number (e.g. 1234) or the local "
+                                "executor's local-N, as `workshop status` shows them")
+    lines = []
+    if args.experiment_ids or args.chapter:
+        lines += cancel_runs(select_experiments(args.experiment_ids, args.chapter), existing_runs_root(args.runs_dir))
+    for job_id in args.job:
+        job = cluster.job_from_id(job_id)
+        info = job.info()
+        if info.finished:
+            raise WorkshopError(f"job {job_id} is not queued or running ({info.state}): nothing to cancel; check "
+                                "the id (`workshop status`, `squeue --me`)")
+        job.cancel()
+        lines.append(f"cancelled job {job_id} (it was {info.state})")
+    for line in lines:
+        print(line)
+    return 0
 
 
 def _experiments(args: argparse.Namespace) -> int:
@@ -94,8 +140,13 @@ def _render(args: argparse.Namespace) -> int:
     else:
         raise WorkshopError("give an experiment id (`workshop experiments` lists them) or --import-model MODEL")
     if args.output:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(text)
+        try:
+            args.output.parent.mkdir(parents=True, exist_ok=True)
+            args.output.write_text(text)
+        except OSError as error:
+            what = "is a folder" if args.output.is_dir() else f"cannot be written ({error.strerror})"
+            raise WorkshopError(f"-o {args.output} {what}: give the path of a file in a folder you can write, "
+                                f"e.g. -o {Path(args.experiment_id or 'job').name}.sbatch") from error
         print(f"wrote {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(text)
@@ -168,11 +219,12 @@ def _print_explanations(runs, infos) -> None:
 
 def _status(args: argparse.Namespace) -> int:
     from ..experiments import select_experiments
+    from ..paths import existing_runs_root
     from ..runs import run_status
 
     experiments = select_experiments(args.experiment_ids, args.chapter) if (args.experiment_ids or args.chapter) \
         else None
-    statuses = run_status(experiments, root=args.runs_dir)
+    statuses = run_status(experiments, root=existing_runs_root(args.runs_dir))
     rows = [{"id": status.experiment_id, "state": status.state + ("" if status.current or not status.job_id
                                                                     else " (older version)"),
              "job": status.job_id, "profile": status.profile} for status in statuses]

@@ -29,7 +29,7 @@ def _lab(args: argparse.Namespace) -> int:
     from ..paths import repository_root, runs_root
     from ..profiles import load_profile
 
-    if args.wait <= 0:
+    if not 0 < args.wait < float("inf"):  # nan and inf too: the wait loop would never run, or never end
         raise WorkshopError(f"--wait {args.wait:g}: give a number of seconds above 0")
     profile = load_profile("ibex" if args.ibex else args.profile)
     text = render_lab_script(profile, repository_root())

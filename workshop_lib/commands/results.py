@@ -64,13 +64,17 @@ def _register_collect(subparsers: argparse._SubParsersAction) -> None:
 def run_collect(args: argparse.Namespace) -> int:
     from ..tables import render_tables, tables_from_results
 
-    from ..experiments import chapter_experiments
-    from ..paths import runs_root
+    from ..errors import WorkshopError
+    from ..experiments import all_experiments, chapter_experiments
+    from ..paths import existing_runs_root
     from ..results import chapter_results, unreadable_notes
-    from ..runs import load_run
+    from ..runs import load_run, run_directory
 
     chapters = [args.chapter] if args.chapter else [1, 2, 3, 4]
-    runs_dir = runs_root(args.runs)
+    runs_dir = existing_runs_root(args.runs)
+    if args.runs and not any(run_directory(experiment, runs_dir).is_dir() for experiment in all_experiments()):
+        raise WorkshopError(f"{args.runs} holds no run directories (runs/<experiment id>/): give the folder you "
+                            "submitted into (`workshop submit --runs-dir`, $WORKSHOP_RUNS_DIR), not a run itself")
     for chapter in chapters:
         for experiment in chapter_experiments(chapter):
             damage = load_run(experiment, runs_dir).damage

@@ -37,6 +37,20 @@ def peak_memory_mib(device_kind: str) -> tuple[float, str]:
 
 # ---------------------------------------------------------------- the writer
 
+def keep_earlier_attempt(path: Path) -> Path | None:
+    """A job SLURM requeued (``SLURM_RESTART_COUNT`` > 0) starts its entry point again in the same folder:
+    keep what the attempt before wrote as ``<name>.attempt<N><suffix>`` (N counted from 0) instead of
+    overwriting it. Returns where it went, None when there was nothing to keep."""
+    import os
+
+    restarts = os.environ.get("SLURM_RESTART_COUNT", "0")
+    if not restarts.isdigit() or int(restarts) == 0 or not path.is_file() or path.stat().st_size == 0:
+        return None
+    kept = path.with_name(f"{path.stem}.attempt{int(restarts) - 1}{path.suffix}")
+    path.replace(kept)
+    return kept
+
+
 class MetricsWriter:
     """Appends records to ``<output_dir>/metrics.jsonl``. On ranks other than 0 it does nothing."""
 
@@ -47,6 +61,7 @@ class MetricsWriter:
         self.last_loss: float | None = None
         if enabled:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            keep_earlier_attempt(self.path)
             self.path.write_text("")  # a rerun into the same folder starts a fresh file
 
     def _write(self, record: dict) -> None:

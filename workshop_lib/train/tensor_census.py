@@ -252,6 +252,15 @@ def cuda_peak_before_reset(kind: str = "allocated") -> int:
     return _cuda_peaks_before_reset[kind]
 
 
+def _on_cuda(model) -> bool:
+    """Whether the model's parameters live on a CUDA device (the allocator then counts its step)."""
+    if not torch.cuda.is_available():
+        return False
+    parameters = getattr(model, "parameters", None)
+    first = next(iter(parameters()), None) if callable(parameters) else None
+    return first is not None and first.device.type == "cuda"
+
+
 class MemoryProbe:
     """Measures one optimizer step (``step``, 1-based) of a training loop on this rank.
 
@@ -279,7 +288,7 @@ class MemoryProbe:
         for link in optimizer_chain(optimizer):
             if callable(getattr(link, "step", None)):
                 self._count_before_step(link, roots)
-        if torch.cuda.is_available():
+        if _on_cuda(model):  # a CPU model on a GPU machine is counted tensor by tensor, like on a CPU
             peaks = _cuda_peaks_before_reset
             peaks["allocated"] = max(peaks["allocated"], torch.cuda.max_memory_allocated())
             peaks["reserved"] = max(peaks["reserved"], torch.cuda.max_memory_reserved())
