@@ -62,9 +62,6 @@ class Backend(Protocol):
 
     def release(self, job_id: str) -> None: ...
 
-    def release_all(self, job_ids: Sequence[str]) -> None:
-        """Release several held jobs (a notebook's whole submission) in as few scheduler calls as it can."""
-
     def cancel(self, job_id: str) -> None: ...
 
     def jobs_in(self, workdir: Path, since: float = 0.0) -> list[JobInfo]:

@@ -392,11 +392,6 @@ class LocalBackend:
     jobs_in = staticmethod(jobs_in)
 
     @staticmethod
-    def release_all(job_ids: Sequence[str]) -> None:
-        for job_id in job_ids:
-            release(job_id)
-
-    @staticmethod
     def query(job_ids: Sequence[str]) -> dict[str, JobInfo]:
         return {job_id: job_info(job_id) for job_id in job_ids}  # one file read each: no scheduler to spare
 

@@ -297,11 +297,8 @@ def run_lock(directory: Path, timeout: float = LOCK_TIMEOUT_S):
 
 def submit_experiment(experiment: Experiment, profile: Profile | str | None = None, *,
                       root: Path | str | None = None, force: bool = False, backend: str | None = None,
-                      sbatch_args: Sequence[str] = (), releases: list[tuple[str, str]] | None = None) -> Run:
-    """Submit one experiment unless an equal run has completed or is still active.
-
-    `releases`: where a caller submitting several experiments collects the recorded, still held jobs as
-    (backend, job id), to release them all with one scheduler call (`release_held`); None releases now."""
+                      sbatch_args: Sequence[str] = ()) -> Run:
+    """Submit one experiment unless an equal run has completed or is still active."""
     profile = load_profile(profile) if not isinstance(profile, Profile) else profile
     directory = run_directory(experiment, root)
     with run_lock(directory):
@@ -315,7 +312,7 @@ def submit_experiment(experiment: Experiment, profile: Profile | str | None = No
                 adopted = _settle_reservation(run, settled)
                 if adopted is not None:
                     return adopted
-            run = _submit_or_reuse(run, profile, force, backend, sbatch_args, settled, releases)
+            run = _submit_or_reuse(run, profile, force, backend, sbatch_args, settled)
         except OSError as error:  # a full disk, a folder turned read-only: say where, and what re-running does
             raise WorkshopError(
                 f"could not write in the run folder {directory} ({error.strerror}: {error.filename}): free some "
@@ -327,7 +324,7 @@ def submit_experiment(experiment: Experiment, profile: Profile | str | None = No
 
 
 def _submit_or_reuse(run: Run, profile: Profile, force: bool, backend: str | None, sbatch_args: Sequence[str],
-                     settled: list[str], releases: list[tuple[str, str]] | None = None) -> Run:
+                     settled: list[str]) -> Run:
     if run.record is not None:
         info = run.info()
         if info.state == "PENDING" and info.reason == HELD:
@@ -345,11 +342,11 @@ def _submit_or_reuse(run: Run, profile: Profile, force: bool, backend: str | Non
         if same and info.state == "COMPLETED" and not force:
             run.note = f"reused: job {run.record.job_id} completed"
             return run
-    return _submit_new(run, profile, backend, sbatch_args, settled, releases)
+    return _submit_new(run, profile, backend, sbatch_args, settled)
 
 
 def _submit_new(run: Run, profile: Profile, backend: str | None, sbatch_args: Sequence[str],
-                settled: list[str], releases: list[tuple[str, str]] | None = None) -> Run:
+                settled: list[str]) -> Run:
     check_before_submit(run.experiment, profile)  # a skipped `workshop setup` step: say so before the queue
     chosen = resolve_backend(backend)
     if _may_hold_strays(run):  # a fresh run folder cannot: spare the scheduler a query per new run
@@ -378,7 +375,7 @@ def _submit_new(run: Run, profile: Profile, backend: str | None, sbatch_args: Se
     # Anything else (Ctrl-C, a kill) also leaves the reservation: a job may exist, and the next submission
     # adopts or cancels it.
     _fault_point("after-submit")
-    _install(run, job.job_id, reservation, releases)
+    _install(run, job.job_id, reservation)
     run.submitted_now = True
     run.note = f"submitted job {job.job_id}"
     return run
@@ -463,7 +460,7 @@ def _cancel(backend, infos: Sequence[JobInfo], run: Run, settled: list[str], why
         settled.append(f"cancelled job {info.job_id} ({why}; once released it would overwrite this run's files)")
 
 
-def _install(run: Run, job_id: str, reservation: dict, releases: list[tuple[str, str]] | None = None) -> None:
+def _install(run: Run, job_id: str, reservation: dict) -> None:
     """The held job is submitted: archive the previous attempt, move the new files in, record, release.
     Each phase is written into the reservation first, so that a submitter stopped anywhere here is
     finished by the next one (`_settle_reservation`) instead of leaving the job unnamed."""
@@ -499,21 +496,7 @@ def _install(run: Run, job_id: str, reservation: dict, releases: list[tuple[str,
     run.record.save(directory)
     path.unlink(missing_ok=True)
     _fault_point("before-release")
-    if releases is not None:  # recorded: held a moment longer, released with the others (`release_held`)
-        releases.append((run.record.backend, job_id))
-        return
     get_backend(run.record.backend).release(job_id)
-
-
-def release_held(releases: list[tuple[str, str]]) -> None:
-    """Release recorded held jobs, one scheduler call per backend. A job left held (this process stopped
-    first) is released by the next submission of its experiment, which finds it recorded and held."""
-    by_backend: dict[str, list[str]] = {}
-    for backend_name, job_id in releases:
-        by_backend.setdefault(backend_name, []).append(job_id)
-    for backend_name, job_ids in by_backend.items():
-        get_backend(backend_name).release_all(job_ids)
-    releases.clear()
 
 
 def _may_hold_strays(run: Run) -> bool:
@@ -579,19 +562,14 @@ def submit_experiments(experiments: Iterable[Experiment], profile: Profile | str
     """
     profile = load_profile(profile) if not isinstance(profile, Profile) else profile
     runs = []
-    releases: list[tuple[str, str]] = []  # each job is recorded before it is released; all released at once
-    try:
-        for experiment in experiments:
-            reason = profile.unsupported_reason(experiment)
-            if reason and skip_unsupported:
-                run = load_run(experiment, root)
-                run.note = f"skipped: {reason}"
-                runs.append(run)
-                continue
-            runs.append(submit_experiment(experiment, profile, root=root, force=force, backend=backend,
-                                          releases=releases))
-    finally:
-        release_held(releases)
+    for experiment in experiments:
+        reason = profile.unsupported_reason(experiment)
+        if reason and skip_unsupported:
+            run = load_run(experiment, root)
+            run.note = f"skipped: {reason}"
+            runs.append(run)
+            continue
+        runs.append(submit_experiment(experiment, profile, root=root, force=force, backend=backend))
     return runs
 
 

@@ -141,11 +141,6 @@ class SlurmBackend:
     def release(self, job_id: str) -> None:
         _checked(["scontrol", "release", job_id], f"scontrol release {job_id}")
 
-    def release_all(self, job_ids: Sequence[str]) -> None:
-        # One controller request for a whole chapter's jobs: scontrol takes a comma-separated job list.
-        if job_ids:
-            _checked(["scontrol", "release", ",".join(job_ids)], f"scontrol release {','.join(job_ids)}")
-
     def cancel(self, job_id: str) -> None:
         _checked(["scancel", job_id], f"scancel {job_id}")
 
