@@ -56,7 +56,10 @@ def test_too_little_room_is_refused_naming_the_largest_runs_and_the_fix():
 def test_a_real_small_filesystem_is_measured_not_assumed(tmp_path):
     small = tmp_path / "small"
     small.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", str(small)], check=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", str(small)], capture_output=True,
+                             text=True)
+    if mounted.returncode != 0:  # a container without the right to mount
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
     try:
         tiny = load_profile("tiny")
         needs = [disk_need(experiment, tiny) for experiment in chapter_experiments(3)[:2]]
