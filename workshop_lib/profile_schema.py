@@ -13,7 +13,11 @@ import typing
 from dataclasses import MISSING, fields, is_dataclass
 from pathlib import Path
 
-from .profiles import ProfileError
+from .errors import WorkshopError
+
+
+class ProfileError(WorkshopError):
+    """A profile is missing, malformed, or cannot realise an experiment (profiles.py re-exports it)."""
 
 # Keys a profile must set itself; everything else has a default.
 REQUIRED = ("name", "scheduler", "python", "training")

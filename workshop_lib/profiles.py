@@ -15,16 +15,13 @@ from pathlib import Path
 
 import yaml
 
-from .errors import WorkshopError
 from .experiments import Experiment
 from .paths import SLURM_DIR
+# The schema is a leaf below this module (it owns ProfileError; profiles re-exports it for callers).
+from .profile_schema import ABSOLUTE_SHELL_PATH, ProfileError, build
 
 PROFILES_DIR = SLURM_DIR / "profiles"
 DEFAULT_PROFILE_VARIABLE = "WORKSHOP_PROFILE"
-
-
-class ProfileError(WorkshopError):
-    """A profile is missing, malformed, or cannot realise an experiment."""
 
 
 @dataclass(frozen=True)
@@ -223,8 +220,6 @@ def load_profile(name_or_path: str | Path | None = None) -> Profile:
 
 def profile_from_dict(data: dict, source: Path | None = None) -> Profile:
     """Build a Profile from parsed YAML, checked against the schema (see profile_schema.py)."""
-    from .profile_schema import build
-
     return build(Profile, data, str(source or "profile"), source=source)
 
 
@@ -249,8 +244,6 @@ def shared_root_of(profile: Profile, environ: dict | None = None) -> tuple[str, 
         value, origin = profile.shared_root.rstrip("/"), f"shared_root of profile {profile.name!r}"
     else:
         return None
-    from .profile_schema import ABSOLUTE_SHELL_PATH  # the schema's rule for the key, applied to the variable too
-
     # The folder reaches scripts as double-quoted shell text: only $NAME / ${NAME} may expand in it.
     if not re.fullmatch(ABSOLUTE_SHELL_PATH.pattern, value):
         raise ProfileError(f"{origin} is {value!r}: it must be {ABSOLUTE_SHELL_PATH.expected}. Use the folder "
