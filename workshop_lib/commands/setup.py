@@ -43,6 +43,11 @@ def _setup(args: argparse.Namespace) -> int:
     print(f"setup of {profile.name!r} complete: {len(ran)} step(s) ran, {len(steps) - len(ran)} already done")
     if stage:
         print(f"The class uses it with: export WORKSHOP_SHARED_ROOT={stage}  (then: ./workshop-setup {args.site})")
+    elif profile.python.conda_root and profile.python.conda_environment:
+        # The wrapper ran the environment's `workshop` by its path: say how to have it on PATH from now on.
+        print("The workshop's commands, in each new shell:\n"
+              f'  source "{profile.python.conda_root}/etc/profile.d/conda.sh"\n'
+              f"  conda activate {profile.python.conda_environment}")
     return 0
 
 
