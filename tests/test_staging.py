@@ -95,6 +95,8 @@ def test_staging_then_a_participant_who_downloads_nothing(site, tmp_path):
     assert published.returncode == 0, published.stdout + published.stderr
     manifest = json.loads((stage / "STAGED.json").read_text())
     assert "environment" in manifest["steps"] and manifest["bytes"]["images"] > 0
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert manifest["workshop_commit"] == (head or "unknown")
     assert oct((stage / "images" / "nemo_25.07.sif").stat().st_mode & 0o777) == "0o644"
     missing_import = workshop_setup(site, extra_env=participant)
     assert missing_import.returncode != 0

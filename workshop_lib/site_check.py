@@ -92,7 +92,7 @@ def export_squad(folder: Path, splits: dict | None = None) -> dict[str, int]:
     return counts
 
 
-def write_manifest(folder: Path, steps: list[str]) -> Path:
+def write_manifest(folder: Path, steps: list[str], commit: str | None = None) -> Path:
     """STAGED.json: when and from what lock the folder was staged, its steps, and the bytes of each part."""
     import datetime
     import hashlib
@@ -109,6 +109,7 @@ def write_manifest(folder: Path, steps: list[str]) -> Path:
     manifest = {
         "staged_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "lock_sha256": hashlib.sha256(lock.read_bytes()).hexdigest() if lock.is_file() else None,
+        "workshop_commit": commit,
         "steps": steps,
         "bytes": parts,
     }
@@ -136,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     manifest = actions.add_parser("manifest", help="write STAGED.json into a staged folder")
     manifest.add_argument("folder", type=Path)
     manifest.add_argument("--step", action="append", default=[])
+    manifest.add_argument("--commit", default=None, help="the workshop commit the staged copy was taken from")
     args = parser.parse_args(argv)
     if args.action == "torch":
         print(check_torch(args.lock, args.cuda_major or None))
@@ -143,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         counts = export_squad(args.folder)
         print(f"SQuAD as JSON lines in {args.folder}: " + ", ".join(f"{k} {v} rows" for k, v in counts.items()))
     elif args.action == "manifest":
-        write_manifest(args.folder, args.step)
+        write_manifest(args.folder, args.step, args.commit)
     else:
         download(args.model, args.dataset)
     return 0

@@ -315,7 +315,10 @@ def _publish_step(profile: Profile, staged: list[str]) -> Step:
     if profile.offline and profile.training.data == "squad":
         commands.append(f'{python_bin} -m workshop_lib.site_check export-squad "$STAGE/{STAGED_SQUAD}"')
     commands += [
-        f'{python_bin} -m workshop_lib.site_check manifest "$STAGE" ' + " ".join(f"--step {name}" for name in staged),
+        # The commit the class's copy was taken from: a participant's clone can be compared with it.
+        f'{python_bin} -m workshop_lib.site_check manifest "$STAGE" '
+        '--commit "$(git -C "$SOURCE" rev-parse HEAD 2>/dev/null || echo unknown)" '
+        + " ".join(f"--step {name}" for name in staged),
         # Everyone reads, nobody but the instructor writes (participants' jobs never write here).
         'chmod -R a+rX,go-w "$STAGE"',
     ]
