@@ -34,8 +34,8 @@ from .disk_check import check_disk, pending_needs
 from .profiles import Profile, load_profile
 from .results import COMPLETED, chapter_results, read_run, run_note, run_record
 from .paths import ROOT_VARIABLE, RUNS_VARIABLE, repository_root, runs_root  # noqa: F401  (part of this API)
-from .runs import (Run, cancel_runs, explain_runs, load_run, query_runs, read_only_info, submit_experiments,
-                   wait_for_runs)
+from .runs import (Run, cancel_runs, explain_runs, load_run, query_runs, read_only_info, records_this_experiment,
+                   submit_experiments, wait_for_runs)
 from .scripts import render_script
 from .slurm_output import JobInfo
 from .tables import Table
@@ -335,8 +335,7 @@ def cancel_experiments(selection: Selection, runs_dir: Path | str | None = None)
 def _completed_here(experiment: Experiment, profile: Profile, root) -> bool:
     """The experiment has a completed run of the same content and profile (it will be reused)."""
     record = load_run(experiment, root).record
-    return bool(record and record.final_state == COMPLETED and record.content_hash == experiment.content_hash
-                and record.profile == profile.name)
+    return bool(record and record.final_state == COMPLETED and records_this_experiment(record, experiment, profile))
 
 
 def _show_run_table(runs: Sequence[Run], read_only: bool = False) -> pd.DataFrame:

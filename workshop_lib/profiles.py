@@ -258,12 +258,8 @@ def with_shared_folder(profile: Profile, environ: dict | None = None) -> Profile
     if found is None:
         return profile
     root = found[0]
-    python, nemo, training = profile.python, profile.nemo, profile.training
-    if python.conda_root:
-        python = replace(python, conda_root=f"{root}/{STAGED_MINIFORGE}")
-    if nemo.enabled and nemo.image:
-        nemo = replace(nemo, image=f"{root}/{STAGED_IMAGES}/{nemo.image.rsplit('/', 1)[-1]}",
-                       binds=tuple(dict.fromkeys((*nemo.binds, root))))
+    python, nemo = _site_under(profile, root, binds_first=False)
+    training = profile.training
     if training.data == "squad" and profile.offline:
         training = replace(training, data=f"{root}/{STAGED_SQUAD}")
     return replace(profile, python=python, nemo=nemo, training=training, shared_root=root)
@@ -272,10 +268,18 @@ def with_shared_folder(profile: Profile, environ: dict | None = None) -> Profile
 def staged_profile(profile: Profile, folder: str) -> Profile:
     """The profile the instructor stages with: everything `workshop setup` makes goes under `folder`."""
     folder = folder.rstrip("/")
+    python, nemo = _site_under(profile, folder, binds_first=True)
+    return replace(profile, cache_root=f"{folder}/{STAGED_CACHE}", python=python, nemo=nemo, shared_root=None)
+
+
+def _site_under(profile: Profile, folder: str, binds_first: bool) -> tuple[PythonSetup, NemoSetup]:
+    """The profile's Miniforge and NeMo image moved under a staged folder's layout, the folder bound into the
+    container (first for the instructor's staging, after the profile's own binds for a participant)."""
     python, nemo = profile.python, profile.nemo
     if python.conda_root:
         python = replace(python, conda_root=f"{folder}/{STAGED_MINIFORGE}")
     if nemo.enabled and nemo.image:
+        binds = (folder, *nemo.binds) if binds_first else (*nemo.binds, folder)
         nemo = replace(nemo, image=f"{folder}/{STAGED_IMAGES}/{nemo.image.rsplit('/', 1)[-1]}",
-                       binds=tuple(dict.fromkeys((folder, *nemo.binds))))
-    return replace(profile, cache_root=f"{folder}/{STAGED_CACHE}", python=python, nemo=nemo, shared_root=None)
+                       binds=tuple(dict.fromkeys(binds)))
+    return python, nemo

@@ -338,11 +338,16 @@ def _submit_or_reuse(run: Run, profile: Profile, force: bool, backend: str | Non
                         f"submitted again ({_first_line(info.reason)}); re-run this later")
             return run
         run.remember(info)
-        same = run.record.content_hash == run.experiment.content_hash and run.record.profile == profile.name
+        same = records_this_experiment(run.record, run.experiment, profile)
         if same and info.state == "COMPLETED" and not force:
             run.note = f"reused: job {run.record.job_id} completed"
             return run
     return _submit_new(run, profile, backend, sbatch_args, settled)
+
+
+def records_this_experiment(record: RunRecord, experiment: Experiment, profile: Profile) -> bool:
+    """The record is of this very experiment on this profile: completed, it is reused instead of resubmitted."""
+    return record.content_hash == experiment.content_hash and record.profile == profile.name
 
 
 def _submit_new(run: Run, profile: Profile, backend: str | None, sbatch_args: Sequence[str],
