@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, Sequence
 
-from .errors import ClusterError
-from .slurm_output import JobInfo
+from workshop_lib.errors import ClusterError
+from workshop_lib.slurm_output import JobInfo
 
 BACKENDS = {"slurm": "workshop_lib.slurm_backend", "local": "workshop_lib.local_executor"}
 # A job the scheduler no longer remembers (past MinJobAge, a wiped state, an id now used by another job)

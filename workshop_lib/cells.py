@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .results import COMPLETED
+from workshop_lib.results import COMPLETED
 
 NOT_RECORDED = "n/a"
 

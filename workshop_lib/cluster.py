@@ -19,11 +19,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from . import slurm_output
-from .backend import FORGOTTEN, PollPolicy, get_backend, resolve_backend
-from .errors import ClusterError, JobFailed, SubmitError
-from .parse.footer import parse_footer
-from .slurm_output import FINAL_STATES, JobInfo  # noqa: F401  (re-exported: part of this module's API)
+from workshop_lib import slurm_output
+from workshop_lib.backend import FORGOTTEN, PollPolicy, get_backend, resolve_backend
+from workshop_lib.errors import ClusterError, JobFailed, SubmitError
+from workshop_lib.parse.footer import parse_footer
+from workshop_lib.slurm_output import FINAL_STATES, JobInfo  # noqa: F401  (re-exported: part of this module's API)
 
 # The job footer's last lines (slurm/templates/blocks/footer.j2); a job that printed them has ended.
 UNREACHABLE = "UNKNOWN"  # the scheduler could not be asked: the job may still run
@@ -97,7 +97,7 @@ class Job:
             time.sleep(0.75)
 
     def raise_for_state(self) -> None:
-        from .failures import explain
+        from workshop_lib.failures import explain
 
         info = self.info()
         if info.state != "COMPLETED":
@@ -132,7 +132,7 @@ def job_from_id(job_id: str, backend: str | None = None, stdout_path: Path | Non
 
 def test_only(script: Path | str, sbatch_args: Sequence[str] = ()) -> str:
     """Ask SLURM whether it would accept the script (`sbatch --test-only`); returns its answer."""
-    from .slurm_backend import test_only as slurm_test_only
+    from workshop_lib.slurm_backend import test_only as slurm_test_only
 
     return slurm_test_only(script, sbatch_args)
 
@@ -219,7 +219,7 @@ def wait_for(jobs: Iterable[Job], timeout: float | None = None, poll_interval: f
         policy = PollPolicy(poll_interval, poll_interval)
     elif policy is None:
         policy = get_backend(jobs[0].backend).poll_policy()
-        from .backend import longest_poll_override
+        from workshop_lib.backend import longest_poll_override
 
         longest = longest_poll_override()
         if longest is not None:

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .paths import SOURCE_ROOT
+from workshop_lib.paths import SOURCE_ROOT
 
 ROOT = SOURCE_ROOT
 
@@ -46,7 +46,7 @@ class Timer:
 
 def sample_job() -> None:
     """Submit one small job through workshop_lib and read its final state back."""
-    from . import cluster
+    from workshop_lib import cluster
 
     folder = Path(tempfile.mkdtemp(prefix="workshop-sample-"))
     script = folder / "sample.sbatch"
@@ -144,8 +144,8 @@ class JobProgress:
 
 def run_progress(directory: Path) -> str:
     """'job 41: step 12 (loss 2.31)', 'job 41: ended, exit status 0 after 00:01:07', or '' before submission."""
-    from .parse.footer import parse_footer
-    from .runs import DamagedRecord, RunRecord
+    from workshop_lib.parse.footer import parse_footer
+    from workshop_lib.runs import DamagedRecord, RunRecord
 
     try:
         record = RunRecord.load(directory)
@@ -205,8 +205,8 @@ class ChapterRun:
 
 def run_snapshot(chapter: int, runs_dir: Path) -> dict[str, str]:
     """experiment id -> job id of the run recorded in runs/<id>/job.json, for one chapter."""
-    from .experiments import chapter_experiments
-    from .runs import RunRecord
+    from workshop_lib.experiments import chapter_experiments
+    from workshop_lib.runs import RunRecord
 
     found = {}
     for experiment in chapter_experiments(chapter):
@@ -220,7 +220,7 @@ def execute_and_account(path: Path, profile: str, output_dir: Path, runs_dir: Pa
                         parameters: dict | None = None, show_progress: bool = False) -> ChapterRun:
     """Execute a chapter and report which jobs it submitted or reused and how long each took; with
     `show_progress`, a line whenever one of its jobs moves on (JobProgress)."""
-    from .notebook import chapter_results_for, select
+    from workshop_lib.notebook import chapter_results_for, select
 
     chapter = chapter_number(path)
     before = run_snapshot(chapter, runs_dir)
@@ -264,7 +264,7 @@ def build_book(read_only: bool = True, output: Path | None = None) -> Path:
     """jupyter-book build with warnings as errors; the chapters it executes only read results. The book
     goes to `output`/_build/html (default: the checkout's _build/html, what `make demo` shows); the tests
     pass a temporary folder so that they never replace the book a user built. Returns the html folder."""
-    from .notebook import SUBMIT_VARIABLE
+    from workshop_lib.notebook import SUBMIT_VARIABLE
 
     env = dict(os.environ)
     if read_only:
@@ -287,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="leave the local cluster running (it is always left running if it was up before)")
     args = parser.parse_args(argv)
 
-    from .local_cluster import LocalCluster
+    from workshop_lib.local_cluster import LocalCluster
 
     timer = Timer()
     use_cluster = os.geteuid() == 0 and os.environ.get("WORKSHOP_BACKEND", "auto") != "local"
@@ -299,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print("not root: jobs run with the local executor (no SLURM). `sudo make demo` uses a real local cluster.")
         os.environ["WORKSHOP_BACKEND"] = "local"
-    from .notebook import resolve_runs_dir
+    from workshop_lib.notebook import resolve_runs_dir
 
     runs_dir = resolve_runs_dir()
     chapters: list[ChapterRun] = []

@@ -17,8 +17,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import WorkshopError
-from .experiments import NEMO, Experiment
+from workshop_lib.errors import WorkshopError
+from workshop_lib.experiments import NEMO, Experiment
 
 LOG_ALLOWANCE = 64 * 2**20  # logs, monitors, metrics and NeMo's event files of one run
 NEMO_CHECKPOINT_EVERY = 50  # NeMo's recipe: every_n_train_steps
@@ -55,8 +55,8 @@ def disk_need(experiment: Experiment, profile) -> DiskNeed:
 
 
 def _trainable_parameters(experiment: Experiment) -> int:
-    from .estimate.memory import estimate_memory
-    from .estimate.report import setup_from_experiment
+    from workshop_lib.estimate.memory import estimate_memory
+    from workshop_lib.estimate.report import setup_from_experiment
 
     return estimate_memory(experiment.model, setup_from_experiment(experiment)).trainable_parameters
 

@@ -12,9 +12,9 @@ import signal as signals
 from dataclasses import dataclass
 from pathlib import Path
 
-from .durations import format_duration
-from .parse.text import strip_launcher_prefix
-from .slurm_output import JobInfo
+from workshop_lib.durations import format_duration
+from workshop_lib.parse.text import strip_launcher_prefix
+from workshop_lib.slurm_output import JobInfo
 
 _TRACEBACK = "Traceback (most recent call last):"
 _ERROR_LINE = re.compile(

@@ -24,18 +24,18 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import slurm_output
-from .backend import FORGOTTEN, PollPolicy, Submission, python_environment_path
-from .durations import parse_duration
-from .errors import ClusterError, SubmitError
-from .sbatch_script import sbatch_request
-from .slurm_output import JobInfo
+from workshop_lib import slurm_output
+from workshop_lib.backend import FORGOTTEN, PollPolicy, Submission, python_environment_path
+from workshop_lib.durations import parse_duration
+from workshop_lib.errors import ClusterError, SubmitError
+from workshop_lib.sbatch_script import sbatch_request
+from workshop_lib.slurm_output import JobInfo
 
 SHIMS = Path(__file__).resolve().parent / "local_shims"
 
 
 def jobs_dir() -> Path:
-    from .local_cluster import default_state_dir
+    from workshop_lib.local_cluster import default_state_dir
 
     folder = default_state_dir().parent / "local-jobs"
     folder.mkdir(parents=True, exist_ok=True)

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from .estimate.fit import check_fit
-from .experiments import chapter_experiments, large_gpu_experiments
-from .paths import SOURCE_ROOT
+from workshop_lib.estimate.fit import check_fit
+from workshop_lib.experiments import chapter_experiments, large_gpu_experiments
+from workshop_lib.paths import SOURCE_ROOT
 
 REFERENCE_DIR = SOURCE_ROOT / "book" / "reference"
 A100_GIB = 80.0  # the Ibex profile's GPUs (slurm/profiles/ibex.yml, gpu_memory_gib)
@@ -30,8 +30,8 @@ def chapter_rows(chapter: int):
     return rows + (large_gpu_experiments() if chapter == 2 else [])
 
 
-from .experiments import NEMO  # noqa: E402  (the engine names have one home each)
-from .scripts import STAND_IN  # noqa: E402
+from workshop_lib.experiments import NEMO  # noqa: E402  (the engine names have one home each)
+from workshop_lib.scripts import STAND_IN  # noqa: E402
 
 
 def row_engine(row: dict) -> str:
@@ -91,7 +91,7 @@ def stand_in_caveat(chapter: int, folder: Path = REFERENCE_DIR) -> str:
 
 
 def _resolved():
-    from .nemo_check.check import load_resolved
+    from workshop_lib.nemo_check.check import load_resolved
 
     return load_resolved()
 
@@ -204,7 +204,7 @@ def show(chapter: int) -> pd.DataFrame:
 
     table = reference_table(chapter)
     display(Markdown(provenance_line(chapter) + " " + stand_in_caveat(chapter)))
-    from .notebook import scrollable
+    from workshop_lib.notebook import scrollable
 
     display(HTML(scrollable(table.to_html(index=False, na_rep="—"))))
     sentences = memory_sentences(table)
@@ -246,7 +246,7 @@ def show_resolved(chapter: int, example: str) -> pd.DataFrame:
     from IPython.display import HTML, Markdown, display
 
     table = resolved_table(chapter)
-    from .notebook import scrollable
+    from workshop_lib.notebook import scrollable
 
     display(HTML(scrollable(table.to_html(index=False))))
     display(Markdown(f"NeMo's dry run of `{example}` (`nemo llm finetune ... --dryrun`):"))

@@ -26,20 +26,23 @@ from typing import Sequence
 
 import pandas as pd
 
-from . import tables as tables_module
-from .errors import WorkshopError
-from .experiments import (CHAPTERS, DEFAULT_RECIPE, HF, RECIPES, Experiment, chapter_experiments, get_experiment,
-                          with_recipe)
-from .disk_check import check_disk, pending_needs
-from .profiles import Profile, load_profile
-from .results import COMPLETED, chapter_results, read_run, run_note, run_record
-from .paths import ROOT_VARIABLE, RUNS_VARIABLE, repository_root, runs_root  # noqa: F401  (part of this API)
-from .runs import (Run, cancel_runs, explain_runs, load_run, query_runs, read_only_info, records_this_experiment,
-                   submit_experiments, wait_for_runs)
-from .scripts import render_script
-from .slurm_output import JobInfo
-from .tables import Table
-from .validate import Finding, lint_script, validate_experiment
+from workshop_lib import tables as tables_module
+from workshop_lib.errors import WorkshopError
+from workshop_lib.experiments import (
+    CHAPTERS, DEFAULT_RECIPE, HF, RECIPES, Experiment, chapter_experiments, get_experiment, with_recipe,
+)
+from workshop_lib.disk_check import check_disk, pending_needs
+from workshop_lib.profiles import Profile, load_profile
+from workshop_lib.results import COMPLETED, chapter_results, read_run, run_note, run_record
+from workshop_lib.paths import ROOT_VARIABLE, RUNS_VARIABLE, repository_root, runs_root  # noqa: F401  (part of this API)
+from workshop_lib.runs import (
+    Run, cancel_runs, explain_runs, load_run, query_runs, read_only_info, records_this_experiment, submit_experiments,
+    wait_for_runs,
+)
+from workshop_lib.scripts import render_script
+from workshop_lib.slurm_output import JobInfo
+from workshop_lib.tables import Table
+from workshop_lib.validate import Finding, lint_script, validate_experiment
 
 SUBMIT_VARIABLE = "WORKSHOP_SUBMIT"
 
@@ -269,7 +272,7 @@ def show_time_plan(selection: Selection, site: str = "ibex") -> pd.DataFrame:
     """Before submitting: the GPUs the chapter's jobs ask for, how they queue under Ibex's per-user GPU cap,
     and about how long each runs on an A100 (``workshop_lib.time_plan``, from the reference runs). Always
     the Ibex plan, whatever profile runs here: it is what the chapter costs on the cluster."""
-    from . import time_plan
+    from workshop_lib import time_plan
 
     sentence, table, factors = time_plan.chapter_plan(selection.chosen, site)
     _display(_html(f'<p class="workshop-time-plan">{_escape(sentence)}</p>'
@@ -313,11 +316,11 @@ def run_experiments(selection: Selection, runs_dir: Path | str | None = None,
 def _live_monitor(runs: Sequence[Run], root: Path):
     """In JupyterLab (a live widget frontend): the job monitor, fed by the waiter's polls, so it asks the
     scheduler nothing itself. None elsewhere (papermill, the book): the run table below says it all."""
-    from .widgets.frontend import live_widgets
+    from workshop_lib.widgets.frontend import live_widgets
 
     if not live_widgets():
         return None
-    from .widgets.monitor import JobMonitor
+    from workshop_lib.widgets.monitor import JobMonitor
 
     monitor = JobMonitor(runs=[run for run in runs if run.record is not None], runs_dir=root, interactive=True)
     _display(monitor.widget)  # filled by the waiter's first poll, a moment later
@@ -597,7 +600,7 @@ def show_results(selection: Selection, keys: Sequence[str], runs_dir: Path | str
 def show_recipe_benchmark() -> list[Table]:
     """The seed recipe against the tuned one on one GPU (benchmarks/recipe_benchmark.py), steady and end to
     end, then the changes one at a time with why each pays; every figure from the stored result files."""
-    from . import reference_views
+    from workshop_lib import reference_views
 
     tables = reference_views.recipe_benchmark_tables()
     if not tables:
@@ -616,7 +619,7 @@ def show_recipe_benchmark() -> list[Table]:
 
 def show_engine_scaling() -> Table | None:
     """DDP vs ZeRO-2 vs FSDP FULL_SHARD weak scaling on real GPUs (book/reference/engine_scaling.json)."""
-    from . import reference_views
+    from workshop_lib import reference_views
 
     loaded = reference_results("engine_scaling")
     if loaded is None:
@@ -703,7 +706,7 @@ def chapter_figures(chapter: int, results: pd.DataFrame, keys: Sequence[str] | N
 
 
 def _chapter_figures(chapter: int, results: pd.DataFrame, keys: Sequence[str] | None, label: str) -> list:
-    from . import plots
+    from workshop_lib import plots
 
     wanted = (lambda key: True) if keys is None else (lambda key: key in keys)  # noqa: E731
     group = lambda name: results[results["group"] == name]  # noqa: E731
@@ -831,7 +834,7 @@ def chapter_header(chapter: int, profile: str, experiments, runs_dir, recipe: st
 
 def experiments_overview(selection: Selection) -> pd.DataFrame:
     """A small table of what the chapter runs (id, nodes, GPUs, knobs) with whether it runs here."""
-    from .experiments import summary_row
+    from workshop_lib.experiments import summary_row
 
     left = {experiment.id for experiment, _ in selection.left_out}
     rows = []

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .errors import WorkshopError
+from workshop_lib.errors import WorkshopError
 
 ROOT_VARIABLE = "WORKSHOP_ROOT"
 RUNS_VARIABLE = "WORKSHOP_RUNS_DIR"
@@ -50,7 +50,7 @@ def runs_root(runs_dir: Path | str | None = None) -> Path:
 def existing_runs_root(runs_dir: Path | str | None) -> Path:
     """`runs_root` for reading: a folder named on the command line must exist (a typo would otherwise show
     every run as missing); the default one may not exist yet (nothing was submitted)."""
-    from .errors import WorkshopError
+    from workshop_lib.errors import WorkshopError
 
     root = runs_root(runs_dir)
     if runs_dir and not root.is_dir():

@@ -10,9 +10,9 @@ from typing import Callable
 
 import pandas as pd
 
-from .parse.metrics import parse_metrics
-from .parse.text import read_text
-from .results import COMPLETED
+from workshop_lib.parse.metrics import parse_metrics
+from workshop_lib.parse.text import read_text
+from workshop_lib.results import COMPLETED
 
 
 def _figure(title: str, xlabel: str, ylabel: str):

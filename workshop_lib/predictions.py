@@ -43,9 +43,11 @@ from typing import Iterable
 
 import pandas as pd
 
-from .cells import measured_cell
-from .errors import WorkshopError
-from .estimate import KNOWN_CONFIGS, MemoryEstimate, TrainingSetup, estimate_memory, model_shape, setup_from_experiment
+from workshop_lib.cells import measured_cell
+from workshop_lib.errors import WorkshopError
+from workshop_lib.estimate import (
+    KNOWN_CONFIGS, MemoryEstimate, TrainingSetup, estimate_memory, model_shape, setup_from_experiment,
+)
 
 MIB = 2**20
 GOAL_MODEL_STATES = 0.15

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import yaml
 
-from .experiments import Experiment
-from .paths import SLURM_DIR
+from workshop_lib.experiments import Experiment
+from workshop_lib.paths import SLURM_DIR
 # The schema is a leaf below this module (it owns ProfileError; profiles re-exports it for callers).
-from .profile_schema import ABSOLUTE_SHELL_PATH, ProfileError, build
+from workshop_lib.profile_schema import ABSOLUTE_SHELL_PATH, ProfileError, build
 
 PROFILES_DIR = SLURM_DIR / "profiles"
 DEFAULT_PROFILE_VARIABLE = "WORKSHOP_PROFILE"

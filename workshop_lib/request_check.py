@@ -10,8 +10,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable
 
-from .launch_check import launches_of, workers_per_node
-from .validate import ERROR, Finding, Script, nemo_command, script_rule
+from workshop_lib.launch_check import launches_of, workers_per_node
+from workshop_lib.validate import ERROR, Finding, Script, nemo_command, script_rule
 
 _STRATEGY = "trainer.strategy."
 # Models whose size the estimate knows, as people write them (hub ids, NeMo factories): compared with
@@ -117,7 +117,7 @@ def _host_memory(script: Script) -> Iterable[Finding]:
     ranks = _ranks_per_node(script)
     if model is None or not ranks or ranks < 2:
         return
-    from .estimate.shapes import parameter_count
+    from workshop_lib.estimate.shapes import parameter_count
 
     per_rank = parameter_count(model) * 2 / 1024 ** 3  # 16-bit weights: the least each rank holds while loading
     need = per_rank * ranks
@@ -185,7 +185,7 @@ def _folder(script: Script, target: str, submit: Path) -> Path | None:
 @lru_cache(maxsize=1)
 def _site():
     """The workshop's site profile: its NeMo factory names and its GPUs' memory."""
-    from .profiles import load_profile
+    from workshop_lib.profiles import load_profile
 
     return load_profile("ibex")
 
@@ -213,7 +213,7 @@ def _nemo_fit(script: Script) -> Iterable[Finding]:
     if sizes["tensor"] is None or sizes["pipeline"] is None or not per_node or not job.nodes:
         return  # a size known only at run time
     gpus = per_node * job.nodes
-    from .validate import NEMO_MIXTRAL_DEFAULT_EP
+    from workshop_lib.validate import NEMO_MIXTRAL_DEFAULT_EP
 
     if sizes["expert"] is None and "mixtral" in model:
         sizes["expert"] = NEMO_MIXTRAL_DEFAULT_EP  # the recipe's EP (mixtral-without-ep says when it cannot be)
@@ -224,8 +224,8 @@ def _nemo_fit(script: Script) -> Iterable[Finding]:
             or (sequence_parallel and sizes["tensor"] < 2)
             or (not peft_none and (sizes["tensor"] > 1 or sizes["pipeline"] > 1))):
         return  # a layout NeMo refuses anyway: the layout rules say why, the estimate would not add to it
-    from .experiments import NEMO, Experiment
-    from .fit_check import fit_findings
+    from workshop_lib.experiments import NEMO, Experiment
+    from workshop_lib.fit_check import fit_findings
 
     experiment = Experiment(id=f"this {model} job", chapter=0, group="script", title="", engine=NEMO, model=model,
                             nodes=job.nodes, gpus_per_node=per_node, peft="none" if peft_none else "lora",

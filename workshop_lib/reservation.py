@@ -11,9 +11,9 @@ import os
 import re
 from typing import NamedTuple
 
-from .errors import WorkshopError
-from .profile_schema import RESERVATION
-from .profiles import Profile
+from workshop_lib.errors import WorkshopError
+from workshop_lib.profile_schema import RESERVATION
+from workshop_lib.profiles import Profile
 
 RESERVATION_VARIABLE = "WORKSHOP_RESERVATION"
 LIST_COMMAND = "scontrol show reservation"

@@ -46,18 +46,18 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
-from . import cluster, paths, slurm_output
-from .backend import FORGOTTEN, get_backend, resolve_backend
-from .errors import ClusterError, SubmitError, WorkshopError
-from .experiments import Experiment, select_experiments
-from .profiles import Profile, load_profile
-from .sbatch_script import sbatch_request
-from .site_setup import check_before_submit
-from .scripts import CPU_MEMORY_LOG, TRAIN_DIR, render_script
-from .slurm_output import JobInfo
+from workshop_lib import cluster, paths, slurm_output
+from workshop_lib.backend import FORGOTTEN, get_backend, resolve_backend
+from workshop_lib.errors import ClusterError, SubmitError, WorkshopError
+from workshop_lib.experiments import Experiment, select_experiments
+from workshop_lib.profiles import Profile, load_profile
+from workshop_lib.sbatch_script import sbatch_request
+from workshop_lib.site_setup import check_before_submit
+from workshop_lib.scripts import CPU_MEMORY_LOG, TRAIN_DIR, render_script
+from workshop_lib.slurm_output import JobInfo
 
 if TYPE_CHECKING:
-    from .failures import Explanation
+    from workshop_lib.failures import Explanation
 
 RUNS_VARIABLE = paths.RUNS_VARIABLE
 SCRIPT_NAME = "job.sbatch"
@@ -138,7 +138,7 @@ class RunRecord:
 def _damaged_record_advice(directory: Path) -> str:
     """What to do about a damaged job.json, from what the job's log says: a completed run is kept as it is
     (renaming its record would run the experiment again)."""
-    from .parse.footer import parse_footer
+    from workshop_lib.parse.footer import parse_footer
 
     logs = sorted(directory.glob("slurm-*.out"))
     if not logs:
@@ -605,7 +605,7 @@ def explain_run(run: Run, info: JobInfo, attempts: tuple[str, ...] | None = None
     """The failure explanation of a run that did not complete (failures.explain with the run's log, the
     estimator's prediction, and the earlier attempts of a requeued job). A view of several runs passes
     `attempts` from its one `earlier_attempts_of` call; without it, sacct is asked for this run alone."""
-    from .failures import explain
+    from workshop_lib.failures import explain
 
     return explain(info, run.stdout_path, predicted=_predicted_memory(run.experiment),
                    earlier_attempts=earlier_attempts(run) if attempts is None else attempts)
@@ -652,8 +652,8 @@ def _epoch(stamp: str) -> float:
 
 def _predicted_memory(experiment: Experiment) -> str | None:
     try:
-        from .estimate.memory import estimate_memory
-        from .estimate.report import setup_from_experiment
+        from workshop_lib.estimate.memory import estimate_memory
+        from workshop_lib.estimate.report import setup_from_experiment
 
         estimate = estimate_memory(experiment.model, setup_from_experiment(experiment))
     except Exception:  # noqa: BLE001 - a model the estimator does not know: no prediction, no failure
@@ -741,6 +741,6 @@ def run_status(experiments: Iterable[Experiment] | None = None, chapter: int | N
 
 
 def _all() -> list[Experiment]:
-    from .experiments import all_experiments
+    from workshop_lib.experiments import all_experiments
 
     return all_experiments()

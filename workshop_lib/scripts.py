@@ -16,17 +16,20 @@ from pathlib import Path
 
 import jinja2
 
-from .errors import WorkshopError
-from .experiments import GPT, HF, NEMO, Experiment
-from .profile_schema import SHELL_PATH
-from .nemo_checkpoint import COMPLETE_FILES, INCOMPLETE_EXIT, PARTIAL_SUFFIX, checkpoint_shell_path, complete_test
-from .paths import DS_CONFIGS_DIR, SLURM_DIR
-from .profiles import Profile, load_profile
-from .reservation import find_reservation
-from .site_setup import (CACHE_VARIABLES, MISSING_SETUP_EXIT, OFFLINE_VARIABLES, import_requirements, import_step,
-                         shared_exports,
-                         job_requirements, setup_command)
-from .validate import raise_for_experiment
+from workshop_lib.errors import WorkshopError
+from workshop_lib.experiments import GPT, HF, NEMO, Experiment
+from workshop_lib.profile_schema import SHELL_PATH
+from workshop_lib.nemo_checkpoint import (
+    COMPLETE_FILES, INCOMPLETE_EXIT, PARTIAL_SUFFIX, checkpoint_shell_path, complete_test,
+)
+from workshop_lib.paths import DS_CONFIGS_DIR, SLURM_DIR
+from workshop_lib.profiles import Profile, load_profile
+from workshop_lib.reservation import find_reservation
+from workshop_lib.site_setup import (
+    CACHE_VARIABLES, MISSING_SETUP_EXIT, OFFLINE_VARIABLES, import_requirements, import_step, shared_exports,
+    job_requirements, setup_command,
+)
+from workshop_lib.validate import raise_for_experiment
 
 TEMPLATES_DIR = SLURM_DIR / "templates"
 # Files every job writes into its run directory (the job's working directory); see workshop_lib.runs.
@@ -384,7 +387,7 @@ def _entry_point(experiment: Experiment) -> str:
 def _nemo_stand_in_arguments(experiment: Experiment) -> list[str]:
     # Off a NeMo site, the LoRA and tensor/expert-parallel engines stand in for NeMo Factory, with the
     # recipe NeMo resolved for the same experiment (book/reference/nemo/resolved.json, `make nemo-check`).
-    from .nemo_check.check import recipe_for
+    from workshop_lib.nemo_check.check import recipe_for
 
     recipe = recipe_for(experiment.id)
     arguments = ["--global-batch", str(recipe["global_batch"]), "--micro-batch", str(recipe["micro_batch"]),

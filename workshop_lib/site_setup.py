@@ -20,12 +20,12 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from .errors import WorkshopError
-from .experiments import NEMO, Experiment
-from .nemo_checkpoint import COMPLETE_FILES, checkpoint_shell_path, complete_test
-from .paths import SOURCE_ROOT
-from .profiles import (STAGED_CACHE, STAGED_CHECKOUT, STAGED_SQUAD, Profile, shared_root_of, staged_profile)
-from .reservation import describe_reservation, reservation_for
+from workshop_lib.errors import WorkshopError
+from workshop_lib.experiments import NEMO, Experiment
+from workshop_lib.nemo_checkpoint import COMPLETE_FILES, checkpoint_shell_path, complete_test
+from workshop_lib.paths import SOURCE_ROOT
+from workshop_lib.profiles import STAGED_CACHE, STAGED_CHECKOUT, STAGED_SQUAD, Profile, shared_root_of, staged_profile
+from workshop_lib.reservation import describe_reservation, reservation_for
 
 ENVIRONMENT_FILE = "environment.yml"
 LOCK_FILE = "requirements.lock"
@@ -122,9 +122,9 @@ def _state_dir(profile: Profile) -> str:
 
 def hub_models(profile: Profile) -> list[str]:
     """Hugging Face repositories the Hugging Face jobs load (chapters 3-4 and off-NeMo chapters 1-2)."""
-    from .experiments import all_experiments
+    from workshop_lib.experiments import all_experiments
     # The registry is the one place for hub names; importing it loads no torch (checked by a test).
-    from .train.models import REGISTRY
+    from workshop_lib.train.models import REGISTRY
 
     if profile.training.random_init:
         return []
@@ -457,7 +457,7 @@ def setup_command(profile: Profile, only: str | None = None) -> str:
 
 
 def _profile_argument(profile: Profile) -> str:
-    from .profiles import PROFILES_DIR
+    from workshop_lib.profiles import PROFILES_DIR
 
     if profile.source and profile.source.resolve().parent != PROFILES_DIR.resolve():
         return str(profile.source)

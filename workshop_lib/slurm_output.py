@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .durations import format_duration, parse_duration
-from .sbatch_script import sbatch_request
+from workshop_lib.durations import format_duration, parse_duration
+from workshop_lib.sbatch_script import sbatch_request
 
 # States after which a job never runs again. LOST is the workshop's own: a job the scheduler forgot
 # (no accounting, or its state was reset) whose log has no footer, so how it ended is unknown.

@@ -21,11 +21,11 @@ from typing import Sequence
 
 import pandas as pd
 
-from .durations import format_duration, parse_duration
-from .gpu_cards import CARDS, Card, card_of
-from .experiments import GPT, HF, NEMO, Experiment
-from .paths import SOURCE_ROOT
-from .profiles import Profile, load_profile
+from workshop_lib.durations import format_duration, parse_duration
+from workshop_lib.gpu_cards import CARDS, Card, card_of
+from workshop_lib.experiments import GPT, HF, NEMO, Experiment
+from workshop_lib.paths import SOURCE_ROOT
+from workshop_lib.profiles import Profile, load_profile
 
 REFERENCE_DIR = SOURCE_ROOT / "book" / "reference"
 

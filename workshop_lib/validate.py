@@ -14,13 +14,13 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable
 
-from .errors import WorkshopError
-from .paths import DS_CONFIGS_DIR
-from .sbatch_script import SbatchHeader, heredoc_lines, read_header
+from workshop_lib.errors import WorkshopError
+from workshop_lib.paths import DS_CONFIGS_DIR
+from workshop_lib.sbatch_script import SbatchHeader, heredoc_lines, read_header
 
 if TYPE_CHECKING:  # imported for annotations only: profiles imports experiments, not the other way
-    from .experiments import Experiment
-    from .profiles import Profile
+    from workshop_lib.experiments import Experiment
+    from workshop_lib.profiles import Profile
 
 ERROR = "error"
 WARNING = "warning"
@@ -93,7 +93,7 @@ def mixtral_default_ep_problem(gpus: int, tensor_parallel: int, pipeline_paralle
 
 @experiment_rule
 def _engine_and_resources(experiment, profile):
-    from .experiments import ENGINES
+    from workshop_lib.experiments import ENGINES
 
     if experiment.engine not in ENGINES:
         yield _error("unknown-engine", f"engine={experiment.engine!r} is not one of {ENGINES}.", "use nemo, hf or gpt.")
@@ -104,7 +104,7 @@ def _engine_and_resources(experiment, profile):
 
 @experiment_rule
 def _nemo_layout(experiment, profile):
-    from .experiments import NEMO
+    from workshop_lib.experiments import NEMO
 
     if experiment.engine != NEMO:
         return
@@ -139,7 +139,7 @@ def _nemo_layout(experiment, profile):
 
 @experiment_rule
 def _sharding_and_offload(experiment, profile):
-    from .experiments import FSDP_STRATEGIES
+    from workshop_lib.experiments import FSDP_STRATEGIES
 
     if experiment.zero_stage is not None and experiment.zero_stage not in (0, 1, 2, 3):
         yield _error("unknown-zero-stage", f"zero_stage={experiment.zero_stage}.", "use a ZeRO stage 0, 1, 2 or 3.")
@@ -172,7 +172,7 @@ def _dataset_and_profile(experiment, profile):
         reason = profile.unsupported_reason(experiment)
         if reason:
             yield _error("outside-profile-grid", reason + ".", "pick a profile with larger limits (e.g. ibex).")
-        from .fit_check import fit_findings  # the fit rule (predicted memory per GPU) has its own module
+        from workshop_lib.fit_check import fit_findings  # the fit rule (predicted memory per GPU) has its own module
 
         yield from fit_findings(experiment, profile)
 
@@ -633,4 +633,4 @@ def errors_in(findings: Iterable[Finding]) -> list[Finding]:
 
 # Rules in their own modules, registered on import: hand-written launches (torchrun, DeepSpeed, Accelerate,
 # NeMo on several nodes) and what a job asks SLURM for (time, host memory, paths, NeMo memory fit).
-from . import launch_check, request_check  # noqa: E402,F401
+from workshop_lib import launch_check, request_check  # noqa: E402,F401

@@ -16,8 +16,8 @@ import shutil
 import zipfile
 from pathlib import Path
 
-from ..errors import WorkshopError
-from ..paths import SOURCE_ROOT
+from workshop_lib.errors import WorkshopError
+from workshop_lib.paths import SOURCE_ROOT
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # workshop_lib/
 STATIC_DIR = Path(__file__).resolve().parent / "static"
@@ -66,7 +66,7 @@ def write_bundle(target: Path, data: dict | None = None, pyodide_dir: Path = PYO
             raise
         has_pyodide = False
     if data is None:
-        from .references import page_data
+        from workshop_lib.calculator.references import page_data
 
         data = page_data()
     target = Path(target)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import WorkshopError
-from .bundle import BUNDLE_FOLDER, PYODIDE_DIR, pyodide_version, write_bundle
+from workshop_lib.errors import WorkshopError
+from workshop_lib.calculator.bundle import BUNDLE_FOLDER, PYODIDE_DIR, pyodide_version, write_bundle
 
 
 def _write(app, exception) -> None:

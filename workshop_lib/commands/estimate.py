@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..estimate import (FSDP_STRATEGIES, KNOWN_CONFIGS, OFFLOADS, PRECISIONS, TrainingSetup, estimate_memory,
-                        format_estimate)
+from workshop_lib.estimate import (
+    FSDP_STRATEGIES, KNOWN_CONFIGS, OFFLOADS, PRECISIONS, TrainingSetup, estimate_memory, format_estimate,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -68,12 +68,12 @@ def _register_cancel(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _cancel(args: argparse.Namespace) -> int:
-    from .. import cluster
-    from ..errors import WorkshopError
-    from ..experiments import select_experiments
-    from ..paths import existing_runs_root
-    from ..runs import cancel_runs
-    from .cluster import JOB_ID
+    from workshop_lib import cluster
+    from workshop_lib.errors import WorkshopError
+    from workshop_lib.experiments import select_experiments
+    from workshop_lib.paths import existing_runs_root
+    from workshop_lib.runs import cancel_runs
+    from workshop_lib.commands.cluster import JOB_ID
 
     if not (args.experiment_ids or args.chapter or args.job):
         raise WorkshopError("nothing to cancel: give experiment ids, --chapter N or --job JOB_ID "
@@ -99,8 +99,8 @@ def _cancel(args: argparse.Namespace) -> int:
 
 
 def _experiments(args: argparse.Namespace) -> int:
-    from ..experiments import all_experiments, chapter_experiments, summary_row
-    from ..profiles import load_profile
+    from workshop_lib.experiments import all_experiments, chapter_experiments, summary_row
+    from workshop_lib.profiles import load_profile
 
     experiments = chapter_experiments(args.chapter) if args.chapter else all_experiments()
     profile = load_profile(args.profile) if args.profile else None
@@ -124,14 +124,14 @@ def _experiments(args: argparse.Namespace) -> int:
 
 
 def _render(args: argparse.Namespace) -> int:
-    from ..errors import WorkshopError
-    from ..experiments import get_experiment
-    from ..scripts import render_import_script, render_script
+    from workshop_lib.errors import WorkshopError
+    from workshop_lib.experiments import get_experiment
+    from workshop_lib.scripts import render_import_script, render_script
 
     if args.stage and not args.import_model:
         raise WorkshopError("--stage goes with --import-model (the staging's import jobs)")
     if args.import_model:
-        from ..profiles import load_profile, staged_profile
+        from workshop_lib.profiles import load_profile, staged_profile
 
         profile = load_profile(args.profile)
         text = render_import_script(args.import_model, staged_profile(profile, args.stage) if args.stage else profile)
@@ -154,8 +154,8 @@ def _render(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from ..env_vars_check import check_folder
-    from ..validate import NotAJobScript, lint_file
+    from workshop_lib.env_vars_check import check_folder
+    from workshop_lib.validate import NotAJobScript, lint_file
 
     errors = warnings = checked = 0
     for target in args.scripts:
@@ -187,9 +187,9 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _submit(args: argparse.Namespace) -> int:
-    from ..experiments import select_experiments
-    from ..profiles import load_profile
-    from ..runs import submit_experiments, wait_for_runs
+    from workshop_lib.experiments import select_experiments
+    from workshop_lib.profiles import load_profile
+    from workshop_lib.runs import submit_experiments, wait_for_runs
 
     experiments = select_experiments(args.experiment_ids, args.chapter)
     profile = load_profile(args.profile)
@@ -210,7 +210,7 @@ def _submit(args: argparse.Namespace) -> int:
 
 def _print_explanations(runs, infos) -> None:
     """Why each ended run did not complete (the same text the notebook shows)."""
-    from ..runs import explain_runs
+    from workshop_lib.runs import explain_runs
 
     ended = [(run, info) for run, info in zip(runs, infos) if info.finished and info.state != "COMPLETED"]
     for (run, _), explanation in zip(ended, explain_runs(ended)):
@@ -218,9 +218,9 @@ def _print_explanations(runs, infos) -> None:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from ..experiments import select_experiments
-    from ..paths import existing_runs_root
-    from ..runs import run_status
+    from workshop_lib.experiments import select_experiments
+    from workshop_lib.paths import existing_runs_root
+    from workshop_lib.runs import run_status
 
     experiments = select_experiments(args.experiment_ids, args.chapter) if (args.experiment_ids or args.chapter) \
         else None

@@ -7,7 +7,7 @@ import json
 import sys
 from dataclasses import asdict
 
-from ..memory import DEFAULT_BUSY_FRACTION, format_memory_report, memory_summary
+from workshop_lib.memory import DEFAULT_BUSY_FRACTION, format_memory_report, memory_summary
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -46,7 +46,7 @@ def run_memory(args: argparse.Namespace) -> int:
 def _register_collect(subparsers: argparse._SubParsersAction) -> None:
     """`collect` needs workshop_lib.experiments; it is added once that module exists."""
     try:
-        from .. import tables  # noqa: F401  (imports experiments)
+        from workshop_lib import tables  # noqa: F401  (imports experiments)
     except ImportError:
         return
     collect = subparsers.add_parser(
@@ -62,13 +62,13 @@ def _register_collect(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_collect(args: argparse.Namespace) -> int:
-    from ..tables import render_tables, tables_from_results
+    from workshop_lib.tables import render_tables, tables_from_results
 
-    from ..errors import WorkshopError
-    from ..experiments import all_experiments, chapter_experiments
-    from ..paths import existing_runs_root
-    from ..results import chapter_results, unreadable_notes
-    from ..runs import load_run, run_directory
+    from workshop_lib.errors import WorkshopError
+    from workshop_lib.experiments import all_experiments, chapter_experiments
+    from workshop_lib.paths import existing_runs_root
+    from workshop_lib.results import chapter_results, unreadable_notes
+    from workshop_lib.runs import load_run, run_directory
 
     chapters = [args.chapter] if args.chapter else [1, 2, 3, 4]
     runs_dir = existing_runs_root(args.runs)

@@ -25,8 +25,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _setup(args: argparse.Namespace) -> int:
-    from ..profiles import load_profile
-    from ..site_setup import MINIFORGE_INSTALLER, build_plan, describe, is_done, run, select
+    from workshop_lib.profiles import load_profile
+    from workshop_lib.site_setup import MINIFORGE_INSTALLER, build_plan, describe, is_done, run, select
 
     profile = load_profile(args.site)
     stage = _stage_folder(args.stage) if args.stage else None
@@ -54,7 +54,7 @@ def _setup(args: argparse.Namespace) -> int:
 def _stage_folder(folder: str) -> str:
     from pathlib import Path
 
-    from ..site_setup import SetupError
+    from workshop_lib.site_setup import SetupError
 
     path = Path(folder).expanduser()
     if not path.is_absolute():

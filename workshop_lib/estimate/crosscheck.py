@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ..errors import WorkshopError
-from .memory import TrainingSetup, estimate_memory
-from .shapes import ModelShape, model_shape, parameter_counts
+from workshop_lib.errors import WorkshopError
+from workshop_lib.estimate.memory import TrainingSetup, estimate_memory
+from workshop_lib.estimate.shapes import ModelShape, model_shape, parameter_counts
 
 
 def deepspeed_zero_estimates(model: ModelShape | str | dict, setup: TrainingSetup) -> dict[str, float]:

@@ -13,8 +13,8 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, replace
 
-from .memory import GIB, MemoryEstimate, TrainingSetup, estimate_memory
-from .report import setup_from_experiment
+from workshop_lib.estimate.memory import GIB, MemoryEstimate, TrainingSetup, estimate_memory
+from workshop_lib.estimate.report import setup_from_experiment
 
 MARGIN = 0.10  # share of the GPU kept for what the estimate leaves out
 RECIPE_DEFAULTS = {"micro_batch": 1, "seq_length": 2048}  # NeMo's finetune recipes (SquadDataModule)
@@ -43,7 +43,7 @@ def _recipe(experiment) -> dict:
     """Micro-batch and sequence length NeMo resolved for the experiment (book/reference/nemo), else the
     recipes' defaults."""
     try:
-        from ..nemo_check.check import load_resolved
+        from workshop_lib.nemo_check.check import load_resolved
 
         record = load_resolved().get(experiment.id)
     except Exception:  # no resolved file yet: the recipes' defaults are what NeMo resolves today

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..errors import WorkshopError
-from .shapes import ModelShape, model_shape, parameter_counts
+from workshop_lib.errors import WorkshopError
+from workshop_lib.estimate.shapes import ModelShape, model_shape, parameter_counts
 
 # Dense 16-bit tensor-core peaks (no sparsity), FLOP/s per GPU, from the vendors' data sheets.
 PEAK_FLOPS = {

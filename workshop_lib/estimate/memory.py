@@ -34,8 +34,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 
-from ..errors import WorkshopError
-from .shapes import ModelShape, ParameterCounts, lora_trainable_count, model_shape, parameter_counts, parameter_tensors
+from workshop_lib.errors import WorkshopError
+from workshop_lib.estimate.shapes import (
+    ModelShape, ParameterCounts, lora_trainable_count, model_shape, parameter_counts, parameter_tensors,
+)
 
 GIB = 1024**3
 PRECISIONS = ("fp32", "fp16", "bf16")

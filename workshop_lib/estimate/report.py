@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .memory import MemoryEstimate, TrainingSetup
+from workshop_lib.estimate.memory import MemoryEstimate, TrainingSetup
 
 _ENGINE_NAMES = {"ddp": "PyTorch (HF Trainer, DDP when > 1 GPU)", "deepspeed": "DeepSpeed", "fsdp": "FSDP",
                  "megatron": "NeMo / Megatron"}

@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from ..metrics_schema import EVAL_FIELDS, PER_RANK_ENTRIES, STEP_FIELDS, SUMMARY_FIELDS
-from .text import LogProblem, SkippedLines, is_number, log_lines, to_float
+from workshop_lib.metrics_schema import EVAL_FIELDS, PER_RANK_ENTRIES, STEP_FIELDS, SUMMARY_FIELDS
+from workshop_lib.parse.text import LogProblem, SkippedLines, is_number, log_lines, to_float
 
 
 @dataclass(frozen=True)

@@ -75,7 +75,9 @@ def nemo_home() -> Path:
 
 def prepare_squad(datasets_cache: Path) -> Path:
     """NeMo's prepared SQuAD files (training/validation/test.jsonl), generated when none are there."""
-    from .synthetic import SYNTHETIC_TRAIN_SIZE, SYNTHETIC_VALIDATION_SIZE, generate_split, write_atomically
+    from workshop_lib.train.synthetic import (
+        SYNTHETIC_TRAIN_SIZE, SYNTHETIC_VALIDATION_SIZE, generate_split, write_atomically,
+    )
 
     folder = datasets_cache / "squad"
     if (folder / "training.jsonl").exists():

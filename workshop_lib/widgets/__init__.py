@@ -5,9 +5,9 @@ Under papermill, in the static book and in plain Python both fall back to HTML t
 ipywidgets is imported only when a live view is made, so nothing here needs it otherwise.
 """
 
-from .builder import CONTROL_NAMES, CONTROLS, ExperimentBuilder, custom_id
-from .frontend import WIDGETS_VARIABLE, live_widgets
-from .monitor import JobMonitor, MonitorRow
+from workshop_lib.widgets.builder import CONTROL_NAMES, CONTROLS, ExperimentBuilder, custom_id
+from workshop_lib.widgets.frontend import WIDGETS_VARIABLE, live_widgets
+from workshop_lib.widgets.monitor import JobMonitor, MonitorRow
 
 __all__ = ["CONTROLS", "CONTROL_NAMES", "ExperimentBuilder", "JobMonitor", "MonitorRow", "WIDGETS_VARIABLE",
            "custom_id", "live_widgets"]

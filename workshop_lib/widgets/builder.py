@@ -18,15 +18,15 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from ..errors import WorkshopError
-from ..estimate import estimate_memory, format_estimate, setup_from_experiment
-from ..experiments import CHAPTERS, GPT, HF, Experiment, GptShape, chapter_experiments, get_experiment
-from ..profiles import Profile, available_profiles, default_profile_name, load_profile
-from ..runs import Run, submit_experiment
-from ..scripts import render_script
-from ..validate import Finding, ValidationError, lint_script, validate_experiment
-from . import frontend
-from .monitor import JobMonitor
+from workshop_lib.errors import WorkshopError
+from workshop_lib.estimate import estimate_memory, format_estimate, setup_from_experiment
+from workshop_lib.experiments import CHAPTERS, GPT, HF, Experiment, GptShape, chapter_experiments, get_experiment
+from workshop_lib.profiles import Profile, available_profiles, default_profile_name, load_profile
+from workshop_lib.runs import Run, submit_experiment
+from workshop_lib.scripts import render_script
+from workshop_lib.validate import Finding, ValidationError, lint_script, validate_experiment
+from workshop_lib.widgets import frontend
+from workshop_lib.widgets.monitor import JobMonitor
 
 BUILDER_CLASS = "workshop-experiment-builder"
 OFF = "off"  # what a dropdown shows for None ("no DeepSpeed", "no FSDP", "no EP size")
@@ -78,7 +78,7 @@ class ExperimentBuilder:
     def __init__(self, chapter: int = 3, start: str | None = None, profile: str | Profile | None = None,
                  runs_dir: Path | str | None = None, backend: str | None = None,
                  interactive: bool | None = None, **values):
-        from ..notebook import resolve_runs_dir
+        from workshop_lib.notebook import resolve_runs_dir
 
         self.runs_dir = resolve_runs_dir(runs_dir)
         self.backend = backend
@@ -180,13 +180,13 @@ class ExperimentBuilder:
 
     @property
     def can_submit(self) -> bool:
-        from ..notebook import submitting_enabled
+        from workshop_lib.notebook import submitting_enabled
 
         return self.valid and submitting_enabled()
 
     def submit(self) -> Run:
         """Submit the experiment (``runs.submit_experiment``: a completed equal run is reused) and watch it."""
-        from ..notebook import submitting_enabled
+        from workshop_lib.notebook import submitting_enabled
 
         experiment = self.experiment
         if self.errors:

@@ -20,11 +20,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable
 
-from ..durations import format_duration
-from ..experiments import Experiment, chapter_experiments
-from ..runs import NOT_SUBMITTED, Run, RunRecord, load_run, query_runs
-from ..slurm_output import FINAL_STATES, JobInfo, tail
-from . import frontend
+from workshop_lib.durations import format_duration
+from workshop_lib.experiments import Experiment, chapter_experiments
+from workshop_lib.runs import NOT_SUBMITTED, Run, RunRecord, load_run, query_runs
+from workshop_lib.slurm_output import FINAL_STATES, JobInfo, tail
+from workshop_lib.widgets import frontend
 
 MONITOR_CLASS = "workshop-job-monitor"
 
@@ -57,7 +57,7 @@ class JobMonitor:
                  experiments: Iterable[Experiment] = (), runs_dir: Path | str | None = None,
                  interval_s: float | None = None, log_lines: int = 5, stop_when_done: bool = True,
                  interactive: bool | None = None):
-        from ..paths import runs_root
+        from workshop_lib.paths import runs_root
 
         self.runs_dir = runs_root(runs_dir)
         self.chapter = chapter
@@ -285,7 +285,7 @@ class JobMonitor:
 
 def _backend_interval() -> float:
     """The longest pause of the scheduler's poll policy (15 s on a shared cluster), at least 2 s."""
-    from ..backend import get_backend, resolve_backend
+    from workshop_lib.backend import get_backend, resolve_backend
 
     try:
         return max(2.0, get_backend(resolve_backend()).poll_policy().longest)

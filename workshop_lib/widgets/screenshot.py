@@ -26,9 +26,9 @@ import urllib.request
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from ..errors import WorkshopError
-from ..notebook import repository_root
-from .builder import BUILDER_CLASS
+from workshop_lib.errors import WorkshopError
+from workshop_lib.notebook import repository_root
+from workshop_lib.widgets.builder import BUILDER_CLASS
 
 DEFAULT_OUTPUT = Path("_build") / "screenshots" / "widget_builder.png"
 NOTEBOOK_CELLS = [
