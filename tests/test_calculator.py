@@ -23,7 +23,7 @@ from workshop_lib.calculator.page import (
 )
 from workshop_lib.calculator.references import chapter_presets, page_data, reference_runs
 from workshop_lib.cli import main
-from workshop_lib.errors import WorkshopError
+from workshop_lib.core.errors import WorkshopError
 from workshop_lib.estimate import GIB, TrainingSetup, check_setup, estimate_memory, model_shape
 from workshop_lib.estimate.fit import MARGIN
 from workshop_lib.validate import validate_experiment

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from workshop_lib import cluster
-from workshop_lib.errors import JobFailed, SubmitError
+from workshop_lib.core.errors import JobFailed, SubmitError
 
 pytestmark = pytest.mark.cluster
 
@@ -152,7 +152,7 @@ def test_down_stops_every_daemon_and_up_restarts(local_cluster):
 
 
 def test_an_unreachable_accounting_is_an_error_not_a_state(local_cluster, job_dir):
-    from workshop_lib.errors import ClusterError
+    from workshop_lib.core.errors import ClusterError
 
     job = cluster.job_from_id("999999", "slurm")  # not in squeue: the answer must come from sacct
     local_cluster._stop("slurmdbd")

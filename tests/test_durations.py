@@ -2,7 +2,7 @@
 
 import pytest
 
-from workshop_lib.durations import format_duration, parse_duration
+from workshop_lib.core.durations import format_duration, parse_duration
 
 
 @pytest.mark.parametrize("raw, seconds", [

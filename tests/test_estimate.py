@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from workshop_lib.cli import main
-from workshop_lib.errors import WorkshopError
+from workshop_lib.core.errors import WorkshopError
 from workshop_lib.estimate import (
     GIB, KNOWN_CONFIGS, ModelShape, TrainingSetup, activation_bytes, estimate_memory, flops_per_token,
     layer_activation_bytes, logits_bytes, lora_trainable_count, matmul_parameters, mfu, model_shape,

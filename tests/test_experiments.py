@@ -11,10 +11,10 @@ import sys
 import pytest
 
 from workshop_lib.cli import main
-from workshop_lib.errors import WorkshopError
+from workshop_lib.core.errors import WorkshopError
 from workshop_lib.experiments import (CHAPTERS, all_experiments, chapter_experiments, get_experiment,
                                       select_experiments)
-from workshop_lib.paths import SLURM_DIR
+from workshop_lib.core.paths import SLURM_DIR
 from workshop_lib.validate import validate_experiment
 
 

@@ -250,7 +250,7 @@ def test_controller_down_during_a_rerun_archives_nothing_and_submits_nothing(loc
         assert main(["status", "--runs-dir", str(root), BASELINE.id]) == 0
         shown = capsys.readouterr().out
         assert "UNKNOWN" in shown and "does not answer" in shown
-        from workshop_lib.errors import SubmitError
+        from workshop_lib.core.errors import SubmitError
 
         with pytest.raises(SubmitError, match="nothing was submitted"):
             submit_experiment(SECOND, load_profile(profile), root=root, backend="slurm")

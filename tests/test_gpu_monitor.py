@@ -11,7 +11,7 @@ import time
 import pytest
 
 from workshop_lib.experiments import get_experiment
-from workshop_lib.paths import SOURCE_ROOT
+from workshop_lib.core.paths import SOURCE_ROOT
 from workshop_lib.profiles import load_profile
 from workshop_lib.scripts import render_script, template_for
 

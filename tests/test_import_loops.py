@@ -115,3 +115,22 @@ def test_workshop_lib_has_no_import_loop():
                  for a in group for b, line in sorted(graph[a].items()) if b in group]
         problems.append("loop: " + ", ".join(group) + "\n    " + "\n    ".join(edges))
     assert not problems, "\n".join(problems)
+
+
+def test_train_imports_only_core_and_itself():
+    """Job-side code never imports the notebook side (DESIGN.md): train/ reads core/ and itself only.
+
+    One exception: the class rehearsal's stand-in job fakes a run from the experiment's shape, so it reads the
+    experiment matrix (standard library only, like core/)."""
+    graph = import_graph()
+    allowed = {("workshop_lib.train.rehearsal", "workshop_lib.experiments")}
+    outside = {(a, b) for a, targets in graph.items() if a.startswith("workshop_lib.train")
+               for b in targets if not b.startswith(("workshop_lib.train", "workshop_lib.core"))} - allowed
+    assert not outside, sorted(outside)
+
+
+def test_core_imports_nothing_of_the_library():
+    graph = import_graph()
+    outside = {(a, b) for a, targets in graph.items() if a.startswith("workshop_lib.core")
+               for b in targets if not b.startswith("workshop_lib.core")}
+    assert not outside, sorted(outside)

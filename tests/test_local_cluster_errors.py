@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from workshop_lib.errors import ClusterError
+from workshop_lib.core.errors import ClusterError
 from workshop_lib.local_cluster import LocalCluster, Ports
 
 

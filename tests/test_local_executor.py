@@ -8,7 +8,7 @@ import time
 import pytest
 
 from workshop_lib import cluster
-from workshop_lib.errors import ClusterError, JobFailed, SubmitError
+from workshop_lib.core.errors import ClusterError, JobFailed, SubmitError
 
 
 @pytest.fixture(autouse=True)

@@ -12,7 +12,7 @@ import pytest
 
 from workshop_lib.cli import main
 from workshop_lib.memory import memory_stats, memory_summary
-from workshop_lib.errors import WorkshopError
+from workshop_lib.core.errors import WorkshopError
 
 SAMPLES = Path(__file__).parent / "samples"
 LINE = re.compile(

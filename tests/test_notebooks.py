@@ -166,7 +166,7 @@ def test_runs_dir_is_the_repository_runs_folder_from_any_working_folder(monkeypa
 
 
 def test_selection_keeps_chapter_order_and_says_what_the_profile_leaves_out():
-    from workshop_lib.errors import WorkshopError
+    from workshop_lib.core.errors import WorkshopError
     from workshop_lib.notebook import select
 
     chosen = select(1, "tiny", ["lora/llama/8-gpus", "lora/llama/1-gpu"])

@@ -7,7 +7,7 @@ import pytest
 
 from workshop_lib import cluster
 from workshop_lib.backend import PollPolicy
-from workshop_lib.errors import ClusterError
+from workshop_lib.core.errors import ClusterError
 from workshop_lib.slurm_output import JobInfo, parse_wait_status
 
 

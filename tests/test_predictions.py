@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from workshop_lib.errors import WorkshopError
+from workshop_lib.core.errors import WorkshopError
 from workshop_lib.estimate import estimate_memory, parameter_tensors
 from workshop_lib.predictions import (
     GOAL_MODEL_STATES, GOAL_PEAK, STEP_PEAK, compare_summary, model_of_summary, read_summary, reference_comparisons,

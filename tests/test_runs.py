@@ -211,7 +211,7 @@ def test_a_reused_job_id_never_overwrites_an_earlier_attempt(isolated, monkeypat
 
 
 def test_submit_from_a_subfolder_writes_where_the_chapter_reads(isolated, monkeypatch):
-    from workshop_lib.paths import repository_root, runs_root as shared_runs_root
+    from workshop_lib.core.paths import repository_root, runs_root as shared_runs_root
 
     monkeypatch.delenv("WORKSHOP_RUNS_DIR")
     monkeypatch.chdir(repository_root() / "notebooks")
@@ -309,7 +309,7 @@ def test_a_full_disk_during_a_submission_is_a_message_not_an_oserror(isolated, m
     import errno
 
     from workshop_lib import runs as runs_module
-    from workshop_lib.errors import WorkshopError
+    from workshop_lib.core.errors import WorkshopError
 
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device", str(isolated))
@@ -375,7 +375,7 @@ def test_the_books_way_to_stop_a_chapter_is_the_real_one():
 
 
 def test_a_runs_folder_that_cannot_be_written_points_to_read_only_mode(isolated):
-    from workshop_lib.errors import WorkshopError
+    from workshop_lib.core.errors import WorkshopError
 
     blocked = isolated / "a-file"
     blocked.write_text("not a folder\n")  # as root no permission blocks a write; a file in the path does

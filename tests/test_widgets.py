@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from workshop_lib.errors import WorkshopError
+from workshop_lib.core.errors import WorkshopError
 from workshop_lib.experiments import get_experiment
 from workshop_lib.runs import RunRecord, load_run
 from workshop_lib.validate import ValidationError

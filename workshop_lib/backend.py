@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, Sequence
 
-from workshop_lib.errors import ClusterError
+from workshop_lib.core.errors import ClusterError
 from workshop_lib.slurm_output import JobInfo
 
 BACKENDS = {"slurm": "workshop_lib.slurm_backend", "local": "workshop_lib.local_executor"}

@@ -6,7 +6,7 @@ import argparse
 import importlib
 import sys
 
-from workshop_lib.errors import WorkshopError
+from workshop_lib.core.errors import WorkshopError
 
 # One module per area; each defines register(subparsers). Listed here so the order of --help is stable.
 COMMAND_MODULES = [

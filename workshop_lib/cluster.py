@@ -21,7 +21,7 @@ from pathlib import Path
 
 from workshop_lib import slurm_output
 from workshop_lib.backend import FORGOTTEN, PollPolicy, get_backend, resolve_backend
-from workshop_lib.errors import ClusterError, JobFailed, SubmitError
+from workshop_lib.core.errors import ClusterError, JobFailed, SubmitError
 from workshop_lib.parse.footer import parse_footer
 from workshop_lib.slurm_output import FINAL_STATES, JobInfo  # noqa: F401  (re-exported: part of this module's API)
 

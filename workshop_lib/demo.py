@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from workshop_lib.paths import SOURCE_ROOT
+from workshop_lib.core.paths import SOURCE_ROOT
 
 ROOT = SOURCE_ROOT
 

@@ -17,7 +17,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from workshop_lib.errors import WorkshopError
+from workshop_lib.core.errors import WorkshopError
 from workshop_lib.experiments import NEMO, Experiment
 
 LOG_ALLOWANCE = 64 * 2**20  # logs, monitors, metrics and NeMo's event files of one run

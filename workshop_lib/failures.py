@@ -12,8 +12,8 @@ import signal as signals
 from dataclasses import dataclass
 from pathlib import Path
 
-from workshop_lib.durations import format_duration
-from workshop_lib.parse.text import strip_launcher_prefix
+from workshop_lib.core.durations import format_duration
+from workshop_lib.core.log_text import strip_launcher_prefix
 from workshop_lib.slurm_output import JobInfo
 
 _TRACEBACK = "Traceback (most recent call last):"

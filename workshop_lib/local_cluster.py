@@ -19,8 +19,8 @@ from pathlib import Path
 
 import jinja2
 
-from workshop_lib.errors import ClusterError
-from workshop_lib.paths import SLURM_DIR, SOURCE_ROOT
+from workshop_lib.core.errors import ClusterError
+from workshop_lib.core.paths import SLURM_DIR, SOURCE_ROOT
 
 CLUSTER_NAME = "workshop"
 GPUS_PER_NODE = 8

@@ -18,7 +18,7 @@ import pandas as pd
 
 from workshop_lib.estimate.fit import check_fit
 from workshop_lib.experiments import chapter_experiments, large_gpu_experiments
-from workshop_lib.paths import SOURCE_ROOT
+from workshop_lib.core.paths import SOURCE_ROOT
 
 REFERENCE_DIR = SOURCE_ROOT / "book" / "reference"
 A100_GIB = 80.0  # the Ibex profile's GPUs (slurm/profiles/ibex.yml, gpu_memory_gib)

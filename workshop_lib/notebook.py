@@ -27,14 +27,14 @@ from typing import Sequence
 import pandas as pd
 
 from workshop_lib import tables as tables_module
-from workshop_lib.errors import WorkshopError
+from workshop_lib.core.errors import WorkshopError
 from workshop_lib.experiments import (
     CHAPTERS, DEFAULT_RECIPE, HF, RECIPES, Experiment, chapter_experiments, get_experiment, with_recipe,
 )
 from workshop_lib.disk_check import check_disk, pending_needs
 from workshop_lib.profiles import Profile, load_profile
 from workshop_lib.results import COMPLETED, chapter_results, read_run, run_note, run_record
-from workshop_lib.paths import ROOT_VARIABLE, RUNS_VARIABLE, repository_root, runs_root  # noqa: F401  (part of this API)
+from workshop_lib.core.paths import ROOT_VARIABLE, RUNS_VARIABLE, repository_root, runs_root  # noqa: F401  (part of this API)
 from workshop_lib.runs import (
     Run, cancel_runs, explain_runs, load_run, query_runs, read_only_info, records_this_experiment, submit_experiments,
     wait_for_runs,
@@ -47,7 +47,7 @@ from workshop_lib.validate import Finding, lint_script, validate_experiment
 SUBMIT_VARIABLE = "WORKSHOP_SUBMIT"
 
 
-# ---- where things are (one place: workshop_lib/paths.py) ------------------------------------------
+# ---- where things are (one place: workshop_lib/core/paths.py) ------------------------------------------
 resolve_runs_dir = runs_root
 
 

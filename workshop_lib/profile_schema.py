@@ -13,7 +13,7 @@ import typing
 from dataclasses import MISSING, fields, is_dataclass
 from pathlib import Path
 
-from workshop_lib.errors import WorkshopError
+from workshop_lib.core.errors import WorkshopError
 
 
 class ProfileError(WorkshopError):

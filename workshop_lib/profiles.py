@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from workshop_lib.experiments import Experiment
-from workshop_lib.paths import SLURM_DIR
+from workshop_lib.core.paths import SLURM_DIR
 # The schema is a leaf below this module (it owns ProfileError; profiles re-exports it for callers).
 from workshop_lib.profile_schema import ABSOLUTE_SHELL_PATH, ProfileError, build
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from workshop_lib.gpu_cards import card_of
+from workshop_lib.core.gpu_cards import card_of
 
-from workshop_lib.paths import SOURCE_ROOT
+from workshop_lib.core.paths import SOURCE_ROOT
 
 REPOSITORY = SOURCE_ROOT
 RECIPE_RESULTS = REPOSITORY / "benchmarks" / "results" / "recipe"

@@ -11,7 +11,7 @@ import os
 import re
 from typing import NamedTuple
 
-from workshop_lib.errors import WorkshopError
+from workshop_lib.core.errors import WorkshopError
 from workshop_lib.profile_schema import RESERVATION
 from workshop_lib.profiles import Profile
 

@@ -22,7 +22,7 @@ from workshop_lib.parse.hf import TrainerLog, parse_trainer_output, parse_traine
 from workshop_lib.parse.metrics import parse_metrics
 from workshop_lib.parse.nccl import parse_nccl_allreduce
 from workshop_lib.parse.nemo import parse_nemo_log
-from workshop_lib.parse.text import LogProblem, SkippedLines, read_text
+from workshop_lib.core.log_text import LogProblem, SkippedLines, read_text
 
 # States a record can have besides SLURM's own (COMPLETED, FAILED, TIMEOUT, CANCELLED, ...).
 MISSING = "MISSING"  # no run directory: never submitted
@@ -104,7 +104,7 @@ class RunResult:
 
 
 def run_directory(experiment_id: str, runs_dir: str | Path | None = None) -> Path:
-    from workshop_lib.paths import runs_root
+    from workshop_lib.core.paths import runs_root
 
     return runs_root(runs_dir) / experiment_id
 

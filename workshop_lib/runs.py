@@ -46,9 +46,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
-from workshop_lib import cluster, paths, slurm_output
+from workshop_lib import cluster, slurm_output
+from workshop_lib.core import paths
 from workshop_lib.backend import FORGOTTEN, get_backend, resolve_backend
-from workshop_lib.errors import ClusterError, SubmitError, WorkshopError
+from workshop_lib.core.errors import ClusterError, SubmitError, WorkshopError
 from workshop_lib.experiments import Experiment, select_experiments
 from workshop_lib.profiles import Profile, load_profile
 from workshop_lib.sbatch_script import sbatch_request

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import jinja2
 
-from workshop_lib.errors import WorkshopError
+from workshop_lib.core.errors import WorkshopError
 from workshop_lib.experiments import GPT, HF, NEMO, Experiment
 from workshop_lib.profile_schema import SHELL_PATH
 from workshop_lib.nemo_checkpoint import (
     COMPLETE_FILES, INCOMPLETE_EXIT, PARTIAL_SUFFIX, checkpoint_shell_path, complete_test,
 )
-from workshop_lib.paths import DS_CONFIGS_DIR, SLURM_DIR
+from workshop_lib.core.paths import DS_CONFIGS_DIR, SLURM_DIR
 from workshop_lib.profiles import Profile, load_profile
 from workshop_lib.reservation import find_reservation
 from workshop_lib.site_setup import (

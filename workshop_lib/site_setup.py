@@ -20,10 +20,10 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from workshop_lib.errors import WorkshopError
+from workshop_lib.core.errors import WorkshopError
 from workshop_lib.experiments import NEMO, Experiment
 from workshop_lib.nemo_checkpoint import COMPLETE_FILES, checkpoint_shell_path, complete_test
-from workshop_lib.paths import SOURCE_ROOT
+from workshop_lib.core.paths import SOURCE_ROOT
 from workshop_lib.profiles import STAGED_CACHE, STAGED_CHECKOUT, STAGED_SQUAD, Profile, shared_root_of, staged_profile
 from workshop_lib.reservation import describe_reservation, reservation_for
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from workshop_lib import slurm_output
 from workshop_lib.backend import FORGOTTEN, PollPolicy, Submission
-from workshop_lib.errors import ClusterError, SubmitError
+from workshop_lib.core.errors import ClusterError, SubmitError
 from workshop_lib.sbatch_script import sbatch_request
 from workshop_lib.slurm_output import JobInfo
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from workshop_lib.durations import format_duration, parse_duration
+from workshop_lib.core.durations import format_duration, parse_duration
 from workshop_lib.sbatch_script import sbatch_request
 
 # States after which a job never runs again. LOST is the workshop's own: a job the scheduler forgot

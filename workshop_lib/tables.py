@@ -38,8 +38,8 @@ from typing import Callable
 import pandas as pd
 
 from workshop_lib.cells import NOT_RECORDED, completed, is_missing, measured_cell
-from workshop_lib.errors import WorkshopError
-from workshop_lib.durations import format_duration
+from workshop_lib.core.errors import WorkshopError
+from workshop_lib.core.durations import format_duration
 from workshop_lib.predictions import PREDICTION_NOTE, prediction_frame
 from workshop_lib.results import COMPLETED, chapter_results
 

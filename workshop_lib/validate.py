@@ -14,8 +14,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable
 
-from workshop_lib.errors import WorkshopError
-from workshop_lib.paths import DS_CONFIGS_DIR
+from workshop_lib.core.errors import WorkshopError
+from workshop_lib.core.paths import DS_CONFIGS_DIR
 from workshop_lib.sbatch_script import SbatchHeader, heredoc_lines, read_header
 
 if TYPE_CHECKING:  # imported for annotations only: profiles imports experiments, not the other way

@@ -4,7 +4,7 @@ from datetime import datetime
 from pathlib import Path
 
 from workshop_lib.parse.footer import parse_footer
-from workshop_lib.parse.text import read_text
+from workshop_lib.core.log_text import read_text
 
 SAMPLES = Path(__file__).parents[1] / "samples"
 

@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from workshop_lib.parse.metrics import parse_metrics
-from workshop_lib.parse.text import read_text
+from workshop_lib.core.log_text import read_text
 
 SAMPLE = Path(__file__).parents[1] / "samples" / "metrics" / "metrics.jsonl"
 
@@ -55,7 +55,7 @@ def test_tensor_census_fields_and_older_summaries_without_them():
 def test_the_reader_holds_every_field_of_the_writers_schema():
     from dataclasses import fields
 
-    from workshop_lib.metrics_schema import EVAL_FIELDS, STEP_FIELDS, SUMMARY_FIELDS
+    from workshop_lib.core.metrics_schema import EVAL_FIELDS, STEP_FIELDS, SUMMARY_FIELDS
     from workshop_lib.parse.metrics import EvalRecord, RunSummary, StepRecord
 
     for record_type, schema in ((StepRecord, STEP_FIELDS), (EvalRecord, EVAL_FIELDS), (RunSummary, SUMMARY_FIELDS)):
@@ -65,7 +65,7 @@ def test_the_reader_holds_every_field_of_the_writers_schema():
 def test_a_record_the_writer_accepts_reads_back_with_the_same_values():
     import json
 
-    from workshop_lib.metrics_schema import validate_record
+    from workshop_lib.core.metrics_schema import validate_record
 
     summary = {"kind": "summary", "engine": "fsdp", "settings": {"fsdp": "FULL_SHARD"}, "model": "gpt",
                "world_size": 2, "nodes": 1, "precision": "bf16", "device": "cuda", "samples": 64,

@@ -12,7 +12,7 @@ import pytest
 
 from workshop_lib.experiments import chapter_experiments
 from workshop_lib.parse.nemo import parse_nemo_log
-from workshop_lib.parse.text import read_text
+from workshop_lib.core.log_text import read_text
 from workshop_lib.results import read_run
 
 SAMPLES = Path(__file__).parents[1] / "samples"

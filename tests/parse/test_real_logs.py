@@ -15,7 +15,7 @@ from workshop_lib.parse.nemo import parse_nemo_log
 from workshop_lib.memory import memory_summary
 from workshop_lib.parse.nvidia_smi import parse_nvidia_smi, read_nvidia_smi
 from workshop_lib.parse.psrecord import parse_psrecord
-from workshop_lib.parse.text import UnreadableLog, read_text, strip_launcher_prefix
+from workshop_lib.core.log_text import UnreadableLog, read_text, strip_launcher_prefix
 
 ROOT = Path(__file__).resolve().parents[2]
 REAL_LOGS = ROOT.parent / "shared" / "real-logs"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from workshop_lib.metrics_schema import validate_record
+from workshop_lib.core.metrics_schema import validate_record
 from workshop_lib.train.metrics import read_metrics
 
 REPO = Path(__file__).resolve().parents[2]

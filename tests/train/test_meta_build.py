@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from workshop_lib.errors import WorkshopError
+from workshop_lib.core.errors import WorkshopError
 from workshop_lib.train.lora import NEMO_TARGETS, hf_targets
 from workshop_lib.train.models import model_spec
 from workshop_lib.train.parallel import batch_split

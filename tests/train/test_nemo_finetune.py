@@ -74,7 +74,7 @@ def test_the_workstation_profile_runs_nemo_without_a_container():
 
 
 def test_a_nemo_command_with_shell_text_stays_words(tmp_path):
-    from workshop_lib.paths import SLURM_DIR
+    from workshop_lib.core.paths import SLURM_DIR
 
     text = (SLURM_DIR / "profiles" / "gpu-workstation-nemo.yml").read_text()
     hostile = tmp_path / "hostile.yml"

@@ -7,7 +7,7 @@ import copy
 import pytest
 import torch
 
-from workshop_lib.errors import WorkshopError
+from workshop_lib.core.errors import WorkshopError
 from workshop_lib.train.models import build_model, model_spec
 from workshop_lib.train.recipes import (FEATURES, DynamicPaddingCollator, UnpaddedView, apply_recipe,
                                         chunked_cross_entropy, parse_recipe, use_chunked_loss)

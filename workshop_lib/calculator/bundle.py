@@ -11,13 +11,14 @@ Everything the page loads is served with the book (no CDN), so it works offline 
 
 from __future__ import annotations
 
+import ast
 import json
 import shutil
 import zipfile
 from pathlib import Path
 
-from workshop_lib.errors import WorkshopError
-from workshop_lib.paths import SOURCE_ROOT
+from workshop_lib.core.errors import WorkshopError
+from workshop_lib.core.paths import SOURCE_ROOT
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # workshop_lib/
 STATIC_DIR = Path(__file__).resolve().parent / "static"
@@ -25,13 +26,43 @@ PYODIDE_DIR = SOURCE_ROOT / "node_modules" / "pyodide"
 # What the browser needs of the npm package: the loader, the interpreter and its standard library.
 PYODIDE_FILES = ("pyodide.mjs", "pyodide.asm.mjs", "pyodide.asm.wasm", "python_stdlib.zip", "pyodide-lock.json",
                  "package.json")
-# The library's modules the page imports (page.py and what it imports): standard library only, checked by
-# tests/test_calculator.py. Shipped as they are: the page runs the same code as `workshop estimate`.
-PAGE_MODULES = ("__init__.py", "errors.py", "paths.py", "sbatch_script.py", "experiments.py", "validate.py",
-                "launch_check.py", "request_check.py",
-                "estimate/__init__.py", "estimate/shapes.py", "estimate/memory.py", "estimate/flops.py",
-                "estimate/report.py", "estimate/fit.py", "estimate/crosscheck.py",
-                "calculator/__init__.py", "calculator/page.py")
+
+
+def page_modules(start: str = "calculator/page.py") -> tuple[str, ...]:
+    """The library's files the page imports when it loads (module-level imports followed from page.py, with the
+    package __init__s they run): shipped as they are, so the page runs the same code as `workshop estimate`.
+    tests/test_calculator.py checks they are standard library only and that Python loads no other."""
+    found, todo = {"__init__.py"}, [start, str(Path(start).parent / "__init__.py")]
+    while todo:
+        relative = todo.pop()
+        if relative in found:
+            continue
+        found.add(relative)
+        module = ("workshop_lib/" + relative).removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+        for node in ast.parse((PACKAGE_ROOT / relative).read_text()).body:
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if isinstance(node, ast.ImportFrom) and node.level:
+                raise WorkshopError(f"{relative}: the calculator's modules import absolutely ({module})")
+            for name in names:
+                parts = name.split(".")
+                if parts[0] != "workshop_lib":
+                    continue
+                if isinstance(node, ast.ImportFrom):  # `from package import module` runs that module too
+                    parts_of = [parts + [alias.name] for alias in node.names]
+                else:
+                    parts_of = [parts]
+                for chain in parts_of:
+                    for depth in range(2, len(chain) + 1):
+                        path = Path(*chain[1:depth])
+                        for candidate in (path / "__init__.py", path.with_suffix(".py")):
+                            if (PACKAGE_ROOT / candidate).is_file():
+                                todo.append(candidate.as_posix())
+                                break
+    return tuple(sorted(found))
+
+
+PAGE_MODULES = page_modules()
 BUNDLE_FOLDER = Path("_static") / "memory-calculator"
 _ZIP_DATE = (2020, 1, 1, 0, 0, 0)  # fixed: the same sources give the same archive
 

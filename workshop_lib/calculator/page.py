@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, replace
 from typing import Mapping
 
-from workshop_lib.errors import WorkshopError
+from workshop_lib.core.errors import WorkshopError
 from workshop_lib.estimate import GIB, OFFLOADS, PRECISIONS, TrainingSetup, estimate_memory
 from workshop_lib.estimate.fit import MARGIN, FitVerdict
 from workshop_lib.estimate.report import describe_setup

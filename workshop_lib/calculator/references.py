@@ -16,7 +16,7 @@ from pathlib import Path
 from workshop_lib.estimate import KNOWN_CONFIGS, setup_from_experiment
 from workshop_lib.estimate.fit import nemo_setup
 from workshop_lib.experiments import CHAPTERS, NEMO, chapter_experiments, get_experiment, large_gpu_experiments
-from workshop_lib.paths import SOURCE_ROOT
+from workshop_lib.core.paths import SOURCE_ROOT
 from workshop_lib.calculator.page import MODELS, inputs_from_setup
 
 REFERENCE_DIR = SOURCE_ROOT / "book" / "reference"

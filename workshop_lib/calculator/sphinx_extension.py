@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from workshop_lib.errors import WorkshopError
+from workshop_lib.core.errors import WorkshopError
 from workshop_lib.calculator.bundle import BUNDLE_FOLDER, PYODIDE_DIR, pyodide_version, write_bundle
 
 

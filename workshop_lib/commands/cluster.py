@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from workshop_lib.errors import WorkshopError
+from workshop_lib.core.errors import WorkshopError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

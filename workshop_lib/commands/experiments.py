@@ -69,9 +69,9 @@ def _register_cancel(subparsers: argparse._SubParsersAction) -> None:
 
 def _cancel(args: argparse.Namespace) -> int:
     from workshop_lib import cluster
-    from workshop_lib.errors import WorkshopError
+    from workshop_lib.core.errors import WorkshopError
     from workshop_lib.experiments import select_experiments
-    from workshop_lib.paths import existing_runs_root
+    from workshop_lib.core.paths import existing_runs_root
     from workshop_lib.runs import cancel_runs
     from workshop_lib.commands.cluster import JOB_ID
 
@@ -124,7 +124,7 @@ def _experiments(args: argparse.Namespace) -> int:
 
 
 def _render(args: argparse.Namespace) -> int:
-    from workshop_lib.errors import WorkshopError
+    from workshop_lib.core.errors import WorkshopError
     from workshop_lib.experiments import get_experiment
     from workshop_lib.scripts import render_import_script, render_script
 
@@ -219,7 +219,7 @@ def _print_explanations(runs, infos) -> None:
 
 def _status(args: argparse.Namespace) -> int:
     from workshop_lib.experiments import select_experiments
-    from workshop_lib.paths import existing_runs_root
+    from workshop_lib.core.paths import existing_runs_root
     from workshop_lib.runs import run_status
 
     experiments = select_experiments(args.experiment_ids, args.chapter) if (args.experiment_ids or args.chapter) \

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from workshop_lib.errors import WorkshopError
+from workshop_lib.core.errors import WorkshopError
 from workshop_lib.estimate.memory import TrainingSetup, estimate_memory
 from workshop_lib.estimate.shapes import ModelShape, model_shape, parameter_counts
 

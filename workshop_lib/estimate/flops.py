@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from workshop_lib.errors import WorkshopError
+from workshop_lib.core.errors import WorkshopError
 from workshop_lib.estimate.shapes import ModelShape, model_shape, parameter_counts
 
 # Dense 16-bit tensor-core peaks (no sparsity), FLOP/s per GPU, from the vendors' data sheets.

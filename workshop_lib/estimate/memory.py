@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 
-from workshop_lib.errors import WorkshopError
+from workshop_lib.core.errors import WorkshopError
 from workshop_lib.estimate.shapes import (
     ModelShape, ParameterCounts, lora_trainable_count, model_shape, parameter_counts, parameter_tensors,
 )

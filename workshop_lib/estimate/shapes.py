@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from workshop_lib.errors import WorkshopError
+from workshop_lib.core.errors import WorkshopError
 
 # The models of the workshop as their config.json would say (hub configs for the real ones; the tiny ones
 # match workshop_lib.train.models, which tests check). Only the keys the estimator reads are listed.

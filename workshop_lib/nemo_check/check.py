@@ -23,8 +23,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from workshop_lib.errors import WorkshopError
-from workshop_lib.paths import SOURCE_ROOT
+from workshop_lib.core.errors import WorkshopError
+from workshop_lib.core.paths import SOURCE_ROOT
 
 HERE = Path(__file__).resolve().parent  # this package's own files (resolve.py)
 RESOLVED_DIR = SOURCE_ROOT / "book" / "reference" / "nemo"

@@ -22,8 +22,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from workshop_lib.errors import WorkshopError
-from workshop_lib.paths import SOURCE_ROOT
+from workshop_lib.core.errors import WorkshopError
+from workshop_lib.core.paths import SOURCE_ROOT
 
 HERE = Path(__file__).resolve().parent  # this package's own files (the lock, the alias module)
 LOCK = HERE / "nemo.lock.txt"

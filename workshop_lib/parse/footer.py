@@ -7,8 +7,8 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from workshop_lib.durations import format_duration, parse_duration
-from workshop_lib.parse.text import LogProblem, SkippedLines, log_lines
+from workshop_lib.core.durations import format_duration, parse_duration
+from workshop_lib.core.log_text import LogProblem, SkippedLines, log_lines
 
 # `date "+%Y-%m-%d %H:%M:%S"` pads; the seeds' example ("2025-12-5 10:34:24") does not: accept both.
 _TIMESTAMP = r"(?P<stamp>\d{4}-\d{1,2}-\d{1,2}[ T]\d{1,2}:\d{2}:\d{2})"

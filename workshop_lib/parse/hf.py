@@ -13,7 +13,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from workshop_lib.parse.text import LogProblem, SkippedLines, log_lines, to_float
+from workshop_lib.core.log_text import LogProblem, SkippedLines, log_lines, to_float
 
 # A flat dict literal: HF prints one per log call; two ranks may put two on a line.
 _DICT = re.compile(r"\{[^{}]*\}")

@@ -1,6 +1,6 @@
 """`metrics.jsonl`, the one record format every training entry point writes (step, eval, summary).
 
-The records' fields and types come from :mod:`workshop_lib.metrics_schema`, the schema the writer
+The records' fields and types come from :mod:`workshop_lib.core.metrics_schema`, the schema the writer
 checks against; the dataclasses below hold one attribute per schema field (a test keeps them equal).
 The reader is lenient where the writer is strict: a field an older run did not write reads as None."""
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from workshop_lib.metrics_schema import EVAL_FIELDS, PER_RANK_ENTRIES, STEP_FIELDS, SUMMARY_FIELDS
-from workshop_lib.parse.text import LogProblem, SkippedLines, is_number, log_lines, to_float
+from workshop_lib.core.metrics_schema import EVAL_FIELDS, PER_RANK_ENTRIES, STEP_FIELDS, SUMMARY_FIELDS
+from workshop_lib.core.log_text import LogProblem, SkippedLines, is_number, log_lines, to_float
 
 
 @dataclass(frozen=True)

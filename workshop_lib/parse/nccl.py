@@ -12,7 +12,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from workshop_lib.parse.text import LogProblem, SkippedLines, UnreadableLog, is_number, log_lines, read_text, to_float
+from workshop_lib.core.log_text import (
+    LogProblem, SkippedLines, UnreadableLog, is_number, log_lines, read_text, to_float,
+)
 
 _AVERAGE = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(?P<value>\S+)")
 _RANK = re.compile(r"^#\s*Rank\s+\d+\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(?P<host>\S+)\s+device\s+\d+")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from workshop_lib.parse.text import LogProblem, SkippedLines, log_lines
+from workshop_lib.core.log_text import LogProblem, SkippedLines, log_lines
 
 STEP_MARKER = "Training epoch"
 _STEP_HEAD = re.compile(r"Training epoch (?P<epoch>\d+), iteration (?P<iteration>\d+)/(?P<last_iteration>\d+)\s*$")

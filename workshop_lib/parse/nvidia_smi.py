@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from workshop_lib.parse.text import LogProblem, SkippedLines, log_lines, read_text
+from workshop_lib.core.log_text import LogProblem, SkippedLines, log_lines, read_text
 
 # The columns assumed when a file has no header line (`--format=csv,noheader`): seed 002's query. The job
 # scripts' monitor (scripts.GPU_QUERY, which adds utilization.gpu) always writes its header.

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from workshop_lib.parse.text import LogProblem, SkippedLines, is_number, log_lines, read_text, to_float
+from workshop_lib.core.log_text import LogProblem, SkippedLines, is_number, log_lines, read_text, to_float
 
 _CSV_HEADER_START = "elapsed_time,"
 

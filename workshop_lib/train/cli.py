@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from workshop_lib.errors import WorkshopError
+from workshop_lib.core.errors import WorkshopError
 from workshop_lib.train.data import MAX_LENGTH
 from workshop_lib.train.models import REGISTRY
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from workshop_lib.errors import WorkshopError
+from workshop_lib.core.errors import WorkshopError
 from workshop_lib.train.runtime import Runtime, barrier
 from workshop_lib.train.synthetic import ensure_synthetic_squad, write_atomically
 

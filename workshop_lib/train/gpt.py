@@ -14,7 +14,7 @@ import sys
 
 import torch
 
-from workshop_lib.errors import WorkshopError
+from workshop_lib.core.errors import WorkshopError
 from workshop_lib.train.cli import add_sample_count_flags, check_positive, common_parser, resolve_precision, sample_counts
 from workshop_lib.train.common import answer_quality, prepare_data, print_header
 from workshop_lib.train.data import LOCAL_TOKENIZER_VOCAB, local_tokenizer

@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from workshop_lib.errors import WorkshopError
+from workshop_lib.core.errors import WorkshopError
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import sys
 
 import torch
 
-from workshop_lib.errors import WorkshopError
+from workshop_lib.core.errors import WorkshopError
 from workshop_lib.train.cli import autocast_dtype, check_positive, common_parser, resolve_precision
 from workshop_lib.train.common import answer_quality, load_tokenizer, prepare_data, print_header
 from workshop_lib.train.loop import LoopSettings, run_loop

@@ -1,6 +1,6 @@
 """The one ``metrics.jsonl`` writer every entry point uses (rank 0 writes).
 
-The records and their fields are stated once in :mod:`workshop_lib.metrics_schema`, which the
+The records and their fields are stated once in :mod:`workshop_lib.core.metrics_schema`, which the
 results side (:mod:`workshop_lib.parse.metrics`) reads them through; every record written here is
 checked against it first.
 """
@@ -12,7 +12,7 @@ import resource
 import sys
 from pathlib import Path
 
-from workshop_lib.metrics_schema import validate_record
+from workshop_lib.core.metrics_schema import validate_record
 
 
 def read_metrics(path: Path | str) -> list[dict]:

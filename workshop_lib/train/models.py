@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from workshop_lib.errors import WorkshopError
+from workshop_lib.core.errors import WorkshopError
 
 TINY_VOCAB = 512  # matches the locally trained tokenizer
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from workshop_lib.errors import WorkshopError
+from workshop_lib.core.errors import WorkshopError
 from workshop_lib.train.cli import check_positive, common_parser, resolve_precision
 from workshop_lib.train.common import load_tokenizer, prepare_data, print_header
 from workshop_lib.train.data import IGNORE_INDEX

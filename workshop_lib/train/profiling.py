@@ -14,7 +14,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from workshop_lib.errors import WorkshopError
+from workshop_lib.core.errors import WorkshopError
 
 ENVIRONMENT_VARIABLE = "WORKSHOP_PROFILE_STEPS"
 

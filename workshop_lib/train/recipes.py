@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import torch
 
-from workshop_lib.errors import WorkshopError
+from workshop_lib.core.errors import WorkshopError
 from workshop_lib.train.graphs import GRAPH_PAD_MULTIPLE
 
 FEATURES = ("bf16", "batch", "padding", "grouping", "chunked-ce", "fused-adamw", "sdpa", "gelu", "graphs",

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from workshop_lib.errors import WorkshopError
+from workshop_lib.core.errors import WorkshopError
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ def run_entry_point(parse_args, run, argv=None, summary_line=None, **runtime_opt
     A WorkshopError (bad flags, data that does not fit) ends the process with status 2 and its message,
     not a traceback on every rank.
     """
-    from workshop_lib.errors import WorkshopError
+    from workshop_lib.core.errors import WorkshopError
 
     args = parse_args(argv)
     runtime = start_runtime(**runtime_options)

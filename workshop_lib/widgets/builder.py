@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from workshop_lib.errors import WorkshopError
+from workshop_lib.core.errors import WorkshopError
 from workshop_lib.estimate import estimate_memory, format_estimate, setup_from_experiment
 from workshop_lib.experiments import CHAPTERS, GPT, HF, Experiment, GptShape, chapter_experiments, get_experiment
 from workshop_lib.profiles import Profile, available_profiles, default_profile_name, load_profile

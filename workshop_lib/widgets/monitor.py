@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable
 
-from workshop_lib.durations import format_duration
+from workshop_lib.core.durations import format_duration
 from workshop_lib.experiments import Experiment, chapter_experiments
 from workshop_lib.runs import NOT_SUBMITTED, Run, RunRecord, load_run, query_runs
 from workshop_lib.slurm_output import FINAL_STATES, JobInfo, tail
@@ -57,7 +57,7 @@ class JobMonitor:
                  experiments: Iterable[Experiment] = (), runs_dir: Path | str | None = None,
                  interval_s: float | None = None, log_lines: int = 5, stop_when_done: bool = True,
                  interactive: bool | None = None):
-        from workshop_lib.paths import runs_root
+        from workshop_lib.core.paths import runs_root
 
         self.runs_dir = runs_root(runs_dir)
         self.chapter = chapter

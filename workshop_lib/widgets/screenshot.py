@@ -26,7 +26,7 @@ import urllib.request
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from workshop_lib.errors import WorkshopError
+from workshop_lib.core.errors import WorkshopError
 from workshop_lib.notebook import repository_root
 from workshop_lib.widgets.builder import BUILDER_CLASS
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from workshop_lib.errors import WorkshopError
+from workshop_lib.core.errors import WorkshopError
 
 ROOT_VARIABLE = "WORKSHOP_ROOT"
 RUNS_VARIABLE = "WORKSHOP_RUNS_DIR"
 # The folder this library was installed from (an editable install: the checkout).
-SOURCE_ROOT = Path(__file__).resolve().parent.parent
+SOURCE_ROOT = Path(__file__).resolve().parents[2]
 # What the checkout ships for jobs: templates, site profiles, DeepSpeed configs.
 SLURM_DIR = SOURCE_ROOT / "slurm"
 DS_CONFIGS_DIR = SLURM_DIR / "ds_configs"
@@ -50,7 +50,7 @@ def runs_root(runs_dir: Path | str | None = None) -> Path:
 def existing_runs_root(runs_dir: Path | str | None) -> Path:
     """`runs_root` for reading: a folder named on the command line must exist (a typo would otherwise show
     every run as missing); the default one may not exist yet (nothing was submitted)."""
-    from workshop_lib.errors import WorkshopError
+    from workshop_lib.core.errors import WorkshopError
 
     root = runs_root(runs_dir)
     if runs_dir and not root.is_dir():

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from workshop_lib.errors import WorkshopError
+from workshop_lib.core.errors import WorkshopError
 
 # tqdm redraws its bar with carriage returns; each redraw is a line of its own for us.
 _LINE_BREAKS = re.compile(r"\r\n|\r|\n")
