@@ -123,3 +123,23 @@ def test_cli_lists_experiments_as_json_and_table(capsys):
     assert "zero/multi-node/8-nodes" in table and "lora/" not in table
     assert f"chapter 3: {len(chapter_experiments(3))}" in table
     assert set(CHAPTERS) == {1, 2, 3, 4}
+
+
+def test_content_hashes_of_every_experiment_are_those_recorded():
+    """A run folder is reused when its experiment's content hash matches, so a refactoring that renamed or
+    reordered a field (of Experiment or GptShape) would silently re-run every experiment of every participant.
+    tests/data/experiment_content_hashes.json was written from the experiments before issue 26's restructuring."""
+    import json
+    from pathlib import Path
+
+    from workshop_lib.core.vocabulary import HF, RECIPES
+    from workshop_lib.experiments import (all_experiments, engine_scaling_experiments, large_gpu_experiments,
+                                          with_recipe)
+
+    recorded = json.loads((Path(__file__).parent / "data" / "experiment_content_hashes.json").read_text())
+    now = {}
+    for experiment in [*all_experiments(), *large_gpu_experiments(), *engine_scaling_experiments()]:
+        for recipe in RECIPES if experiment.engine == HF else (experiment.recipe,):
+            variant = with_recipe(experiment, recipe)
+            now[variant.id] = variant.content_hash
+    assert now == recorded

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Iterable
 
 from workshop_lib.core.errors import WorkshopError
+from workshop_lib.core.vocabulary import DEFAULT_RECIPE, ENGINES, FSDP_STRATEGIES, GPT, HF, NEMO, RECIPES, GptShape
 
 CHAPTERS = {
     1: "Data parallel + LoRA (NeMo)",
@@ -22,32 +23,6 @@ CHAPTERS = {
     3: "DeepSpeed ZeRO (HF Trainer)",
     4: "FSDP (HF Trainer and a custom GPT)",
 }
-
-# The engine that runs an experiment; it picks the template and the entry point.
-NEMO = "nemo"  # NeMo Factory `nemo llm finetune` (chapters 1-2)
-HF = "hf"  # Hugging Face Trainer, plain / DeepSpeed / FSDP (chapters 3-4)
-GPT = "gpt"  # the custom GPT of seed 003 (chapter 4)
-ENGINES = (NEMO, HF, GPT)
-
-FSDP_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD")
-
-# How a Hugging Face Trainer run trains (workshop_lib.train.recipes): "seed" is the seeds' recipe
-# (fp16, batch 4 x accumulation 4, padded to 512), "tuned" the workshop's faster one.
-RECIPES = ("seed", "tuned")
-DEFAULT_RECIPE = "seed"
-
-
-@dataclass(frozen=True)
-class GptShape:
-    """Architecture of the custom GPT (seed 003's VOCAB_SIZE, HIDDEN_SIZE, NUM_LAYERS, ...)."""
-
-    layers: int = 3
-    hidden: int = 2048
-    heads: int = 16
-    ffn: int = 8192
-    vocab: int = 50000
-    seq_len: int = 512
-
 
 @dataclass(frozen=True)
 class Experiment:

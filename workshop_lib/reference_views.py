@@ -12,6 +12,7 @@ import pandas as pd
 from workshop_lib.core.gpu_cards import card_of
 
 from workshop_lib.core.paths import SOURCE_ROOT
+from workshop_lib.core.vocabulary import RECIPE_FEATURES
 
 REPOSITORY = SOURCE_ROOT
 RECIPE_RESULTS = REPOSITORY / "benchmarks" / "results" / "recipe"
@@ -45,9 +46,7 @@ RECIPE_REASONS = {
 
 
 def _tuned_features() -> tuple[str, ...]:
-    from workshop_lib.train.recipes import parse_recipe
-
-    return parse_recipe("tuned")
+    return RECIPE_FEATURES["tuned"]
 
 
 def recipe_label(variant: dict) -> str:

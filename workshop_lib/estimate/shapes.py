@@ -9,11 +9,12 @@ the groups that parallelism treats differently (embeddings, attention, MLP, expe
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Mapping
 
 from workshop_lib.core.errors import WorkshopError
+from workshop_lib.core.vocabulary import GptShape
 
 # The models of the workshop as their config.json would say (hub configs for the real ones; the tiny ones
 # match workshop_lib.train.models, which tests check). Only the keys the estimator reads are listed.
@@ -33,9 +34,8 @@ KNOWN_CONFIGS: dict[str, dict] = {
     "tiny-mixtral": {"model_type": "mixtral", "hidden_size": 64, "intermediate_size": 128,
                      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4,
                      "num_local_experts": 4, "num_experts_per_tok": 2, "vocab_size": 512},
-    # The custom GPT of chapter 4 (workshop_lib.experiments.GptShape defaults).
-    "gpt": {"model_type": "gpt", "hidden": 2048, "layers": 3, "heads": 16, "ffn": 8192, "vocab": 50000,
-            "seq_len": 512},
+    # The custom GPT of chapter 4 (its default shape).
+    "gpt": {"model_type": "gpt", **asdict(GptShape())},
 }
 
 # Linear layers LoRA can target, per family: name -> (in features, out features) as functions of the shape.

@@ -15,6 +15,7 @@ import sys
 import torch
 
 from workshop_lib.core.errors import WorkshopError
+from workshop_lib.core.vocabulary import TINY_GPT
 from workshop_lib.train.cli import add_sample_count_flags, check_positive, common_parser, resolve_precision, sample_counts
 from workshop_lib.train.common import answer_quality, prepare_data, print_header
 from workshop_lib.train.data import LOCAL_TOKENIZER_VOCAB, local_tokenizer
@@ -29,12 +30,12 @@ from workshop_lib.train.sharding import STRATEGIES, local_parameter_count, wrap_
 def parse_args(argv=None):
     parser = common_parser(__doc__.splitlines()[0])
     parser.set_defaults(model="gpt")
-    parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--hidden", type=int, default=64)
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--ffn", type=int, default=256)
+    parser.add_argument("--layers", type=int, default=TINY_GPT.layers)
+    parser.add_argument("--hidden", type=int, default=TINY_GPT.hidden)
+    parser.add_argument("--heads", type=int, default=TINY_GPT.heads)
+    parser.add_argument("--ffn", type=int, default=TINY_GPT.ffn)
     parser.add_argument("--vocab", type=int, default=LOCAL_TOKENIZER_VOCAB)
-    parser.add_argument("--seq-len", type=int, default=512)
+    parser.add_argument("--seq-len", type=int, default=TINY_GPT.seq_len)
     parser.add_argument("--per-device-batch", type=int, default=1)
     parser.add_argument("--grad-accum", type=int, default=4)
     add_sample_count_flags(parser)

@@ -14,16 +14,19 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from workshop_lib.core.errors import WorkshopError
+from workshop_lib.core.vocabulary import TINY_GPT
 
 
 @dataclass(frozen=True)
 class GPTConfig:
-    vocab: int = 512
-    hidden: int = 64
-    layers: int = 2
-    heads: int = 4
-    ffn: int = 256
-    seq_len: int = 512
+    """The model's shape (TINY_GPT's numbers unless given) and its dropout."""
+
+    vocab: int = TINY_GPT.vocab
+    hidden: int = TINY_GPT.hidden
+    layers: int = TINY_GPT.layers
+    heads: int = TINY_GPT.heads
+    ffn: int = TINY_GPT.ffn
+    seq_len: int = TINY_GPT.seq_len
     dropout: float = 0.0
 
     def __post_init__(self):

@@ -41,34 +41,14 @@ from dataclasses import dataclass
 import torch
 
 from workshop_lib.core.errors import WorkshopError
+from workshop_lib.core.vocabulary import FEATURES, NOT_TUNED, RECIPE_FEATURES, parse_recipe  # noqa: F401
 from workshop_lib.train.graphs import GRAPH_PAD_MULTIPLE
 
-FEATURES = ("bf16", "batch", "padding", "grouping", "chunked-ce", "fused-adamw", "sdpa", "gelu", "graphs",
-            "compile", "gc-freeze", "large-batch")
-# Not in tuned (benchmarks/NOTES.md): large-batch, because at a 4× batch the same samples give ¼ of the
-# optimizer steps, which cost 17-42 % in eval loss; compile, because its 60-150 s of compilation made
-# the tuned recipe slower end to end than the seed's on the workshop's jobs (100-300 steps).
-NOT_TUNED = ("compile", "large-batch")
-RECIPES = {"seed": (), "tuned": tuple(name for name in FEATURES if name not in NOT_TUNED)}
 LARGE_BATCH_FACTOR = 4
 PAD_MULTIPLE = 16  # dynamic padding rounds the batch length up to this (tensor-core friendly)
 LIGER_CHUNK_BUDGET = 128  # Liger's logits chunk: up to 128 × hidden × rows/vocab rows (~2k rows at 250k words)
 LOSS_CHUNK_ROWS = 1024  # rows of logits alive at once: 1024 × 250,880 × 4 bytes ≈ 1 GB
 FUSED_CHUNK_ROWS = 4096  # the fused path keeps only bf16 logits and gradient: 4096 × 250,880 × 2 × 2 ≈ 4 GB
-
-
-def parse_recipe(text: str) -> tuple[str, ...]:
-    """``seed``, ``tuned``, or a base plus features: ``seed+bf16+batch`` (features in ladder order)."""
-    base, *extra = [part.strip() for part in text.split("+")]
-    if base not in RECIPES:
-        raise WorkshopError(f"--recipe {text!r}: start with one of {', '.join(RECIPES)} "
-                            f"(then optionally +feature, features: {', '.join(FEATURES)})")
-    unknown = [name for name in extra if name not in FEATURES]
-    if unknown:
-        raise WorkshopError(f"--recipe {text!r}: unknown feature(s) {', '.join(unknown)}; "
-                            f"choose from {', '.join(FEATURES)}")
-    chosen = set(RECIPES[base]) | set(extra)
-    return tuple(name for name in FEATURES if name in chosen)
 
 
 @dataclass(frozen=True)
@@ -155,7 +135,7 @@ def apply_recipe(name: str, *, precision: str, per_device_batch: int, grad_accum
     if "chunked-ce" in applied:
         loss_kernel = ("liger" if cuda and liger_available() else "inductor" if "compile" in applied else "eager")
     base = name.split("+")[0].strip()
-    label = base if name.strip() in RECIPES else name.strip()
+    label = base if name.strip() in RECIPE_FEATURES else name.strip()
     pad_multiple = GRAPH_PAD_MULTIPLE if "graphs" in applied else PAD_MULTIPLE  # few shapes, few captures
     return AppliedRecipe(label, tuple(applied), skipped, precision, per_device_batch, grad_accum, eval_batch,
                          batch_factor, learning_rate_factor, loss_kernel, pad_multiple)
