@@ -12,7 +12,7 @@ import pytest
 
 from workshop_lib.experiments import get_experiment
 from workshop_lib.core.paths import SOURCE_ROOT
-from workshop_lib.profiles import load_profile
+from workshop_lib.sites.profiles import load_profile
 from workshop_lib.scripts import render_script, template_for
 
 MONITOR_STEP = ('srun --overlap --quiet --nodes="$SLURM_NNODES" --ntasks-per-node=1 --cpus-per-task=1 '

@@ -16,7 +16,7 @@ import pytest
 
 from workshop_lib import cluster
 from workshop_lib.lab_job import connection, render_lab_script
-from workshop_lib.profiles import load_profile
+from workshop_lib.sites.profiles import load_profile
 
 ROOT = Path(__file__).resolve().parents[1]
 

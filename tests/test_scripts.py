@@ -13,7 +13,7 @@ import yaml
 from workshop_lib.cli import main
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.experiments import all_experiments, get_experiment
-from workshop_lib.profiles import PROFILES_DIR, load_profile
+from workshop_lib.sites.profiles import PROFILES_DIR, load_profile
 from workshop_lib.scripts import render_import_script, render_script
 from workshop_lib.validate import lint_script
 

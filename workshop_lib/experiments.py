@@ -1,7 +1,7 @@
 """Every experiment of the workshop as data: one frozen dataclass per run, each chapter's matrix declared once.
 
 An Experiment says *what* runs (model, GPUs, nodes, the knobs of its track); a Profile
-(``workshop_lib.profiles``) says *how* a site realises it. The notebook, the CLI and the tests all read
+(``workshop_lib.sites.profiles``) says *how* a site realises it. The notebook, the CLI and the tests all read
 the matrices below, so a row added here appears everywhere.
 
 Choices where the seeds disagree with themselves are recorded next to the row they shape.

@@ -185,7 +185,7 @@ def _folder(script: Script, target: str, submit: Path) -> Path | None:
 @lru_cache(maxsize=1)
 def _site():
     """The workshop's site profile: its NeMo factory names and its GPUs' memory."""
-    from workshop_lib.profiles import load_profile
+    from workshop_lib.sites.profiles import load_profile
 
     return load_profile("ibex")
 

@@ -18,14 +18,14 @@ import jinja2
 
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.experiments import GPT, HF, NEMO, Experiment
-from workshop_lib.profile_schema import SHELL_PATH
-from workshop_lib.nemo_checkpoint import (
+from workshop_lib.sites.schema import SHELL_PATH
+from workshop_lib.sites.nemo_checkpoint import (
     COMPLETE_FILES, INCOMPLETE_EXIT, PARTIAL_SUFFIX, checkpoint_shell_path, complete_test,
 )
 from workshop_lib.core.paths import DS_CONFIGS_DIR, SLURM_DIR
-from workshop_lib.profiles import Profile, load_profile
-from workshop_lib.reservation import find_reservation
-from workshop_lib.site_setup import (
+from workshop_lib.sites.profiles import Profile, load_profile
+from workshop_lib.sites.reservation import find_reservation
+from workshop_lib.sites.requirements import (
     CACHE_VARIABLES, MISSING_SETUP_EXIT, OFFLINE_VARIABLES, import_requirements, import_step, shared_exports,
     job_requirements, setup_command,
 )

@@ -20,7 +20,7 @@ from workshop_lib.sbatch_script import SbatchHeader, heredoc_lines, read_header
 
 if TYPE_CHECKING:  # imported for annotations only: profiles imports experiments, not the other way
     from workshop_lib.experiments import Experiment
-    from workshop_lib.profiles import Profile
+    from workshop_lib.sites.profiles import Profile
 
 ERROR = "error"
 WARNING = "warning"
