@@ -28,9 +28,8 @@ import pandas as pd
 
 from workshop_lib import tables as tables_module
 from workshop_lib.core.errors import WorkshopError
-from workshop_lib.experiments import (
-    CHAPTERS, DEFAULT_RECIPE, HF, RECIPES, Experiment, chapter_experiments, get_experiment, with_recipe,
-)
+from workshop_lib.experiments import CHAPTERS, Experiment, chapter_experiments, get_experiment, with_recipe
+from workshop_lib.core.vocabulary import DEFAULT_RECIPE, HF, RECIPES
 from workshop_lib.disk_check import check_disk, pending_needs
 from workshop_lib.sites.profiles import Profile, load_profile
 from workshop_lib.results import COMPLETED, chapter_results, read_run, run_note, run_record

@@ -17,7 +17,8 @@ from pathlib import Path
 import jinja2
 
 from workshop_lib.core.errors import WorkshopError
-from workshop_lib.experiments import GPT, HF, NEMO, Experiment
+from workshop_lib.core.vocabulary import GPT, HF, NEMO
+from workshop_lib.experiments import Experiment
 from workshop_lib.sites.schema import SHELL_PATH
 from workshop_lib.sites.nemo_checkpoint import (
     COMPLETE_FILES, INCOMPLETE_EXIT, PARTIAL_SUFFIX, checkpoint_shell_path, complete_test,

@@ -75,7 +75,8 @@ def command_from_script(script: str) -> NemoCommand:
 
 
 def nemo_experiments():
-    from workshop_lib.experiments import NEMO, all_experiments, large_gpu_experiments
+    from workshop_lib.core.vocabulary import NEMO
+    from workshop_lib.experiments import all_experiments, large_gpu_experiments
 
     return [e for e in all_experiments() + large_gpu_experiments() if e.engine == NEMO]
 

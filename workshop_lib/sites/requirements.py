@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workshop_lib.core.errors import WorkshopError
-from workshop_lib.experiments import Experiment, NEMO
+from workshop_lib.experiments import Experiment
+from workshop_lib.core.vocabulary import NEMO
 from workshop_lib.sites.profiles import Profile, STAGED_CACHE, STAGED_SQUAD
 
 SETUP_COMMAND = "workshop setup ibex"

@@ -29,7 +29,8 @@ import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from workshop_lib.experiments import GPT, HF, NEMO, Experiment, get_experiment
+from workshop_lib.core.vocabulary import GPT, HF, NEMO
+from workshop_lib.experiments import Experiment, get_experiment
 from workshop_lib.train.metrics import MetricsWriter
 
 MANIFEST = "manifest.json"
