@@ -233,11 +233,11 @@ def test_the_notebook_explains_a_failed_run_without_a_checks_passed_badge(isolat
 def test_a_view_of_two_failed_runs_asks_sacct_once_for_both(isolated, monkeypatch, capsys):
     """`workshop status`, the notebook's table and `workshop submit --wait` explain every failed run
     with its earlier attempts, asking sacct once for the whole view, never again per run."""
-    from workshop_lib import slurm_backend
+    from workshop_lib.jobs import slurm as slurm_backend
     from workshop_lib.commands.experiments import _print_explanations
     from workshop_lib.notebook import _show_run_table
     from workshop_lib.runs import load_run
-    from workshop_lib.slurm_output import JobInfo
+    from workshop_lib.jobs.slurm_output import JobInfo
 
     asked = []
 

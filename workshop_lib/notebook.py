@@ -39,7 +39,7 @@ from workshop_lib.runs import (
     wait_for_runs,
 )
 from workshop_lib.scripts import render_script
-from workshop_lib.slurm_output import JobInfo
+from workshop_lib.jobs.slurm_output import JobInfo
 from workshop_lib.tables import Table
 from workshop_lib.validate import Finding, lint_script, validate_experiment
 

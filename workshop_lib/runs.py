@@ -46,19 +46,20 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
-from workshop_lib import cluster, slurm_output
+from workshop_lib import jobs as cluster
+from workshop_lib.jobs import slurm_output
 from workshop_lib.core import paths
-from workshop_lib.backend import FORGOTTEN, get_backend, resolve_backend
+from workshop_lib.jobs.backend import FORGOTTEN, get_backend, resolve_backend
 from workshop_lib.core.errors import ClusterError, SubmitError, WorkshopError
 from workshop_lib.experiments import Experiment, select_experiments
 from workshop_lib.sites.profiles import Profile, load_profile
 from workshop_lib.sbatch_script import sbatch_request
 from workshop_lib.sites.requirements import check_before_submit
 from workshop_lib.scripts import CPU_MEMORY_LOG, TRAIN_DIR, render_script
-from workshop_lib.slurm_output import JobInfo
+from workshop_lib.jobs.slurm_output import JobInfo
 
 if TYPE_CHECKING:
-    from workshop_lib.failures import Explanation
+    from workshop_lib.jobs.failures import Explanation
 
 RUNS_VARIABLE = paths.RUNS_VARIABLE
 SCRIPT_NAME = "job.sbatch"
@@ -606,7 +607,7 @@ def explain_run(run: Run, info: JobInfo, attempts: tuple[str, ...] | None = None
     """The failure explanation of a run that did not complete (failures.explain with the run's log, the
     estimator's prediction, and the earlier attempts of a requeued job). A view of several runs passes
     `attempts` from its one `earlier_attempts_of` call; without it, sacct is asked for this run alone."""
-    from workshop_lib.failures import explain
+    from workshop_lib.jobs.failures import explain
 
     return explain(info, run.stdout_path, predicted=_predicted_memory(run.experiment),
                    earlier_attempts=earlier_attempts(run) if attempts is None else attempts)

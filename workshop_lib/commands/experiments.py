@@ -68,7 +68,7 @@ def _register_cancel(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _cancel(args: argparse.Namespace) -> int:
-    from workshop_lib import cluster
+    from workshop_lib import jobs as cluster
     from workshop_lib.core.errors import WorkshopError
     from workshop_lib.experiments import select_experiments
     from workshop_lib.core.paths import existing_runs_root
