@@ -53,7 +53,7 @@ CANDIDATES = {
     "render_script": ["workshop_lib.scripts:render_script", "workshop_lib.scripts.render:render_script"],
     "render_import_script": ["workshop_lib.scripts:render_import_script",
                              "workshop_lib.scripts.render:render_import_script"],
-    "render_lab_script": ["workshop_lib.lab_job:render_lab_script", "workshop_lib.scripts.lab:render_lab_script"],
+    "render_lab_script": ["workshop_lib.scripts.lab:render_lab_script", "workshop_lib.scripts.lab:render_lab_script"],
     "build_plan": ["workshop_lib.sites.setup:build_plan", "workshop_lib.sites.setup_plan:build_plan"],
     "describe": ["workshop_lib.sites.setup:describe", "workshop_lib.sites.setup_run:describe"],
     "step_program": ["workshop_lib.sites.setup:step_program", "workshop_lib.sites.setup_run:step_program"],

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from workshop_lib import jobs as cluster
-from workshop_lib.lab_job import connection, render_lab_script
+from workshop_lib.scripts.lab import connection, render_lab_script
 from workshop_lib.sites.profiles import load_profile
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -55,20 +55,17 @@ from workshop_lib.experiments import Experiment, select_experiments
 from workshop_lib.sites.profiles import Profile, load_profile
 from workshop_lib.sbatch_script import sbatch_request
 from workshop_lib.sites.requirements import check_before_submit
-from workshop_lib.scripts import CPU_MEMORY_LOG, TRAIN_DIR, render_script
+from workshop_lib.scripts import render_script
+from workshop_lib.core.run_directory import (
+    ATTEMPTS_DIR, CPU_MEMORY_LOG, DEEPSPEED_CONFIG_NAME, LOCK_NAME, RECORD_NAME, RESERVATION_NAME, SCRIPT_NAME, STAGING_DIR,
+    TRAIN_DIR,
+)
 from workshop_lib.jobs.slurm_output import JobInfo
 
 if TYPE_CHECKING:
     from workshop_lib.jobs.failures import Explanation
 
 RUNS_VARIABLE = paths.RUNS_VARIABLE
-SCRIPT_NAME = "job.sbatch"
-RECORD_NAME = "job.json"
-DEEPSPEED_CONFIG_NAME = "ds_config.json"
-ATTEMPTS_DIR = "attempts"
-STAGING_DIR = ".next"
-LOCK_NAME = ".lock"
-RESERVATION_NAME = ".reservation.json"
 NOT_SUBMITTED = "NOT SUBMITTED"
 DAMAGED = "DAMAGED"
 UNKNOWN = cluster.UNREACHABLE

@@ -25,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _lab(args: argparse.Namespace) -> int:
     from workshop_lib import jobs as cluster
     from workshop_lib.core.errors import WorkshopError
-    from workshop_lib.lab_job import connection, render_lab_script
+    from workshop_lib.scripts.lab import connection, render_lab_script
     from workshop_lib.core.paths import repository_root, runs_root
     from workshop_lib.sites.profiles import load_profile
 
