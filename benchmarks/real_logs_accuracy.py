@@ -22,13 +22,13 @@ GIB = 2**30
 
 
 def _parse(module: str, function: str, text: str):
-    return getattr(importlib.import_module(f"workshop_lib.parse.{module}"), function)(text)
+    return getattr(importlib.import_module(f"workshop_lib.results.parse.{module}"), function)(text)
 
 
 def _nccl(text: str, name: str):
     """One collective: the all-reduce answer the results use, the others by name where the parser
     reports names."""
-    module = importlib.import_module("workshop_lib.parse.nccl")
+    module = importlib.import_module("workshop_lib.results.parse.nccl")
     if name == "all_reduce":
         return module.parse_nccl_allreduce(text)
     if hasattr(module, "parse_nccl"):

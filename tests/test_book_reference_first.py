@@ -155,7 +155,7 @@ def test_show_results_puts_the_reference_first_then_your_runs_by_profile(tmp_pat
     import matplotlib
 
     from workshop_lib import notebook as nb
-    from workshop_lib import results as results_module
+    from workshop_lib.results import chapter as results_module
 
     matplotlib.use("Agg")
     monkeypatch.setenv("WORKSHOP_SUBMIT", "0")

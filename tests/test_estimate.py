@@ -439,7 +439,7 @@ def test_nemo_lora_trainable_parameters_equal_what_nemo_printed_on_the_gpu():
     fixture); the estimator counts Megatron's fused linears, not Hugging Face's separate ones."""
     from workshop_lib.estimate.report import setup_from_experiment
     from workshop_lib.experiments import get_experiment
-    from workshop_lib.parse.nemo import parse_nemo_log
+    from workshop_lib.results.parse.nemo import parse_nemo_log
 
     log = Path(__file__).resolve().parent / "samples" / "nemo" / "llama_lora_1gpu_nemo241_h100.out"
     printed = parse_nemo_log(log.read_text()).after_lora.trainable_params

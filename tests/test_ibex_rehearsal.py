@@ -30,7 +30,7 @@ import pytest
 from ibex_site import SITE_MODULES, IbexSite
 from workshop_lib import jobs as cluster
 from workshop_lib.experiments import get_experiment
-from workshop_lib.parse.nccl import parse_nccl_allreduce
+from workshop_lib.results.parse.nccl import parse_nccl_allreduce
 from workshop_lib.sites.profiles import load_profile
 from workshop_lib.scripts import render_script, template_for
 

@@ -205,7 +205,7 @@ def test_hybrid_shard_on_emulated_nodes_shards_inside_each_node(tmp_path):
     # The chapter's 2 nodes x 2 processes job, run by the local executor: HYBRID_SHARD must see two
     # nodes (a shard group per node: half the parameters per rank), not one node of four.
     from workshop_lib.experiments import get_experiment
-    from workshop_lib.parse.metrics import parse_metrics
+    from workshop_lib.results.parse.metrics import parse_metrics
     from workshop_lib.runs import submit_experiments, wait_for_runs
 
     experiment = get_experiment("fsdp/strategies/hybrid-shard")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from workshop_lib.cli import main
-from workshop_lib.memory import memory_stats, memory_summary
+from workshop_lib.results.memory import memory_stats, memory_summary
 from workshop_lib.core.errors import WorkshopError
 
 SAMPLES = Path(__file__).parent / "samples"

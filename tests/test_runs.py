@@ -295,7 +295,8 @@ def test_the_callers_job_name_and_output_decide_the_record_and_its_log(isolated,
 
 
 def test_a_damaged_record_of_a_job_that_did_not_complete_says_to_rename_it(tmp_path):
-    from workshop_lib.runs import DamagedRecord, RunRecord
+    from workshop_lib.runs import RunRecord
+    from workshop_lib.runs.record import DamagedRecord
 
     (tmp_path / "job.json").write_text('{"experiment_id": ')
     (tmp_path / "slurm-7.out").write_text("step 1\n Exit status: 3\n")

@@ -11,7 +11,7 @@ import pytest
 from workshop_lib import notebook as nb
 from workshop_lib.cli import main
 from workshop_lib.experiments import get_experiment
-from workshop_lib.memory import memory_summary
+from workshop_lib.results.memory import memory_summary
 from workshop_lib.results import chapter_results, read_run
 from workshop_lib.runs import load_run
 from workshop_lib.tables import chapter_tables, drop_unrecorded, long_form, render_tables

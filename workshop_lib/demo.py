@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workshop_lib.core.paths import SOURCE_ROOT
+from workshop_lib.core.run_directory import RunDirectory
 
 ROOT = SOURCE_ROOT
 
@@ -144,8 +145,9 @@ class JobProgress:
 
 def run_progress(directory: Path) -> str:
     """'job 41: step 12 (loss 2.31)', 'job 41: ended, exit status 0 after 00:01:07', or '' before submission."""
-    from workshop_lib.parse.footer import parse_footer
-    from workshop_lib.runs import DamagedRecord, RunRecord
+    from workshop_lib.jobs.footer import parse_footer
+    from workshop_lib.runs import RunRecord
+    from workshop_lib.runs.record import DamagedRecord
 
     try:
         record = RunRecord.load(directory)
@@ -161,7 +163,7 @@ def run_progress(directory: Path) -> str:
     if footer is not None and footer.exit_status is not None:
         took = f" after {footer.total_time_text}" if footer.total_time_text else ""
         return f"job {record.job_id}: ended, exit status {footer.exit_status}{took}"
-    step = _last_step(directory / "train" / "metrics.jsonl")
+    step = _last_step(RunDirectory(directory).metrics)
     if step:
         return f"job {record.job_id}: training, step {step['step']} (loss {step['loss']:.3f})"
     return f"job {record.job_id}: " + ("started" if log.is_file() else "submitted, waiting to start")

@@ -10,7 +10,7 @@ from typing import Callable
 
 import pandas as pd
 
-from workshop_lib.parse.metrics import parse_metrics
+from workshop_lib.results.parse.metrics import parse_metrics
 from workshop_lib.core.log_text import read_text
 from workshop_lib.results import COMPLETED
 

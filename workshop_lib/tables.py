@@ -18,7 +18,7 @@ Where the seeds had a column for the command that submits the job, it shows the 
 command of the experiment. One deliberate difference: seed 002's stage-comparison tables have a blank
 first header (here "Metric"). Seed 003's "GPU Utilization (%)" columns, and the same column added wherever a
 table shows GPU memory, hold GPU 0's nvidia-smi utilization.gpu averaged over the samples taken while
-training (memory at or above half its peak; see workshop_lib.memory).
+training (memory at or above half its peak; see workshop_lib.results.memory).
 
 On the tiny profile there is no GPU and no nvidia-smi log: the GPU 0 columns of the NeMo-style tables
 (chapters 1-2, filled by the LoRA/TP stand-in engines from metrics.jsonl) then show rank 0's peak from

@@ -3,7 +3,7 @@
 from datetime import datetime
 from pathlib import Path
 
-from workshop_lib.parse.footer import parse_footer
+from workshop_lib.jobs.footer import parse_footer
 from workshop_lib.core.log_text import read_text
 
 SAMPLES = Path(__file__).parents[1] / "samples"

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from workshop_lib.parse.metrics import parse_metrics
+from workshop_lib.results.parse.metrics import parse_metrics
 from workshop_lib.core.log_text import read_text
 
 SAMPLE = Path(__file__).parents[1] / "samples" / "metrics" / "metrics.jsonl"
@@ -56,7 +56,7 @@ def test_the_reader_holds_every_field_of_the_writers_schema():
     from dataclasses import fields
 
     from workshop_lib.core.metrics_schema import EVAL_FIELDS, STEP_FIELDS, SUMMARY_FIELDS
-    from workshop_lib.parse.metrics import EvalRecord, RunSummary, StepRecord
+    from workshop_lib.results.parse.metrics import EvalRecord, RunSummary, StepRecord
 
     for record_type, schema in ((StepRecord, STEP_FIELDS), (EvalRecord, EVAL_FIELDS), (RunSummary, SUMMARY_FIELDS)):
         assert {field.name for field in fields(record_type)} == set(schema) - {"kind"}, record_type.__name__

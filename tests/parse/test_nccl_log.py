@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from workshop_lib.parse.nccl import parse_nccl_allreduce
+from workshop_lib.results.parse.nccl import parse_nccl_allreduce
 from workshop_lib.core.log_text import read_text
 
 SAMPLE = Path(__file__).parents[1] / "samples" / "nccl" / "all_reduce_2nodes.txt"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from workshop_lib.experiments import chapter_experiments
-from workshop_lib.parse.nemo import parse_nemo_log
+from workshop_lib.results.parse.nemo import parse_nemo_log
 from workshop_lib.core.log_text import read_text
 from workshop_lib.results import read_run
 

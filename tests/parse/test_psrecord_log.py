@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from workshop_lib.parse.psrecord import parse_psrecord, read_psrecord
+from workshop_lib.results.parse.psrecord import parse_psrecord, read_psrecord
 from workshop_lib.core.log_text import read_text
 
 SAMPLES = Path(__file__).parents[1] / "samples" / "psrecord"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from workshop_lib.parse.nccl import parse_nccl_allreduce
+from workshop_lib.results.parse.nccl import parse_nccl_allreduce
 from workshop_lib.train.bandwidth import bus_bandwidth_gbps
 
 ROOT = Path(__file__).resolve().parents[2]  # this checkout, whatever the environment has installed

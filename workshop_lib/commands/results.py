@@ -7,7 +7,7 @@ import json
 import sys
 from dataclasses import asdict
 
-from workshop_lib.memory import DEFAULT_BUSY_FRACTION, format_memory_report, memory_summary
+from workshop_lib.results.memory import DEFAULT_BUSY_FRACTION, format_memory_report, memory_summary
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

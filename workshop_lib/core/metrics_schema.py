@@ -1,5 +1,5 @@
 """The `metrics.jsonl` schema: the one statement of the records every training entry point writes
-(workshop_lib.train.metrics) and the results side reads (workshop_lib.parse.metrics).
+(workshop_lib.train.metrics) and the results side reads (workshop_lib.results.parse.metrics).
 
 Records, one JSON object per line:
 

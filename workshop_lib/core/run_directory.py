@@ -81,6 +81,14 @@ class RunDirectory:
     def trainer_state(self) -> Path:
         return self.train / TRAINER_STATE_NAME
 
+    def gpu_logs(self) -> list[Path]:
+        """nvidia-smi's CSV of each node the job ran on (in the run folder itself)."""
+        return sorted(self.path.glob(GPU_LOG_PATTERNS[0]))
+
+    def cpu_logs(self) -> list[Path]:
+        """psrecord's log of each node the job ran on (in the run folder itself)."""
+        return sorted(self.path.glob(CPU_LOG_PATTERNS[0]))
+
     @property
     def nccl_log(self) -> Path:
         return self.path / NCCL_LOG

@@ -14,7 +14,7 @@ from workshop_lib.core.errors import ClusterError, JobFailed, SubmitError
 from workshop_lib.jobs import slurm_output
 from workshop_lib.jobs.backend import FORGOTTEN, get_backend, resolve_backend
 from workshop_lib.jobs.slurm_output import JobInfo
-from workshop_lib.parse.footer import parse_footer
+from workshop_lib.jobs.footer import parse_footer
 
 UNREACHABLE = "UNKNOWN"  # the scheduler could not be asked: the job may still run
 

@@ -54,22 +54,39 @@ class RunRecord:
 
     @classmethod
     def load(cls, directory: Path) -> "RunRecord | None":
-        path = Path(directory) / RECORD_NAME
-        if not path.is_file():
+        data = read_record(directory)
+        if data is None:
             return None
         try:
-            data = json.loads(path.read_text())
-            known = {key: data[key] for key in cls.__dataclass_fields__ if key in data}
-            return cls(**known)
-        except (ValueError, TypeError, AttributeError) as error:
-            raise DamagedRecord(f"{path} is damaged ({type(error).__name__}: {error}); the run's other files are "
-                                f"intact. {_damaged_record_advice(Path(directory))}") from error
+            return cls(**{key: data[key] for key in cls.__dataclass_fields__ if key in data})
+        except TypeError as error:
+            raise _damaged(Path(directory), error) from error
+
+
+def read_record(directory: Path | str) -> dict | None:
+    """The run's job.json as a dict; None when there is none. Raises DamagedRecord when it is not a JSON object
+    (a file cut short, or edited by hand): the one reader of job.json, whatever each caller then does about it."""
+    path = Path(directory) / RECORD_NAME
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except ValueError as error:
+        raise _damaged(Path(directory), error) from error
+    if not isinstance(data, dict):
+        raise _damaged(Path(directory), TypeError(f"a JSON {type(data).__name__}, not an object"))
+    return data
+
+
+def _damaged(directory: Path, error: Exception) -> DamagedRecord:
+    return DamagedRecord(f"{directory / RECORD_NAME} is damaged ({type(error).__name__}: {error}); the run's other "
+                         f"files are intact. {_damaged_record_advice(directory)}")
 
 
 def _damaged_record_advice(directory: Path) -> str:
     """What to do about a damaged job.json, from what the job's log says: a completed run is kept as it is
     (renaming its record would run the experiment again)."""
-    from workshop_lib.parse.footer import parse_footer
+    from workshop_lib.jobs.footer import parse_footer
 
     logs = sorted(directory.glob("slurm-*.out"))
     if not logs:

@@ -10,7 +10,7 @@ from typing import Sequence
 from workshop_lib import jobs as cluster
 from workshop_lib.core import paths
 from workshop_lib.core.errors import ClusterError
-from workshop_lib.core.run_directory import CPU_MEMORY_LOG, TRAIN_DIR
+from workshop_lib.core.run_directory import CPU_MEMORY_LOG, TRAIN_DIR, RunDirectory
 from workshop_lib.experiments import Experiment
 from workshop_lib.jobs.backend import FORGOTTEN, get_backend
 from workshop_lib.jobs.slurm_output import JobInfo
@@ -19,13 +19,9 @@ from workshop_lib.runs.record import DAMAGED, DamagedRecord, NOT_SUBMITTED, RunR
 RUNS_VARIABLE = paths.RUNS_VARIABLE
 
 
-def runs_root(root: Path | str | None = None) -> Path:
-    """Where run directories live (see `paths.runs_root`)."""
-    return paths.runs_root(root)
-
-
 def run_directory(experiment: Experiment, root: Path | str | None = None) -> Path:
-    return runs_root(root) / experiment.id
+    """The experiment's run folder under `root` (else $WORKSHOP_RUNS_DIR, else <repository>/runs)."""
+    return RunDirectory.of(experiment.id, root).path
 
 
 @dataclass

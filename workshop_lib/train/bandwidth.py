@@ -2,7 +2,7 @@
 
 Launched by the job script exactly like the training (the same torchrun, rendezvous and NCCL), so it
 tests the path the training will use. Rank 0 prints nccl-tests' all_reduce_perf layout, which
-workshop_lib.parse.nccl reads, with bus bandwidth defined as nccl-tests defines it for all-reduce:
+workshop_lib.results.parse.nccl reads, with bus bandwidth defined as nccl-tests defines it for all-reduce:
 
     algbw = bytes / time        busbw = algbw * 2 * (n - 1) / n        (GB/s = 10^9 bytes/s)
 

@@ -1,7 +1,7 @@
 """The one ``metrics.jsonl`` writer every entry point uses (rank 0 writes).
 
 The records and their fields are stated once in :mod:`workshop_lib.core.metrics_schema`, which the
-results side (:mod:`workshop_lib.parse.metrics`) reads them through; every record written here is
+results side (:mod:`workshop_lib.results.parse.metrics`) reads them through; every record written here is
 checked against it first.
 """
 

@@ -1,28 +1,19 @@
-"""A run directory → one tidy record (the experiment's fields + every metric); a chapter → a DataFrame.
-
-A run directory (`runs/<experiment id>/`) holds job.json, the job's stdout `slurm-<jobid>.out`, the
-memory monitors (`gpu_memory_<node>.csv`, `cpu_memory.txt`), `nccl_allreduce.txt` and `train/`
-(metrics.jsonl, trainer_state.json). Any of these may be missing: the record then says so through
-its `state` and leaves the value empty, never zero.
-"""
+"""One run's folder read into one row: its state, and the numbers its logs and memory monitors hold."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import pandas as pd
-
-from workshop_lib.experiments import Experiment, chapter_experiments
-from workshop_lib.memory import MemoryLogError, memory_summary
-from workshop_lib.parse.footer import parse_footer
-from workshop_lib.parse.hf import TrainerLog, parse_trainer_output, parse_trainer_state
-from workshop_lib.parse.metrics import parse_metrics
-from workshop_lib.parse.nccl import parse_nccl_allreduce
-from workshop_lib.parse.nemo import parse_nemo_log
 from workshop_lib.core.log_text import LogProblem, SkippedLines, read_text
+from workshop_lib.core.run_directory import RunDirectory
+from workshop_lib.jobs.footer import parse_footer
+from workshop_lib.results.memory import MemoryLogError, memory_summary
+from workshop_lib.results.parse.hf import TrainerLog, parse_trainer_output, parse_trainer_state
+from workshop_lib.results.parse.metrics import parse_metrics
+from workshop_lib.results.parse.nccl import parse_nccl_allreduce
+from workshop_lib.results.parse.nemo import parse_nemo_log
+from workshop_lib.runs.record import DamagedRecord, read_record
 
 # States a record can have besides SLURM's own (COMPLETED, FAILED, TIMEOUT, CANCELLED, ...).
 MISSING = "MISSING"  # no run directory: never submitted
@@ -103,31 +94,19 @@ class RunResult:
     unreadable: tuple[UnreadableLines, ...] = ()  # which lines, of which file, and why
 
 
-def run_directory(experiment_id: str, runs_dir: str | Path | None = None) -> Path:
-    from workshop_lib.core.paths import runs_root
-
-    return runs_root(runs_dir) / experiment_id
-
-
-def _first(folder: Path, pattern: str) -> Path | None:
-    found = sorted(folder.glob(pattern))
-    return found[-1] if found else None  # the latest job when a run was resubmitted
-
-
 def _job_info(folder: Path) -> dict:
-    path = folder / "job.json"
-    if not path.exists():
-        return {}
+    """The run's record, or {} when it has none or it is damaged: a damaged record must not stop a chapter's
+    table, and the run's logs still say what happened (`workshop status` names the damage and what to do)."""
     try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError:
+        return read_record(folder) or {}
+    except DamagedRecord:
         return {}
-    return data if isinstance(data, dict) else {}
 
 
 def read_run(folder: str | Path, experiment_id: str | None = None) -> RunResult:
     """Read everything a run directory holds into one RunResult."""
     folder = Path(folder)
+    run = RunDirectory(folder)
     experiment_id = experiment_id or folder.name
     if not folder.is_dir():
         return RunResult(experiment_id=experiment_id, state=MISSING)
@@ -142,7 +121,8 @@ def read_run(folder: str | Path, experiment_id: str | None = None) -> RunResult:
             unreadable.append(UnreadableLines(str(name), tuple(sorted(problems, key=lambda problem: problem.line))))
 
     named = folder / job["stdout"] if isinstance(job.get("stdout"), str) else None
-    stdout_path = named if named and named.is_file() else _first(folder, "slurm-*.out")
+    logs = run.stdout_logs()
+    stdout_path = named if named and named.is_file() else (logs[-1] if logs else None)  # the latest job's
     stdout = read_text(stdout_path) if stdout_path else ""
     footer = parse_footer(stdout)
     values["total_time_s"] = footer.total_time_s
@@ -151,7 +131,7 @@ def read_run(folder: str | Path, experiment_id: str | None = None) -> RunResult:
     if stdout_path:
         note(stdout_path, footer.problems + nemo.problems + printed.problems)
 
-    metrics_path = folder / "train" / "metrics.jsonl"
+    metrics_path = run.metrics
     metrics = parse_metrics(read_text(metrics_path)) if metrics_path.exists() else None
     if metrics is not None:
         note(metrics_path, metrics.problems)
@@ -163,7 +143,7 @@ def read_run(folder: str | Path, experiment_id: str | None = None) -> RunResult:
         values["last_loss"] = nemo.last_step.reduced_train_loss
         if nemo.after_lora:
             _fill(values, "trainable_params", nemo.after_lora.trainable_params)
-    state_path = folder / "train" / "trainer_state.json"
+    state_path = run.trainer_state
     trainer_log = printed
     if state_path.exists():
         try:
@@ -174,8 +154,7 @@ def read_run(folder: str | Path, experiment_id: str | None = None) -> RunResult:
             note(state_path, [LogProblem(getattr(error, "lineno", 1), "", f"not a trainer state: {error}")])
     _from_trainer_log(values, trainer_log)
 
-    gpu_logs = sorted(folder.glob("gpu_memory*.csv"))
-    cpu_logs = sorted(folder.glob("cpu_memory*.txt"))
+    gpu_logs, cpu_logs = run.gpu_logs(), run.cpu_logs()
     if gpu_logs or cpu_logs:
         try:
             report = memory_summary(gpu_logs + cpu_logs)
@@ -199,7 +178,7 @@ def read_run(folder: str | Path, experiment_id: str | None = None) -> RunResult:
             if report.cpus:
                 cpu = report.cpus[0].stats
                 values.update(cpu_peak_mib=cpu.peak, cpu_avg_mib=cpu.average, cpu_mode_mib=cpu.mode)
-    nccl_path = folder / "nccl_allreduce.txt"
+    nccl_path = run.nccl_log
     if nccl_path.exists():
         nccl = parse_nccl_allreduce(read_text(nccl_path))
         values["nccl_bus_bandwidth_gbps"] = nccl.avg_bus_bandwidth_gbps
@@ -272,34 +251,3 @@ def _from_trainer_log(values: dict, log: TrainerLog) -> None:
     if log.final_eval:
         _fill(values, "eval_loss", log.final_eval.eval_loss)
         values["eval_samples_per_s"] = log.evals[0].eval_samples_per_second
-
-
-def run_record(experiment: Experiment, runs_dir: str | Path | None = None) -> dict:
-    """One flat row: the experiment's fields (gpt shape as gpt_*), `gpus`, then every RunResult field."""
-    row = {key: value for key, value in experiment.to_dict().items() if key != "gpt"}
-    shape = experiment.gpt
-    for key, value in (asdict(shape) if shape else {}).items():
-        row[f"gpt_{key}"] = value
-    row["gpus"] = experiment.gpus
-    result = read_run(run_directory(experiment.id, runs_dir), experiment.id)
-    row.update({key: value for key, value in asdict(result).items() if key not in ("experiment_id", "unreadable")})
-    row["unreadable_notes"] = [lines.note() for lines in result.unreadable]  # text: rows go to JSON as they are
-    return row
-
-
-def run_note(experiment_id: str, notes: Sequence[str]) -> str:
-    """One run's line: `<experiment id>: N lines of <file> could not be read: …`, a note per file."""
-    return f"{experiment_id}: {' '.join(notes)}"
-
-
-def unreadable_notes(results: pd.DataFrame) -> list[str]:
-    """A `run_note` for each run of the results whose files had unreadable lines."""
-    if "unreadable_notes" not in results:
-        return []  # results read elsewhere (book/reference) before lines were reported
-    return [run_note(row["id"], notes) for row in results.to_dict("records")
-            if isinstance(notes := row["unreadable_notes"], list) and notes]
-
-
-def chapter_results(chapter: int, runs_dir: str | Path | None = None) -> pd.DataFrame:
-    """One row per experiment of the chapter, in the order of its matrix, missing runs included."""
-    return pd.DataFrame([run_record(experiment, runs_dir) for experiment in chapter_experiments(chapter)])
