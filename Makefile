@@ -45,7 +45,7 @@ test-fast: setup  ## tests that start no cluster and train nothing (markers: slo
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -m "not slow and not cluster and not train"
 
 demo: setup  ## the workshop end to end on the local default (tiny profile, local SLURM)
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m workshop_lib.demo
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m workshop_lib.cli.demo
 
 # WORKSHOP_SUBMIT=0: the chapters only read the runs in runs/ (run `make demo` or the notebooks first).
 # The execution cache is dropped and every page rebuilt (--all): both are keyed on the sources, and the

@@ -31,7 +31,7 @@ _MEMO: dict[str, object] = {}
 class ExecutedChapters:
     runs_dir: Path
     output_dir: Path
-    chapters: list  # workshop_lib.demo.ChapterRun, in chapter order
+    chapters: list  # workshop_lib.cli.demo.ChapterRun, in chapter order
 
 
 @dataclass
@@ -49,7 +49,7 @@ def _need_book_tools() -> None:
 
 
 def _execute_all() -> ExecutedChapters:
-    from workshop_lib.demo import chapter_notebooks, execute_and_account
+    from workshop_lib.cli.demo import chapter_notebooks, execute_and_account
     from workshop_lib.notebook import resolve_runs_dir
 
     runs_dir = resolve_runs_dir()
@@ -59,7 +59,7 @@ def _execute_all() -> ExecutedChapters:
 
 
 def _build(executed: ExecutedChapters) -> BuiltBook:
-    from workshop_lib.demo import build_book, chapter_number, run_snapshot
+    from workshop_lib.cli.demo import build_book, chapter_number, run_snapshot
 
     numbers = [chapter_number(run.notebook) for run in executed.chapters]
     before = {n: run_snapshot(n, executed.runs_dir) for n in numbers}

@@ -94,7 +94,7 @@ def test_jupytext_pairs_chapters_and_nothing_else():
     assert config.default_formats("notebooks/01_data_parallel_lora.py"), "chapters must pair with .ipynb"
     # The pairing also holds when JupyterLab's root is above the checkout (Open OnDemand starts in $HOME).
     assert config.default_formats("ibex/user/someone/workshop/notebooks/04_fsdp.py")
-    assert config.default_formats("workshop_lib/cli.py") is None
+    assert config.default_formats("workshop_lib/cli/main.py") is None
     assert config.default_formats("tests/test_book_config.py") is None
 
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from workshop_lib.demo import JobProgress, execute_chapter, run_progress
+from workshop_lib.cli.demo import JobProgress, execute_chapter, run_progress
 from workshop_lib.experiments import get_experiment
 from workshop_lib.runs import RunRecord
 

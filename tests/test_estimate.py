@@ -389,7 +389,7 @@ def test_cli_errors_name_the_problem(capsys, argv, message):
 
 
 def test_estimator_imports_neither_torch_nor_transformers():
-    code = ("import sys, workshop_lib.estimate, workshop_lib.commands.estimate; "
+    code = ("import sys, workshop_lib.estimate, workshop_lib.cli.estimate; "
             "sys.exit(1 if {'torch', 'transformers'} & set(sys.modules) else 0)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 

@@ -74,7 +74,7 @@ def test_every_run_of_every_chapter_completed(executed_chapters):
 @pytest.mark.slow
 @pytest.mark.cluster
 def test_tables_hold_numbers_from_real_runs(executed_chapters):
-    from workshop_lib.demo import chapter_number, notebook_parameters
+    from workshop_lib.cli.demo import chapter_number, notebook_parameters
     from workshop_lib.notebook import select, selection_tables
 
     for run in executed_chapters.chapters:
@@ -120,7 +120,7 @@ def test_the_book_build_submits_nothing(built_book):
 @pytest.mark.slow
 @pytest.mark.cluster
 def test_running_a_chapter_again_reuses_its_runs(executed_chapters, tmp_path):
-    from workshop_lib.demo import execute_and_account
+    from workshop_lib.cli.demo import execute_and_account
 
     first = executed_chapters.chapters[0]
     again = execute_and_account(first.notebook, "tiny", tmp_path, executed_chapters.runs_dir)
@@ -150,7 +150,7 @@ def test_four_chapters_with_a_papermill_parameters_cell():
 
 
 def test_the_notebook_side_does_not_import_torch():
-    code = ("import sys, workshop_lib.notebook, workshop_lib.demo; workshop_lib.notebook.show_recipe_benchmark(); "
+    code = ("import sys, workshop_lib.notebook, workshop_lib.cli.demo; workshop_lib.notebook.show_recipe_benchmark(); "
             "assert 'torch' not in sys.modules, 'torch'")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 

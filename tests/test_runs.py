@@ -119,7 +119,7 @@ def test_the_notebook_side_never_imports_torch():
     import sys
 
     code = ("import sys, workshop_lib.runs, workshop_lib.scripts, workshop_lib.validate, "
-            "workshop_lib.commands.experiments; print('torch' in sys.modules)")
+            "workshop_lib.cli.experiments; print('torch' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
 
@@ -235,7 +235,7 @@ def test_a_view_of_two_failed_runs_asks_sacct_once_for_both(isolated, monkeypatc
     """`workshop status`, the notebook's table and `workshop submit --wait` explain every failed run
     with its earlier attempts, asking sacct once for the whole view, never again per run."""
     from workshop_lib.jobs import slurm as slurm_backend
-    from workshop_lib.commands.experiments import _print_explanations
+    from workshop_lib.cli.experiments import _print_explanations
     from workshop_lib.notebook import _show_run_table
     from workshop_lib.runs import load_run
     from workshop_lib.jobs.slurm_output import JobInfo

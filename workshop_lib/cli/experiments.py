@@ -73,7 +73,7 @@ def _cancel(args: argparse.Namespace) -> int:
     from workshop_lib.experiments import select_experiments
     from workshop_lib.core.paths import existing_runs_root
     from workshop_lib.runs import cancel_runs
-    from workshop_lib.commands.cluster import JOB_ID
+    from workshop_lib.cli.cluster import JOB_ID
 
     if not (args.experiment_ids or args.chapter or args.job):
         raise WorkshopError("nothing to cancel: give experiment ids, --chapter N or --job JOB_ID "

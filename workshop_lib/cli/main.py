@@ -1,4 +1,4 @@
-"""The `workshop` command. Each area of the library adds its sub-commands from workshop_lib/commands/."""
+"""The `workshop` command. Each area of the library adds its sub-commands from workshop_lib/cli/."""
 
 from __future__ import annotations
 
@@ -27,9 +27,9 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         try:
-            module = importlib.import_module(f"workshop_lib.commands.{name}")
+            module = importlib.import_module(f"workshop_lib.cli.{name}")
         except ModuleNotFoundError as missing:
-            if missing.name == f"workshop_lib.commands.{name}":
+            if missing.name == f"workshop_lib.cli.{name}":
                 continue  # that area is not built yet
             raise
         module.register(subparsers)
