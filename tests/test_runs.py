@@ -17,8 +17,9 @@ import yaml
 from workshop_lib.cli import main
 from workshop_lib.experiments import get_experiment
 from workshop_lib.sites.profiles import PROFILES_DIR, load_profile
+from workshop_lib.core.paths import runs_root
 from workshop_lib.runs import (
-    NOT_SUBMITTED, RunRecord, run_status, runs_root, submit_experiment, submit_experiments, wait_for_runs,
+    NOT_SUBMITTED, RunRecord, run_status, submit_experiment, submit_experiments, wait_for_runs,
 )
 
 EXPERIMENT = get_experiment("fsdp/baseline")
