@@ -11,7 +11,6 @@ import shutil
 import signal
 import time
 from contextlib import contextmanager
-from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable, Sequence
