@@ -8,9 +8,11 @@ import pytest
 import torch
 
 from workshop_lib.core.errors import WorkshopError
+from workshop_lib.core.vocabulary import FEATURES, parse_recipe
+from workshop_lib.train.features.data import DynamicPaddingCollator, UnpaddedView
+from workshop_lib.train.features.loss import chunked_cross_entropy, use_chunked_loss
 from workshop_lib.train.models import build_model, model_spec
-from workshop_lib.train.recipes import (FEATURES, DynamicPaddingCollator, UnpaddedView, apply_recipe,
-                                        chunked_cross_entropy, parse_recipe, use_chunked_loss)
+from workshop_lib.train.recipes import apply_recipe
 
 
 def test_recipe_names_and_ladders_parse():
@@ -69,7 +71,7 @@ def _padded_batch(vocab: int = 500):
 
 
 def test_sdpa_attention_and_native_gelu_compute_what_bloom_computes():
-    from workshop_lib.train.recipes import use_native_gelu, use_sdpa_attention
+    from workshop_lib.train.features.bloom import use_native_gelu, use_sdpa_attention
 
     reference = build_model(model_spec("tiny-bloom"), True, 0)
     fast = copy.deepcopy(reference)
@@ -91,7 +93,7 @@ def test_sdpa_attention_and_native_gelu_compute_what_bloom_computes():
 
 def test_sdpa_attention_ignores_padding_keys():
     # A padded row must give the same outputs as the same row alone: the bias masks the pad keys.
-    from workshop_lib.train.recipes import use_sdpa_attention
+    from workshop_lib.train.features.bloom import use_sdpa_attention
 
     model = build_model(model_spec("tiny-bloom"), True, 0)
     use_sdpa_attention(model)
@@ -104,7 +106,7 @@ def test_sdpa_attention_ignores_padding_keys():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="Liger's kernels are Triton: GPU only")
 def test_liger_loss_matches_the_chunked_loss_on_a_gpu():
     pytest.importorskip("liger_kernel")
-    from workshop_lib.train.recipes import liger_cross_entropy
+    from workshop_lib.train.features.loss import liger_cross_entropy
 
     hidden = torch.randn(3, 41, 64, device="cuda", requires_grad=True)
     weight = torch.randn(1000, 64, device="cuda", requires_grad=True)
@@ -173,7 +175,7 @@ def test_dynamic_padding_only_drops_pad_columns():
 
 
 def test_compile_model_scopes_and_a_clear_error_for_an_unknown_mode():
-    from workshop_lib.train.recipes import compile_model
+    from workshop_lib.train.features.compile import compile_model
 
     model = build_model(model_spec("tiny-bloom"), random_init=True, seed=0)
     assert compile_model(model, "BloomBlock", "blocks") == model.config.n_layer

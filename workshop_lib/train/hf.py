@@ -24,14 +24,17 @@ from pathlib import Path
 import torch
 
 from workshop_lib.core.errors import WorkshopError
+from workshop_lib.core.vocabulary import parse_recipe
 from workshop_lib.train.cli import add_sample_count_flags, check_positive, common_parser, resolve_precision, sample_counts
 from workshop_lib.train.common import answer_quality, load_tokenizer, prepare_data, print_header
+from workshop_lib.train.features.compile import COMPILE_MODES
 from workshop_lib.train.metrics import MetricsWriter, summary_fields
 from workshop_lib.train.models import build_model, count_parameters, model_spec
-from workshop_lib.train.recipes import COMPILE_MODES, AppliedRecipe, apply_recipe, parse_recipe
+from workshop_lib.train.recipes import AppliedRecipe, apply_recipe
 from workshop_lib.train.runtime import Runtime, print_main, start_runtime, stop_runtime
 from workshop_lib.train.sharding import STRATEGIES, fsdp_layout, local_parameter_count, wrap_fsdp
-from workshop_lib.train.tensor_census import MemoryProbe, cuda_peak_before_reset
+from workshop_lib.train.tensor_census import MemoryProbe
+from workshop_lib.train.throughput import counting_trainer_class, write_throughput
 
 
 def parse_args(argv=None):
@@ -153,10 +156,10 @@ def recipe_training_arguments(recipe: AppliedRecipe, pad_token_id: int, max_leng
     """TrainingArguments and the data collator the recipe asks for (nothing for ``seed``)."""
     from transformers import TrainingArguments
 
-    from workshop_lib.train.recipes import DynamicPaddingCollator, sampler_arguments
+    from workshop_lib.train.features.data import DynamicPaddingCollator, sampler_arguments
 
     names = {f.name for f in dataclasses.fields(TrainingArguments)}
-    arguments = sampler_arguments(names, recipe.has("grouping"))
+    arguments = sampler_arguments(names) if recipe.has("grouping") else {}
     if recipe.has("fused-adamw"):
         arguments["optim"] = "adamw_torch_fused"
         torch.backends.cuda.matmul.allow_tf32 = True
@@ -168,16 +171,6 @@ def recipe_training_arguments(recipe: AppliedRecipe, pad_token_id: int, max_leng
     return arguments, collator
 
 
-def write_throughput(path: Path, counter, grad_accum: int, recipe: AppliedRecipe, device_kind: str,
-                     graphs: dict | None = None) -> None:
-    """``throughput.json``: padded and real tokens of every optimizer step (the benchmark reads it)."""
-    record = {"recipe": recipe.settings(), **counter.per_step(grad_accum), **(graphs or {})}
-    if device_kind == "cuda":
-        reserved = max(torch.cuda.max_memory_reserved(), cuda_peak_before_reset("reserved"))  # the probe resets it
-        record["cuda_max_reserved_mib"] = reserved / 2**20
-    path.write_text(json.dumps(record))
-
-
 def train_with_trainer(args, runtime: Runtime, spec, tokenizer, data, precision: str, writer,
                        recipe: AppliedRecipe | None = None, clock=None):
     from transformers import TrainingArguments
@@ -186,8 +179,10 @@ def train_with_trainer(args, runtime: Runtime, spec, tokenizer, data, precision:
                                               ShardSizeCallback)
     from workshop_lib.train.graphs import use_cuda_graphs
     from workshop_lib.train.profiling import ProfilerCallback, requested_steps
-    from workshop_lib.train.recipes import (UnpaddedView, compile_model, counting_trainer_class, use_chunked_loss,
-                                            use_native_gelu, use_sdpa_attention)
+    from workshop_lib.train.features.bloom import use_native_gelu, use_sdpa_attention
+    from workshop_lib.train.features.compile import compile_model
+    from workshop_lib.train.features.data import UnpaddedView
+    from workshop_lib.train.features.loss import use_chunked_loss
 
     recipe = recipe or recipe_for(args, runtime, precision)
     extra, collator = recipe_training_arguments(recipe, tokenizer.pad_token_id, args.max_length)
