@@ -22,8 +22,8 @@ every sample padded to 512 tokens, the full fp32 logits over the vocabulary, eag
                   process, no gradient accumulation
 * ``compile``     ``torch.compile`` of each transformer block (regional compilation), its kernels
                   launched by inductor's C++ wrapper (other ways with ``--compile-mode``, see
-                  ``workshop_lib.train.features.compile``); not in ``tuned``: on a workshop-sized job its compile
-                  time costs more than it saves (benchmarks/NOTES.md)
+                  ``workshop_lib.train.features.compile``); not in ``tuned``: on a workshop-sized job
+                  its compile time costs more than it saves (benchmarks/NOTES.md)
 * ``gc-freeze``   the objects alive when training starts (model, libraries) are frozen out of Python's
                   garbage collector (``gc.freeze``), so its full collections stop rescanning them
 * ``large-batch`` a 4× larger batch per optimizer step (the same samples in ¼ of the steps) with the
@@ -32,18 +32,28 @@ every sample padded to 512 tokens, the full fp32 logits over the vocabulary, eag
 A feature that cannot apply where the job runs (bf16, fused AdamW and compile on a CPU; the chunked
 loss, which reads the output weight directly, under ZeRO-3 or FSDP; compile under DeepSpeed or FSDP)
 is left out, and the run's summary lists what was applied.
+
+This module declares; the mechanisms live in ``workshop_lib.train.features`` (and ``train.graphs``).
+:func:`apply_recipe` decides which features this run gets and what they do to its numbers (precision,
+batch, accumulation, learning rate). :data:`FEATURE_STEPS` is the one ordered list of what each feature
+then does to the Trainer's parts; :func:`apply_features` walks it at each stage of building the Trainer
+(torchtitan's ``parallelize`` is the model: one list, applied in order).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 
 from workshop_lib.core.vocabulary import RECIPE_FEATURES, parse_recipe
-from workshop_lib.train.features.data import PAD_MULTIPLE
-from workshop_lib.train.features.loss import liger_available
-from workshop_lib.train.graphs import GRAPH_PAD_MULTIPLE
+from workshop_lib.train.features.bloom import use_native_gelu, use_sdpa_attention
+from workshop_lib.train.features.compile import compile_model
+from workshop_lib.train.features.data import PAD_MULTIPLE, DynamicPaddingCollator, UnpaddedView, sampler_arguments
+from workshop_lib.train.features.loss import liger_available, use_chunked_loss
+from workshop_lib.train.graphs import GRAPH_PAD_MULTIPLE, use_cuda_graphs
 
 LARGE_BATCH_FACTOR = 4
 
@@ -129,3 +139,116 @@ def apply_recipe(name: str, *, precision: str, per_device_batch: int, grad_accum
     pad_multiple = GRAPH_PAD_MULTIPLE if "graphs" in applied else PAD_MULTIPLE  # few shapes, few captures
     return AppliedRecipe(label, tuple(applied), skipped, precision, per_device_batch, grad_accum, eval_batch,
                          batch_factor, learning_rate_factor, loss_kernel, pad_multiple)
+
+
+# ---------------------------------------------------------------- what each feature does to a Trainer
+
+# The stages of building a Hugging Face Trainer, in order. ARGUMENTS comes before the model exists: under
+# ZeRO-3 the TrainingArguments make the model be built already partitioned.
+ARGUMENTS, MODEL, CALLBACKS = "arguments", "model", "callbacks"
+STAGES = (ARGUMENTS, MODEL, CALLBACKS)
+
+
+@dataclass
+class TrainerParts:
+    """What the features change on the way to a Trainer; the steps of each stage fill it in."""
+
+    recipe: AppliedRecipe
+    train_set: object  # the tokenized training set, each sample padded to the full length
+    pad_token_id: int
+    max_length: int
+    layer_class: str  # the transformer block's class name (compile's unit)
+    compile_mode: str = "blocks"
+    # TrainingArguments beyond the plain ones. The seeds' loader drops the last, short micro-batch of an epoch.
+    arguments: dict = field(default_factory=lambda: {"dataloader_drop_last": True})
+    collator: Callable | None = None  # None: the Trainer's default (samples stacked as they are)
+    model: torch.nn.Module | None = None  # set before the MODEL stage
+    callbacks: list = field(default_factory=list)  # after the measuring callbacks, before the profiler's
+    graphs: torch.nn.Module | None = None  # the graphs feature's GraphedBlocks, for the run's summary
+    generation: Callable = nullcontext  # the context generation runs in after training
+
+    def graph_summary(self) -> dict:
+        return self.graphs.graph_state.summary() if self.graphs is not None else {}
+
+
+@dataclass(frozen=True)
+class FeatureStep:
+    feature: str
+    stage: str
+    apply: Callable[[TrainerParts], None]
+
+
+def _one_batch(parts: TrainerParts) -> None:
+    # The seed's micro-batches of 4 train every sample of a 500-sample epoch in 32 optimizer steps (the
+    # last accumulates one micro-batch). One batch of 16 keeps that last short batch too: dropping it
+    # trained 93 steps against the seed's 96 on chapter 3's baseline, which alone moved the eval loss by
+    # ~2 % (benchmarks/NOTES.md).
+    parts.arguments["dataloader_drop_last"] = False
+
+
+def _pad_per_batch(parts: TrainerParts, multiple: int) -> None:
+    parts.train_set = UnpaddedView(parts.train_set)
+    parts.collator = DynamicPaddingCollator(parts.pad_token_id, multiple=multiple, max_length=parts.max_length)
+
+
+def _padding(parts: TrainerParts) -> None:
+    _pad_per_batch(parts, parts.recipe.pad_multiple)
+
+
+def _grouping(parts: TrainerParts) -> None:
+    parts.arguments.update(sampler_arguments())
+    if parts.collator is None:  # grouping alone: the sampler needs the real lengths, batches keep the full one
+        _pad_per_batch(parts, parts.max_length)
+
+
+def _chunked_loss(parts: TrainerParts) -> None:
+    # Liger's kernel where it can run; else the workshop's chunks, fused by inductor under compile.
+    use_chunked_loss(parts.model, fused_backend="inductor" if parts.recipe.has("compile") else None,
+                     kernel="liger" if parts.recipe.loss_kernel == "liger" else "chunked")
+
+
+def _fused_adamw(parts: TrainerParts) -> None:
+    parts.arguments["optim"] = "adamw_torch_fused"
+    torch.backends.cuda.matmul.allow_tf32 = True  # what stays in fp32 runs on the tensor cores
+    torch.backends.cudnn.allow_tf32 = True
+
+
+def _graphs(parts: TrainerParts) -> None:
+    parts.graphs = use_cuda_graphs(parts.model, parts.recipe.per_device_batch)
+
+
+def _compile(parts: TrainerParts) -> None:
+    compile_model(parts.model, parts.layer_class, parts.compile_mode)
+    # Generation runs eagerly: compiled blocks would recompile for every new prompt length.
+    parts.generation = lambda: torch.compiler.set_stance("force_eager")
+
+
+def _gc_freeze(parts: TrainerParts) -> None:
+    from workshop_lib.train.callbacks import GcFreezeCallback  # transformers: only when a Trainer is built
+
+    parts.callbacks.append(GcFreezeCallback())
+
+
+# Every feature a Trainer run applies beyond the numbers apply_recipe sets (bf16, large-batch), in the
+# ladder's order (core.vocabulary.FEATURES), which is the order they are applied in within a stage.
+FEATURE_STEPS = (
+    FeatureStep("batch", ARGUMENTS, _one_batch),
+    FeatureStep("padding", ARGUMENTS, _padding),
+    FeatureStep("grouping", ARGUMENTS, _grouping),
+    FeatureStep("chunked-ce", MODEL, _chunked_loss),
+    FeatureStep("fused-adamw", ARGUMENTS, _fused_adamw),
+    FeatureStep("sdpa", MODEL, lambda parts: use_sdpa_attention(parts.model)),
+    FeatureStep("gelu", MODEL, lambda parts: use_native_gelu(parts.model)),
+    FeatureStep("graphs", MODEL, _graphs),
+    FeatureStep("compile", MODEL, _compile),
+    FeatureStep("gc-freeze", CALLBACKS, _gc_freeze),
+)
+
+
+def apply_features(parts: TrainerParts, stage: str) -> None:
+    """Apply the run's features that act at ``stage``, in FEATURE_STEPS' order."""
+    if stage not in STAGES:
+        raise ValueError(f"unknown stage {stage!r}; the stages are {', '.join(STAGES)}")
+    for step in FEATURE_STEPS:
+        if step.stage == stage and parts.recipe.has(step.feature):
+            step.apply(parts)

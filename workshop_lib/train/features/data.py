@@ -57,8 +57,15 @@ class DynamicPaddingCollator:
         return batch
 
 
-def sampler_arguments(training_argument_names: set[str]) -> dict:
-    """The TrainingArguments that turn on length grouping in this transformers version."""
+def sampler_arguments(training_argument_names: set[str] | None = None) -> dict:
+    """The TrainingArguments that turn on length grouping in this transformers version (its arguments'
+    names unless given)."""
+    if training_argument_names is None:
+        import dataclasses
+
+        from transformers import TrainingArguments
+
+        training_argument_names = {f.name for f in dataclasses.fields(TrainingArguments)}
     if "train_sampling_strategy" in training_argument_names:  # transformers >= 5.2x
         return {"train_sampling_strategy": "group_by_length"}
     if "group_by_length" in training_argument_names:
