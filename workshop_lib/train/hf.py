@@ -24,9 +24,10 @@ import torch
 
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.core.vocabulary import parse_recipe
-from workshop_lib.train.cli import add_sample_count_flags, check_positive, common_parser, resolve_precision, sample_counts
+from workshop_lib.train.cli import add_sample_count_flags, common_parser, resolve_precision, sample_counts
 from workshop_lib.train.common import answer_quality, load_tokenizer, prepare_data, print_header
 from workshop_lib.train.features.compile import COMPILE_MODES
+from workshop_lib.train.flags import check_positive, report_user_error
 from workshop_lib.train.metrics import MetricsWriter, summary_fields
 from workshop_lib.train.models import build_model, count_parameters, model_spec
 from workshop_lib.train.recipes import (ARGUMENTS, CALLBACKS, MODEL, AppliedRecipe, TrainerParts, apply_features,
@@ -38,7 +39,7 @@ from workshop_lib.train.throughput import counting_trainer_class, write_throughp
 
 
 def parse_args(argv=None):
-    parser = common_parser(__doc__.splitlines()[0])
+    parser = common_parser("workshop_lib.train.hf", __doc__.splitlines()[0])
     add_sample_count_flags(parser)
     parser.add_argument("--per-device-batch", type=int, default=4)
     parser.add_argument("--grad-accum", type=int, default=4)
@@ -308,11 +309,11 @@ def run(args, runtime: Runtime, clock=None) -> dict:
 def main(argv=None) -> int:
     from workshop_lib.train.timing import PhaseClock
 
-    args = parse_args(argv)
-    clock = PhaseClock()
-    with clock.phase("process group"):
-        runtime = start_runtime(deepspeed=bool(args.deepspeed), cpu_collectives=bool(args.fsdp and args.offload))
     try:
+        args = parse_args(argv)
+        clock = PhaseClock()
+        with clock.phase("process group"):
+            runtime = start_runtime(deepspeed=bool(args.deepspeed), cpu_collectives=bool(args.fsdp and args.offload))
         summary = run(args, runtime, clock)
         print_main(runtime, clock.line())
         if runtime.is_main:
@@ -320,8 +321,7 @@ def main(argv=None) -> int:
                   f"peak memory {max(summary['peak_memory_mib_per_rank']):.0f} MiB "
                   f"({summary['peak_memory_kind']})", flush=True)
     except WorkshopError as error:
-        print(f"error: {error}", file=sys.stderr, flush=True)
-        return 2
+        return report_user_error(error)
     finally:
         stop_runtime()
     return 0
