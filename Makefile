@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip wheel setuptools
 	DS_BUILD_OPS=0 $(BIN)/pip install -q -c requirements.lock -e '.[train,book,test]'
-	$(BIN)/python -m workshop_lib.lab_settings
+	$(BIN)/python -m workshop_lib.sites.lab_settings
 	$(BIN)/python -m workshop_lib.train.prebuild_ops
 	touch $@
 
@@ -58,7 +58,7 @@ book: setup  ## build the book from the runs already in runs/ (submits nothing)
 # the CI machine) must say --allow-root; LAB_ARGS passes more, e.g. LAB_ARGS="--no-browser --port 8888".
 LAB_ARGS ?=
 lab: setup  ## JupyterLab where the .py chapters open as notebooks
-	$(BIN)/python -m workshop_lib.lab_settings
+	$(BIN)/python -m workshop_lib.sites.lab_settings
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/jupyter lab --notebook-dir=. $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 clean:  ## remove build output (keeps runs/ and the environment)

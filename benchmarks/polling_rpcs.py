@@ -7,7 +7,7 @@ exclusive nodes), resets the controller's statistics (`sdiag -r`), lets `cluster
 for `--window` seconds, and reads back the RPCs the controller served, by message type. `sdiag`'s own
 request is left out; with the jobs sleeping, nothing else talks to the controller meanwhile.
 
-`--policy cluster` polls as on a real, shared cluster (workshop_lib.slurm_backend.CLUSTER_POLLING);
+`--policy cluster` polls as on a real, shared cluster (workshop_lib.jobs.slurm.CLUSTER_POLLING);
 `--policy backend` uses what the backend picks here (the faster local-cluster policy). Run it with
 PYTHONPATH pointing at another checkout to measure that checkout's waiter (an older `wait_for` without a
 policy argument is called with its defaults).
@@ -41,7 +41,7 @@ def rpc_counts(environment: dict[str, str]) -> dict[str, int]:
 
 
 def measure(count: int, window: float, policy_name: str, environment: dict[str, str], folder: Path) -> dict:
-    from workshop_lib import cluster
+    from workshop_lib import jobs as cluster
 
     job_ids = []
     for index in range(count):
@@ -55,7 +55,7 @@ def measure(count: int, window: float, policy_name: str, environment: dict[str, 
     started = time.monotonic()
     try:
         if policy_name == "cluster":
-            from workshop_lib.slurm_backend import CLUSTER_POLLING
+            from workshop_lib.jobs.slurm import CLUSTER_POLLING
 
             cluster.wait_for(jobs, timeout=window, progress=False, policy=CLUSTER_POLLING)
         else:
@@ -76,7 +76,7 @@ def main() -> int:
     parser.add_argument("--policy", choices=["cluster", "backend"], default="cluster")
     parser.add_argument("--output", type=Path, help="also write the results as JSON here")
     args = parser.parse_args()
-    from workshop_lib.local_cluster import LocalCluster
+    from workshop_lib.jobs.local_cluster import LocalCluster
 
     if not os.environ.get("SLURM_CONF"):  # else: the cluster SLURM_CONF names, as it is
         local = LocalCluster()

@@ -91,9 +91,10 @@ def row_key(row: dict) -> tuple[str, str]:
 def main(argv: list[str] | None = None) -> int:
     import pandas as pd
 
-    from workshop_lib.experiments import (chapter_experiments, engine_scaling_experiments, large_gpu_experiments,
-                                          with_recipe)
-    from workshop_lib.profiles import load_profile
+    from workshop_lib.experiments import (
+        chapter_experiments, engine_scaling_experiments, large_gpu_experiments, with_recipe,
+    )
+    from workshop_lib.sites.profiles import load_profile
     from workshop_lib.results import run_record
     from workshop_lib.runs import submit_experiments, wait_for_runs
     from workshop_lib.scripts import run_engine

@@ -19,7 +19,7 @@ _VARIABLES = ("WORKSHOP_RUNS_DIR", "WORKSHOP_STATE_DIR", "SLURM_CONF")
 @pytest.fixture(scope="session", autouse=True)
 def outside_the_checkout(tmp_path_factory):
     """Runs and state of the whole session in a temporary folder, never in the repository."""
-    from workshop_lib.local_cluster import LocalCluster
+    from workshop_lib.jobs.local_cluster import LocalCluster
 
     base = tmp_path_factory.mktemp("workshop")
     saved = {name: os.environ.get(name) for name in _VARIABLES}
@@ -56,7 +56,7 @@ def _users_own_files() -> dict[str, tuple[int, ...] | None]:
 @pytest.fixture(scope="session")
 def local_cluster(outside_the_checkout):
     """A running 2-node local SLURM cluster with accounting; stopped at the end if this session started it."""
-    from workshop_lib.local_cluster import LocalCluster
+    from workshop_lib.jobs.local_cluster import LocalCluster
 
     if os.geteuid() != 0:
         pytest.skip("the local SLURM cluster needs root (CI runs as root)")

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import yaml
 
-from workshop_lib.nemo_checkpoint import COMPLETE_FILES
-from workshop_lib.profiles import PROFILES_DIR
+from workshop_lib.sites.nemo_checkpoint import COMPLETE_FILES
+from workshop_lib.sites.profiles import PROFILES_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 # Module names the stand-in site provides: the ibex profile's own (book/ibex_setup.md lists them as site facts).
@@ -81,7 +81,7 @@ elif command[:3] == ["nemo", "llm", "finetune"]:
     if os.environ.get("SLURM_PROCID", "0") != "0":
         sys.exit(0)
     from workshop_lib.experiments import all_experiments
-    from workshop_lib.profiles import load_profile
+    from workshop_lib.sites.profiles import load_profile
     from workshop_lib.scripts import training_arguments
     experiment = next(e for e in all_experiments() if e.job_name == os.environ["SLURM_JOB_NAME"])
     arguments = training_arguments(experiment, load_profile("tiny"))

@@ -78,7 +78,7 @@ def check_reference_first(page: Path) -> int:
 
 def check_stand_ins(page: Path) -> int:
     """No table of a stand-in profile names a real model except as "stand-in for …"; returns tables seen."""
-    from workshop_lib.profiles import load_profile
+    from workshop_lib.sites.profiles import load_profile
     from workshop_lib.tables import MODEL_NAMES, stand_in_names
 
     soup = _soup(page)

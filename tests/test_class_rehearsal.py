@@ -56,7 +56,7 @@ def test_polling_stays_inside_the_controllers_budget(rehearsal):
     by_type = rehearsal["rpcs_by_type"]
     assert "REQUEST_JOB_INFO_SINGLE" not in by_type and "REQUEST_FED_INFO" not in by_type, by_type
     assert by_type["REQUEST_JOB_USER_INFO"] == by_type["REQUEST_PARTITION_INFO"]
-    from workshop_lib.slurm_backend import CLUSTER_POLLING
+    from workshop_lib.jobs.slurm import CLUSTER_POLLING
 
     assert 2 * 60 / CLUSTER_POLLING.first <= RPC_BUDGET_PER_MINUTE
     for notebook in rehearsal["notebooks"]:

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from workshop_lib import cluster
+from workshop_lib import jobs as cluster
 from workshop_lib.core.errors import JobFailed, SubmitError
 
 pytestmark = pytest.mark.cluster

@@ -10,7 +10,7 @@ import pytest
 from workshop_lib.disk_check import (CHECKPOINT_BYTES_PER_TRAINABLE, LOG_ALLOWANCE, DiskError, check_disk,
                                      disk_need)
 from workshop_lib.experiments import chapter_experiments, get_experiment
-from workshop_lib.profiles import load_profile
+from workshop_lib.sites.profiles import load_profile
 
 
 def test_a_lora_run_on_ibex_writes_the_adapter_checkpoints_nemo_keeps_and_nothing_else():

@@ -12,8 +12,7 @@ import pytest
 
 from workshop_lib.cli import main
 from workshop_lib.core.errors import WorkshopError
-from workshop_lib.experiments import (CHAPTERS, all_experiments, chapter_experiments, get_experiment,
-                                      select_experiments)
+from workshop_lib.experiments import CHAPTERS, all_experiments, chapter_experiments, get_experiment, select_experiments
 from workshop_lib.core.paths import SLURM_DIR
 from workshop_lib.validate import validate_experiment
 
@@ -133,8 +132,7 @@ def test_content_hashes_of_every_experiment_are_those_recorded():
     from pathlib import Path
 
     from workshop_lib.core.vocabulary import HF, RECIPES
-    from workshop_lib.experiments import (all_experiments, engine_scaling_experiments, large_gpu_experiments,
-                                          with_recipe)
+    from workshop_lib.experiments import all_experiments, engine_scaling_experiments, large_gpu_experiments, with_recipe
 
     recorded = json.loads((Path(__file__).parent / "data" / "experiment_content_hashes.json").read_text())
     now = {}

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from workshop_lib.failures import explain
-from workshop_lib.slurm_output import JobInfo
+from workshop_lib.jobs.failures import explain
+from workshop_lib.jobs.slurm_output import JobInfo
 
 HEADER = ["Job 41 (zero-baseline) on node1, run directory /scratch/runs/zero/baseline",
           " Start time : 2026-11-25 15:30:10"]

@@ -3,8 +3,8 @@ summary, footer), with the lines SLURM itself writes into a log (copied from the
 
 from __future__ import annotations
 
-from workshop_lib.failures import explain, important_lines
-from workshop_lib.slurm_output import JobInfo
+from workshop_lib.jobs.failures import explain, important_lines
+from workshop_lib.jobs.slurm_output import JobInfo
 
 HEADER = ["Job 41 (zero-baseline) on node1, run directory /scratch/runs/zero/baseline",
           " Start time : 2026-11-22 16:55:33"]

@@ -28,8 +28,9 @@ import yaml
 from workshop_lib import runs as runs_module
 from workshop_lib.cli import main
 from workshop_lib.experiments import get_experiment
-from workshop_lib.profiles import PROFILES_DIR, load_profile
-from workshop_lib.runs import RESERVATION_NAME, load_run, run_status, submit_experiment, wait_for_runs
+from workshop_lib.sites.profiles import PROFILES_DIR, load_profile
+from workshop_lib.runs import load_run, run_status, submit_experiment, wait_for_runs
+from workshop_lib.core.run_directory import RESERVATION_NAME
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 

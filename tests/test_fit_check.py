@@ -9,7 +9,7 @@ import pytest
 
 from workshop_lib.estimate.fit import MARGIN, check_fit, predict
 from workshop_lib.experiments import chapter_experiments, get_experiment
-from workshop_lib.profiles import load_profile
+from workshop_lib.sites.profiles import load_profile
 from workshop_lib.scripts import render_script
 from workshop_lib.validate import ValidationError, validate_experiment
 

@@ -12,7 +12,7 @@ import pytest
 
 from workshop_lib.experiments import get_experiment
 from workshop_lib.core.paths import SOURCE_ROOT
-from workshop_lib.profiles import load_profile
+from workshop_lib.sites.profiles import load_profile
 from workshop_lib.scripts import render_script, template_for
 
 MONITOR_STEP = ('srun --overlap --quiet --nodes="$SLURM_NNODES" --ntasks-per-node=1 --cpus-per-task=1 '
@@ -59,7 +59,7 @@ def test_the_block_writes_one_file_per_node_and_leaves_no_monitor_running(tmp_pa
     (fake / "nvidia-smi").write_text(FAKE_NVIDIA_SMI)
     (fake / "nvidia-smi").chmod(0o755)
     block = _block(render_script(get_experiment("model-parallel/mixtral/tp2-pp4-ep2-sp"), "ibex"))
-    shims = SOURCE_ROOT / "workshop_lib" / "local_shims"
+    shims = SOURCE_ROOT / "workshop_lib" / "jobs" / "local_shims"
     env = {**os.environ, "PATH": f"{shims}:{fake}:{os.environ['PATH']}", "SLURM_NNODES": "2",
            "SLURM_JOB_NODELIST": "gpu201-02,gpu201-03", "MONITOR_PIDS": str(tmp_path / "pids")}
     subprocess.run(["bash", "-c", "set -eo pipefail\n" + block], cwd=tmp_path, env=env, check=True, timeout=30)

@@ -28,10 +28,10 @@ from types import SimpleNamespace
 import pytest
 
 from ibex_site import SITE_MODULES, IbexSite
-from workshop_lib import cluster
+from workshop_lib import jobs as cluster
 from workshop_lib.experiments import get_experiment
 from workshop_lib.parse.nccl import parse_nccl_allreduce
-from workshop_lib.profiles import load_profile
+from workshop_lib.sites.profiles import load_profile
 from workshop_lib.scripts import render_script, template_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]

@@ -15,8 +15,9 @@ import pytest
 import yaml
 
 from workshop_lib.experiments import Experiment
-from workshop_lib.profiles import load_profile
-from workshop_lib.site_setup import Requirement, build_plan
+from workshop_lib.sites.profiles import load_profile
+from workshop_lib.sites.requirements import Requirement
+from workshop_lib.sites.setup_plan import build_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "book" / "ibex_setup.md"

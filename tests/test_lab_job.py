@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from workshop_lib import cluster
-from workshop_lib.lab_job import connection, render_lab_script
-from workshop_lib.profiles import load_profile
+from workshop_lib import jobs as cluster
+from workshop_lib.scripts.lab import connection, render_lab_script
+from workshop_lib.sites.profiles import load_profile
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -8,7 +8,7 @@ import socket
 import pytest
 
 from workshop_lib.core.errors import ClusterError
-from workshop_lib.local_cluster import LocalCluster, Ports
+from workshop_lib.jobs.local_cluster import LocalCluster, Ports
 
 
 def test_not_root_says_what_to_do(tmp_path, monkeypatch):

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from workshop_lib import cluster
+from workshop_lib import jobs as cluster
 from workshop_lib.core.errors import ClusterError, JobFailed, SubmitError
 
 
@@ -198,7 +198,7 @@ def test_job_finds_the_submitters_python_without_activation(tmp_path, monkeypatc
 @pytest.mark.train
 @pytest.mark.slow
 def test_hybrid_shard_on_emulated_nodes_shards_inside_each_node(tmp_path):
-    from workshop_lib.local_executor import machine_gpu_count
+    from workshop_lib.jobs.local import machine_gpu_count
 
     if machine_gpu_count():  # the executor hands a job this machine's real GPUs: 4 ranks would want 4 of them
         pytest.skip("a GPU machine: this tiny-profile job (2 nodes x 2 CPU ranks) is the CPU stand-in's test")
@@ -232,7 +232,7 @@ def test_a_runner_that_cannot_start_fails_its_job_with_the_reason(tmp_path, monk
     the job stayed PENDING forever. Here the runner dies at import the same way, on purpose."""
     import sys
 
-    from workshop_lib import local_executor
+    from workshop_lib.jobs import local as local_executor
 
     monkeypatch.setattr(local_executor, "RUNNER_COMMAND", [sys.executable, "-c", "import no_such_runner_module"])
     job = cluster.submit(script(tmp_path, "echo never"), backend="local")
@@ -247,11 +247,11 @@ def test_the_runner_finds_this_workshop_lib_without_it_installed_or_on_the_path(
     import sys
     from pathlib import Path
 
-    from workshop_lib import local_executor
+    from workshop_lib.jobs import local as local_executor
 
     monkeypatch.delenv("PYTHONPATH", raising=False)
     # -S: no site-packages, so no installed workshop_lib; only the environment the runner gets finds it.
     found = subprocess.run([sys.executable, "-S", "-c", "import workshop_lib; print(workshop_lib.__file__)"],
                            cwd=tmp_path, env=local_executor._runner_environment(), capture_output=True, text=True)
     assert found.returncode == 0, found.stderr
-    assert Path(found.stdout.strip()).parent == Path(local_executor.__file__).parent
+    assert Path(found.stdout.strip()).parent == Path(local_executor.__file__).parents[1]

@@ -12,10 +12,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from workshop_lib.nemo_checkpoint import COMPLETE_FILES, INCOMPLETE_EXIT, is_complete
-from workshop_lib.profiles import PROFILES_DIR, load_profile
+from workshop_lib.sites.nemo_checkpoint import COMPLETE_FILES, INCOMPLETE_EXIT, is_complete
+from workshop_lib.sites.profiles import PROFILES_DIR, load_profile
 from workshop_lib.scripts import render_import_script
-from workshop_lib.site_setup import SetupError, build_plan, is_done, run
+from workshop_lib.sites.requirements import SetupError
+from workshop_lib.sites.setup_plan import build_plan
+from workshop_lib.sites.setup_run import is_done, run
 
 ROOT = Path(__file__).resolve().parents[1]
 HUB_ID = "meta-llama/Llama-3.1-8B"

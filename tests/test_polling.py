@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from workshop_lib import cluster
-from workshop_lib.backend import PollPolicy
+from workshop_lib.jobs import job as job_module, watcher
+from workshop_lib.jobs.job import Job, query_jobs
+from workshop_lib.jobs.backend import PollPolicy
 from workshop_lib.core.errors import ClusterError
-from workshop_lib.slurm_output import JobInfo, parse_wait_status
+from workshop_lib.jobs.slurm_output import JobInfo, parse_wait_status
 
 
 def test_ended_jobs_exit_code_and_signal_come_from_squeues_wait_status():
@@ -19,7 +20,7 @@ def test_ended_jobs_exit_code_and_signal_come_from_squeues_wait_status():
 
 
 def test_the_shared_policy_is_chosen_by_name_even_on_the_projects_cluster(monkeypatch):
-    from workshop_lib import slurm_backend
+    from workshop_lib.jobs import slurm as slurm_backend
 
     monkeypatch.setattr(slurm_backend, "_is_project_cluster", lambda: True)
     monkeypatch.delenv("WORKSHOP_POLL_POLICY", raising=False)
@@ -48,22 +49,23 @@ class CountingBackend:
 @pytest.fixture
 def counting(monkeypatch):
     backend = CountingBackend()
-    monkeypatch.setattr(cluster, "get_backend", lambda name: backend)
-    monkeypatch.setattr(cluster, "_ANSWERS", {})
+    monkeypatch.setattr(watcher, "get_backend", lambda name: backend)
+    monkeypatch.setattr(job_module, "get_backend", lambda name: backend)
+    monkeypatch.setattr(job_module, "_ANSWERS", {})
     return backend
 
 
 def test_a_fresh_answer_is_reused_by_the_next_asker_within_its_age(counting):
-    jobs = [cluster.Job("11", "counting"), cluster.Job("12", "counting")]
-    cluster.query_jobs(jobs)
-    monitor_view = [cluster.Job("11", "counting"), cluster.Job("12", "counting")]
-    assert [info.state for info in cluster.query_jobs(monitor_view, max_age_s=5.0)] == ["RUNNING", "RUNNING"]
+    jobs = [Job("11", "counting"), Job("12", "counting")]
+    query_jobs(jobs)
+    monitor_view = [Job("11", "counting"), Job("12", "counting")]
+    assert [info.state for info in query_jobs(monitor_view, max_age_s=5.0)] == ["RUNNING", "RUNNING"]
     assert counting.asked == [["11", "12"]], "a monitor asked again right after the waiter's poll"
-    cluster.query_jobs(monitor_view)  # max_age 0: Job.info() and friends always ask
+    query_jobs(monitor_view)  # max_age 0: Job.info() and friends always ask
     assert len(counting.asked) == 2
 
 
 def test_the_waiter_hands_each_poll_to_its_listener(counting):
     seen = []
-    infos = cluster.wait_for([cluster.Job("21", "counting")], timeout=0.0, progress=False, on_poll=seen.append)
+    infos = watcher.wait_for([Job("21", "counting")], timeout=0.0, progress=False, on_poll=seen.append)
     assert seen == [infos] and infos[0].state == "RUNNING" and len(counting.asked) == 1

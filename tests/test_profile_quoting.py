@@ -24,8 +24,8 @@ import pytest
 import yaml
 
 from workshop_lib.experiments import all_experiments
-from workshop_lib.profile_schema import RULES, SHELL_PATH, TEXT
-from workshop_lib.profiles import PROFILES_DIR, Profile, ProfileError, load_profile
+from workshop_lib.sites.schema import RULES, SHELL_PATH, TEXT
+from workshop_lib.sites.profiles import PROFILES_DIR, Profile, ProfileError, load_profile
 from workshop_lib.scripts import render_import_script, render_script
 
 HOSTILE = "it's \"so\" $(touch pwned) `touch pwned`; touch pwned & echo \\ end"
@@ -134,7 +134,7 @@ if name == "scontrol":
     print("node1")
 if name == "singularity" and "import" in sys.argv:  # `nemo llm import`: the files of a complete checkpoint
     from pathlib import Path
-    from workshop_lib.nemo_checkpoint import COMPLETE_FILES
+    from workshop_lib.sites.nemo_checkpoint import COMPLETE_FILES
     output = next(word.split("=", 1)[1] for word in sys.argv if word.startswith("output_path="))
     for relative in COMPLETE_FILES:
         (Path(output) / relative).parent.mkdir(parents=True, exist_ok=True)

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from workshop_lib.experiments import all_experiments, get_experiment
-from workshop_lib.profiles import PROFILES_DIR, ProfileError, available_profiles, load_profile
+from workshop_lib.sites.profiles import PROFILES_DIR, ProfileError, available_profiles, load_profile
 
 
 def test_both_profiles_load():

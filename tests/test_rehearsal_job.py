@@ -28,7 +28,7 @@ def test_the_rehearsal_script_runs_the_job_instead_of_training(staged):
     from dataclasses import replace
 
     from workshop_lib.experiments import get_experiment
-    from workshop_lib.profiles import load_profile
+    from workshop_lib.sites.profiles import load_profile
 
     profile = load_profile("rehearsal")
     profile = replace(profile, rehearsal=replace(profile.rehearsal, staged=str(staged)))

@@ -16,9 +16,10 @@ import yaml
 
 from workshop_lib.cli import main
 from workshop_lib.experiments import get_experiment
-from workshop_lib.profiles import PROFILES_DIR, load_profile
-from workshop_lib.runs import (NOT_SUBMITTED, RunRecord, run_status, runs_root, submit_experiment,
-                               submit_experiments, wait_for_runs)
+from workshop_lib.sites.profiles import PROFILES_DIR, load_profile
+from workshop_lib.runs import (
+    NOT_SUBMITTED, RunRecord, run_status, runs_root, submit_experiment, submit_experiments, wait_for_runs,
+)
 
 EXPERIMENT = get_experiment("fsdp/baseline")
 
@@ -233,11 +234,11 @@ def test_the_notebook_explains_a_failed_run_without_a_checks_passed_badge(isolat
 def test_a_view_of_two_failed_runs_asks_sacct_once_for_both(isolated, monkeypatch, capsys):
     """`workshop status`, the notebook's table and `workshop submit --wait` explain every failed run
     with its earlier attempts, asking sacct once for the whole view, never again per run."""
-    from workshop_lib import slurm_backend
+    from workshop_lib.jobs import slurm as slurm_backend
     from workshop_lib.commands.experiments import _print_explanations
     from workshop_lib.notebook import _show_run_table
     from workshop_lib.runs import load_run
-    from workshop_lib.slurm_output import JobInfo
+    from workshop_lib.jobs.slurm_output import JobInfo
 
     asked = []
 
@@ -272,7 +273,7 @@ def test_a_view_of_two_failed_runs_asks_sacct_once_for_both(isolated, monkeypatc
 def test_the_callers_job_name_and_output_decide_the_record_and_its_log(isolated, monkeypatch):
     """--job-name and --output given to submit win over the script's directives: job.json names the job
     and the log as the scheduler does, also when a submitter that died before job.json is adopted."""
-    from workshop_lib import runs as runs_module
+    from workshop_lib.runs import submit as runs_module
 
     profile = quick_profile(isolated)
     run = submit_experiment(EXPERIMENT, profile, sbatch_args=["--job-name", "mine", "-o", "log-%x-%j.txt"])
@@ -308,7 +309,7 @@ def test_a_damaged_record_of_a_job_that_did_not_complete_says_to_rename_it(tmp_p
 def test_a_full_disk_during_a_submission_is_a_message_not_an_oserror(isolated, monkeypatch):
     import errno
 
-    from workshop_lib import runs as runs_module
+    from workshop_lib.runs import submit as runs_module
     from workshop_lib.core.errors import WorkshopError
 
     def full(*args, **kwargs):

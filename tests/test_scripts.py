@@ -13,7 +13,7 @@ import yaml
 from workshop_lib.cli import main
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.experiments import all_experiments, get_experiment
-from workshop_lib.profiles import PROFILES_DIR, load_profile
+from workshop_lib.sites.profiles import PROFILES_DIR, load_profile
 from workshop_lib.scripts import render_import_script, render_script
 from workshop_lib.validate import lint_script
 
@@ -59,7 +59,7 @@ def ibex_sized_cluster(tmp_path_factory):
     """
     import os
 
-    from workshop_lib.local_cluster import LocalCluster, Ports
+    from workshop_lib.jobs.local_cluster import LocalCluster, Ports
 
     if os.geteuid() != 0:
         pytest.skip("the local SLURM cluster needs root")
@@ -73,7 +73,7 @@ def ibex_sized_cluster(tmp_path_factory):
 @pytest.mark.cluster
 @pytest.mark.parametrize("profile_name, experiment", CASES)
 def test_render_is_accepted_by_sbatch_test_only(ibex_sized_cluster, rendered, profile_name, experiment, monkeypatch):
-    from workshop_lib.cluster import test_only
+    from workshop_lib.jobs.job import test_only
 
     monkeypatch.setenv("SLURM_CONF", str(ibex_sized_cluster.conf))
     path = rendered[(profile_name, experiment.id)]

@@ -13,9 +13,9 @@ import pytest
 
 from ibex_site import IbexSite
 from workshop_lib.experiments import get_experiment
-from workshop_lib.profiles import load_profile
+from workshop_lib.sites.profiles import load_profile
 from workshop_lib.scripts import render_script
-from workshop_lib.site_setup import build_plan
+from workshop_lib.sites.setup_plan import build_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -122,7 +122,7 @@ def test_the_network_block_of_the_stand_in_refuses_and_records(site):
 
 
 def test_submitting_before_the_setup_is_refused_naming_the_step(site):
-    from workshop_lib.site_setup import SetupError, check_before_submit
+    from workshop_lib.sites.requirements import SetupError, check_before_submit
 
     profile = load_profile(site.profile_path)
     experiment = get_experiment("lora/llama/2-gpus")
@@ -138,7 +138,7 @@ def test_submitting_before_the_setup_is_refused_naming_the_step(site):
 
 def test_every_file_a_job_checks_for_is_made_by_a_setup_step():
     from workshop_lib.experiments import all_experiments
-    from workshop_lib.site_setup import import_requirements, job_requirements
+    from workshop_lib.sites.requirements import import_requirements, job_requirements
 
     profile = load_profile("ibex")
     plan = build_plan(profile)
@@ -150,7 +150,7 @@ def test_every_file_a_job_checks_for_is_made_by_a_setup_step():
 
 
 def test_planning_and_rendering_for_ibex_imports_no_torch():
-    code = ("import sys\nfrom workshop_lib.profiles import load_profile\nfrom workshop_lib.site_setup import build_plan\n"
+    code = ("import sys\nfrom workshop_lib.sites.profiles import load_profile\nfrom workshop_lib.sites.setup_plan import build_plan\n"
             "from workshop_lib.scripts import render_script\nfrom workshop_lib.experiments import all_experiments\n"
             "build_plan(load_profile('ibex'))\n[render_script(e, 'ibex') for e in all_experiments()]\n"
             "print(sorted(name for name in ('torch', 'transformers', 'datasets') if name in sys.modules))")

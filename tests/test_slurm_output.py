@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from workshop_lib import slurm_output as so
+from workshop_lib.jobs import slurm_output as so
 
 
 @pytest.mark.parametrize("raw, state", [
@@ -83,7 +83,7 @@ def test_requeue_rows_of_an_unrelated_job_with_a_reused_id_are_not_attempts():
     working directory, submitted since the run's record, are attempts of this job."""
     from datetime import datetime
 
-    from workshop_lib.slurm_backend import _same_job
+    from workshop_lib.jobs.slurm import _same_job
 
     since = datetime.fromisoformat("2026-11-25T10:00:00").timestamp()
     origin = {"12": ("/runs/zero/baseline", since)}

@@ -18,9 +18,9 @@ import pytest
 
 from ibex_site import IbexSite
 from workshop_lib.experiments import get_experiment
-from workshop_lib.profiles import load_profile, staged_profile
+from workshop_lib.sites.profiles import load_profile, staged_profile
 from workshop_lib.scripts import render_script
-from workshop_lib.site_check import export_squad
+from workshop_lib.sites.site_check import export_squad
 
 ROOT = Path(__file__).resolve().parents[1]
 STAGE_LOCAL_STEPS = ["folders", "workshop-copy", "miniforge", "environment", "hub-download", "nemo-image",
@@ -139,7 +139,7 @@ def test_a_participants_jobs_read_the_staged_stores_and_check_the_staged_markers
 
 
 def test_a_bad_shared_root_is_refused_naming_the_variable(monkeypatch):
-    from workshop_lib.profiles import ProfileError
+    from workshop_lib.sites.profiles import ProfileError
 
     monkeypatch.setenv("WORKSHOP_SHARED_ROOT", "relative/folder")
     with pytest.raises(ProfileError, match=r"\$WORKSHOP_SHARED_ROOT is .relative/folder.*absolute path"):

@@ -28,7 +28,7 @@ from workshop_lib.estimate import model_shape, parameter_count
 from workshop_lib.estimate.fit import MARGIN, check_fit
 from workshop_lib.experiments import get_experiment
 from workshop_lib.core.paths import SOURCE_ROOT
-from workshop_lib.profiles import load_profile
+from workshop_lib.sites.profiles import load_profile
 
 ROOT = SOURCE_ROOT
 GIB = 2**30

@@ -154,7 +154,7 @@ def test_a_data_set_that_grows_with_the_gpus_is_weak_scaling_too(tmp_path):
 
 
 def test_a_tiny_table_names_its_model_as_a_stand_in_and_drops_what_nobody_recorded(tmp_path):
-    from workshop_lib.profiles import load_profile
+    from workshop_lib.sites.profiles import load_profile
     from workshop_lib.tables import drop_unrecorded, for_stand_ins
 
     _summary_run(tmp_path, "fsdp/single-gpu/full-shard", train_runtime_s=3.0, samples_per_s=2.0, final_loss=1.0,

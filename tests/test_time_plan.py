@@ -8,7 +8,7 @@ import pytest
 from workshop_lib import time_plan
 from workshop_lib.experiments import chapter_experiments, get_experiment
 from workshop_lib.core.paths import SOURCE_ROOT
-from workshop_lib.profiles import load_profile
+from workshop_lib.sites.profiles import load_profile
 
 REFERENCE = SOURCE_ROOT / "book" / "reference"
 

@@ -10,7 +10,7 @@ import pytest
 
 from workshop_lib.cli import main
 from workshop_lib.experiments import get_experiment
-from workshop_lib.profiles import load_profile, profile_from_dict
+from workshop_lib.sites.profiles import load_profile, profile_from_dict
 from workshop_lib.validate import ValidationError, lint_file, lint_script, raise_for_experiment, validate_experiment
 
 SAMPLES = Path(__file__).parent / "lint_samples"

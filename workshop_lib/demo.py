@@ -46,7 +46,7 @@ class Timer:
 
 def sample_job() -> None:
     """Submit one small job through workshop_lib and read its final state back."""
-    from workshop_lib import cluster
+    from workshop_lib import jobs as cluster
 
     folder = Path(tempfile.mkdtemp(prefix="workshop-sample-"))
     script = folder / "sample.sbatch"
@@ -287,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="leave the local cluster running (it is always left running if it was up before)")
     args = parser.parse_args(argv)
 
-    from workshop_lib.local_cluster import LocalCluster
+    from workshop_lib.jobs.local_cluster import LocalCluster
 
     timer = Timer()
     use_cluster = os.geteuid() == 0 and os.environ.get("WORKSHOP_BACKEND", "auto") != "local"

@@ -30,7 +30,7 @@ def chapter_rows(chapter: int):
     return rows + (large_gpu_experiments() if chapter == 2 else [])
 
 
-from workshop_lib.experiments import NEMO  # noqa: E402  (the engine names have one home each)
+from workshop_lib.core.vocabulary import NEMO  # noqa: E402  (the engine names have one home each)
 from workshop_lib.scripts import STAND_IN  # noqa: E402
 
 

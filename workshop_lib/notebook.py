@@ -28,11 +28,10 @@ import pandas as pd
 
 from workshop_lib import tables as tables_module
 from workshop_lib.core.errors import WorkshopError
-from workshop_lib.experiments import (
-    CHAPTERS, DEFAULT_RECIPE, HF, RECIPES, Experiment, chapter_experiments, get_experiment, with_recipe,
-)
+from workshop_lib.experiments import CHAPTERS, Experiment, chapter_experiments, get_experiment, with_recipe
+from workshop_lib.core.vocabulary import DEFAULT_RECIPE, HF, RECIPES
 from workshop_lib.disk_check import check_disk, pending_needs
-from workshop_lib.profiles import Profile, load_profile
+from workshop_lib.sites.profiles import Profile, load_profile
 from workshop_lib.results import COMPLETED, chapter_results, read_run, run_note, run_record
 from workshop_lib.core.paths import ROOT_VARIABLE, RUNS_VARIABLE, repository_root, runs_root  # noqa: F401  (part of this API)
 from workshop_lib.runs import (
@@ -40,7 +39,7 @@ from workshop_lib.runs import (
     wait_for_runs,
 )
 from workshop_lib.scripts import render_script
-from workshop_lib.slurm_output import JobInfo
+from workshop_lib.jobs.slurm_output import JobInfo
 from workshop_lib.tables import Table
 from workshop_lib.validate import Finding, lint_script, validate_experiment
 

@@ -185,7 +185,7 @@ def _folder(script: Script, target: str, submit: Path) -> Path | None:
 @lru_cache(maxsize=1)
 def _site():
     """The workshop's site profile: its NeMo factory names and its GPUs' memory."""
-    from workshop_lib.profiles import load_profile
+    from workshop_lib.sites.profiles import load_profile
 
     return load_profile("ibex")
 
@@ -224,7 +224,8 @@ def _nemo_fit(script: Script) -> Iterable[Finding]:
             or (sequence_parallel and sizes["tensor"] < 2)
             or (not peft_none and (sizes["tensor"] > 1 or sizes["pipeline"] > 1))):
         return  # a layout NeMo refuses anyway: the layout rules say why, the estimate would not add to it
-    from workshop_lib.experiments import NEMO, Experiment
+    from workshop_lib.core.vocabulary import NEMO
+    from workshop_lib.experiments import Experiment
     from workshop_lib.fit_check import fit_findings
 
     experiment = Experiment(id=f"this {model} job", chapter=0, group="script", title="", engine=NEMO, model=model,

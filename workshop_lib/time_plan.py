@@ -23,9 +23,10 @@ import pandas as pd
 
 from workshop_lib.core.durations import format_duration, parse_duration
 from workshop_lib.core.gpu_cards import CARDS, Card, card_of
-from workshop_lib.experiments import GPT, HF, NEMO, Experiment
+from workshop_lib.core.vocabulary import GPT, HF, NEMO
+from workshop_lib.experiments import Experiment
 from workshop_lib.core.paths import SOURCE_ROOT
-from workshop_lib.profiles import Profile, load_profile
+from workshop_lib.sites.profiles import Profile, load_profile
 
 REFERENCE_DIR = SOURCE_ROOT / "book" / "reference"
 

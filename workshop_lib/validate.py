@@ -20,7 +20,7 @@ from workshop_lib.sbatch_script import SbatchHeader, heredoc_lines, read_header
 
 if TYPE_CHECKING:  # imported for annotations only: profiles imports experiments, not the other way
     from workshop_lib.experiments import Experiment
-    from workshop_lib.profiles import Profile
+    from workshop_lib.sites.profiles import Profile
 
 ERROR = "error"
 WARNING = "warning"
@@ -93,7 +93,7 @@ def mixtral_default_ep_problem(gpus: int, tensor_parallel: int, pipeline_paralle
 
 @experiment_rule
 def _engine_and_resources(experiment, profile):
-    from workshop_lib.experiments import ENGINES
+    from workshop_lib.core.vocabulary import ENGINES
 
     if experiment.engine not in ENGINES:
         yield _error("unknown-engine", f"engine={experiment.engine!r} is not one of {ENGINES}.", "use nemo, hf or gpt.")
@@ -104,7 +104,7 @@ def _engine_and_resources(experiment, profile):
 
 @experiment_rule
 def _nemo_layout(experiment, profile):
-    from workshop_lib.experiments import NEMO
+    from workshop_lib.core.vocabulary import NEMO
 
     if experiment.engine != NEMO:
         return
@@ -139,7 +139,7 @@ def _nemo_layout(experiment, profile):
 
 @experiment_rule
 def _sharding_and_offload(experiment, profile):
-    from workshop_lib.experiments import FSDP_STRATEGIES
+    from workshop_lib.core.vocabulary import FSDP_STRATEGIES
 
     if experiment.zero_stage is not None and experiment.zero_stage not in (0, 1, 2, 3):
         yield _error("unknown-zero-stage", f"zero_stage={experiment.zero_stage}.", "use a ZeRO stage 0, 1, 2 or 3.")

@@ -328,7 +328,7 @@ def rehearse(users: int, chapter: int = 1, nodes: int = 16, sleep_s: float = 3.0
              keep: bool = False, timeout_s: float = 1200.0) -> dict:
     if os.geteuid() != 0:
         raise SystemExit("the rehearsal creates Linux users and a SLURM reservation: run it as root")
-    from workshop_lib.local_cluster import LocalCluster, Ports
+    from workshop_lib.jobs.local_cluster import LocalCluster, Ports
 
     folder = Path(tempfile.mkdtemp(prefix="class-rehearsal-"))
     folder.chmod(0o755)  # participants reach their homes, the profile, the staged folder and the cluster's socket

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from workshop_lib.estimate import KNOWN_CONFIGS, setup_from_experiment
 from workshop_lib.estimate.fit import nemo_setup
-from workshop_lib.experiments import CHAPTERS, NEMO, chapter_experiments, get_experiment, large_gpu_experiments
+from workshop_lib.experiments import CHAPTERS, chapter_experiments, get_experiment, large_gpu_experiments
+from workshop_lib.core.vocabulary import NEMO
 from workshop_lib.core.paths import SOURCE_ROOT
 from workshop_lib.calculator.page import MODELS, inputs_from_setup
 

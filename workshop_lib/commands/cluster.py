@@ -41,7 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _up(args: argparse.Namespace) -> int:
-    from workshop_lib.local_cluster import LocalCluster
+    from workshop_lib.jobs.local_cluster import LocalCluster
 
     if not 0 < args.timeout < float("inf"):
         raise WorkshopError(f"--timeout {args.timeout} is not a number of seconds above 0 (default 90)")
@@ -55,7 +55,7 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def _down(args: argparse.Namespace) -> int:
-    from workshop_lib.local_cluster import LocalCluster
+    from workshop_lib.jobs.local_cluster import LocalCluster
 
     cluster = LocalCluster()
     stopped = cluster.down()
@@ -70,7 +70,7 @@ def _down(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from workshop_lib.local_cluster import LocalCluster
+    from workshop_lib.jobs.local_cluster import LocalCluster
 
     status = LocalCluster().status()
     print(status.describe())
@@ -78,14 +78,14 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _env(args: argparse.Namespace) -> int:
-    from workshop_lib.local_cluster import LocalCluster
+    from workshop_lib.jobs.local_cluster import LocalCluster
 
     print(f"export SLURM_CONF={shlex.quote(str(LocalCluster().conf))}")
     return 0
 
 
 def _jobs(args: argparse.Namespace) -> int:
-    from workshop_lib import cluster
+    from workshop_lib import jobs as cluster
 
     for job_id in args.job_ids:
         if not JOB_ID.fullmatch(job_id):

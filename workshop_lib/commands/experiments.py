@@ -68,7 +68,7 @@ def _register_cancel(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _cancel(args: argparse.Namespace) -> int:
-    from workshop_lib import cluster
+    from workshop_lib import jobs as cluster
     from workshop_lib.core.errors import WorkshopError
     from workshop_lib.experiments import select_experiments
     from workshop_lib.core.paths import existing_runs_root
@@ -100,7 +100,7 @@ def _cancel(args: argparse.Namespace) -> int:
 
 def _experiments(args: argparse.Namespace) -> int:
     from workshop_lib.experiments import all_experiments, chapter_experiments, summary_row
-    from workshop_lib.profiles import load_profile
+    from workshop_lib.sites.profiles import load_profile
 
     experiments = chapter_experiments(args.chapter) if args.chapter else all_experiments()
     profile = load_profile(args.profile) if args.profile else None
@@ -131,7 +131,7 @@ def _render(args: argparse.Namespace) -> int:
     if args.stage and not args.import_model:
         raise WorkshopError("--stage goes with --import-model (the staging's import jobs)")
     if args.import_model:
-        from workshop_lib.profiles import load_profile, staged_profile
+        from workshop_lib.sites.profiles import load_profile, staged_profile
 
         profile = load_profile(args.profile)
         text = render_import_script(args.import_model, staged_profile(profile, args.stage) if args.stage else profile)
@@ -188,7 +188,7 @@ def _check(args: argparse.Namespace) -> int:
 
 def _submit(args: argparse.Namespace) -> int:
     from workshop_lib.experiments import select_experiments
-    from workshop_lib.profiles import load_profile
+    from workshop_lib.sites.profiles import load_profile
     from workshop_lib.runs import submit_experiments, wait_for_runs
 
     experiments = select_experiments(args.experiment_ids, args.chapter)

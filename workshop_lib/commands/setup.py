@@ -1,4 +1,4 @@
-"""`workshop setup SITE`: prepare a cluster account once, on a login node (see workshop_lib/site_setup.py)."""
+"""`workshop setup SITE`: prepare a cluster account once, on a login node (see workshop_lib/sites/setup_plan.py)."""
 
 from __future__ import annotations
 
@@ -25,8 +25,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _setup(args: argparse.Namespace) -> int:
-    from workshop_lib.profiles import load_profile
-    from workshop_lib.site_setup import MINIFORGE_INSTALLER, build_plan, describe, is_done, run, select
+    from workshop_lib.sites.profiles import load_profile
+    from workshop_lib.sites.setup_plan import MINIFORGE_INSTALLER, build_plan
+    from workshop_lib.sites.setup_run import describe, is_done, run, select
 
     profile = load_profile(args.site)
     stage = _stage_folder(args.stage) if args.stage else None
@@ -54,7 +55,7 @@ def _setup(args: argparse.Namespace) -> int:
 def _stage_folder(folder: str) -> str:
     from pathlib import Path
 
-    from workshop_lib.site_setup import SetupError
+    from workshop_lib.sites.requirements import SetupError
 
     path = Path(folder).expanduser()
     if not path.is_absolute():

@@ -75,7 +75,8 @@ def command_from_script(script: str) -> NemoCommand:
 
 
 def nemo_experiments():
-    from workshop_lib.experiments import NEMO, all_experiments, large_gpu_experiments
+    from workshop_lib.core.vocabulary import NEMO
+    from workshop_lib.experiments import all_experiments, large_gpu_experiments
 
     return [e for e in all_experiments() + large_gpu_experiments() if e.engine == NEMO]
 
@@ -83,7 +84,7 @@ def nemo_experiments():
 def commands_for(experiments, profile: str = "ibex") -> list[dict]:
     """Each experiment's command as its job script renders it (validation rules other than the fit
     check apply here too: a script that cannot be rendered is not checked)."""
-    from workshop_lib.profiles import load_profile
+    from workshop_lib.sites.profiles import load_profile
     from workshop_lib.scripts import nemo_context, render_script
     from workshop_lib.validate import ValidationError
 

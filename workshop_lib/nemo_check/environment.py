@@ -53,7 +53,7 @@ def environment_key() -> str:
 
 def torch_pin() -> str:
     """The project's torch requirement (``torch==X``) as requirements.lock pins it."""
-    from workshop_lib.site_check import locked_version
+    from workshop_lib.sites.site_check import locked_version
 
     return f"torch=={locked_version(PROJECT_LOCK, 'torch')}"
 

@@ -29,7 +29,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from workshop_lib.core.errors import WorkshopError
-from workshop_lib.experiments import GPT, HF, NEMO, Experiment, get_experiment
+from workshop_lib.core.vocabulary import GPT, HF, NEMO
+from workshop_lib.experiments import Experiment, get_experiment
 from workshop_lib.train.flags import FlagParser, check_positive, report_user_error
 from workshop_lib.train.metrics import MetricsWriter
 

@@ -20,8 +20,9 @@ from pathlib import Path
 
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.estimate import estimate_memory, format_estimate, setup_from_experiment
-from workshop_lib.experiments import CHAPTERS, GPT, HF, Experiment, GptShape, chapter_experiments, get_experiment
-from workshop_lib.profiles import Profile, available_profiles, default_profile_name, load_profile
+from workshop_lib.experiments import CHAPTERS, Experiment, chapter_experiments, get_experiment
+from workshop_lib.core.vocabulary import GPT, HF, GptShape
+from workshop_lib.sites.profiles import Profile, available_profiles, default_profile_name, load_profile
 from workshop_lib.runs import Run, submit_experiment
 from workshop_lib.scripts import render_script
 from workshop_lib.validate import Finding, ValidationError, lint_script, validate_experiment

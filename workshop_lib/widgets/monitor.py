@@ -23,7 +23,7 @@ from typing import Iterable
 from workshop_lib.core.durations import format_duration
 from workshop_lib.experiments import Experiment, chapter_experiments
 from workshop_lib.runs import NOT_SUBMITTED, Run, RunRecord, load_run, query_runs
-from workshop_lib.slurm_output import FINAL_STATES, JobInfo, tail
+from workshop_lib.jobs.slurm_output import FINAL_STATES, JobInfo, tail
 from workshop_lib.widgets import frontend
 
 MONITOR_CLASS = "workshop-job-monitor"
@@ -285,7 +285,7 @@ class JobMonitor:
 
 def _backend_interval() -> float:
     """The longest pause of the scheduler's poll policy (15 s on a shared cluster), at least 2 s."""
-    from workshop_lib.backend import get_backend, resolve_backend
+    from workshop_lib.jobs.backend import get_backend, resolve_backend
 
     try:
         return max(2.0, get_backend(resolve_backend()).poll_policy().longest)

@@ -14,11 +14,11 @@ from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
-from workshop_lib import slurm_output
-from workshop_lib.backend import FORGOTTEN, PollPolicy, Submission
+from workshop_lib.jobs import slurm_output
+from workshop_lib.jobs.backend import FORGOTTEN, PollPolicy, Submission
 from workshop_lib.core.errors import ClusterError, SubmitError
 from workshop_lib.sbatch_script import sbatch_request
-from workshop_lib.slurm_output import JobInfo
+from workshop_lib.jobs.slurm_output import JobInfo
 
 # squeue columns: id (array tasks as ID_TASK), name, state, reason, time used, time limit, nodes, working
 # directory, submit time, and the wait status of an ended job (exit code << 8 | signal): with it, an ended
@@ -38,7 +38,7 @@ INHERITED_SLURM_VARIABLES = {"SLURM_CONF"}
 def scheduler_environment() -> dict[str, str]:
     """os.environ with the submitter's interpreter first on PATH, plus SLURM_CONF of the project's
     local cluster when it runs and none is set. sbatch hands this environment to the job."""
-    from workshop_lib.backend import python_environment_path
+    from workshop_lib.jobs.backend import python_environment_path
 
     # A kernel inside a job (the Jupyter batch job, an Open OnDemand session) carries that job's SLURM_*
     # variables; handed on, they would mix with the new job's own (e.g. SLURM_MEM_PER_CPU next to --mem:
@@ -47,7 +47,7 @@ def scheduler_environment() -> dict[str, str]:
            if not name.startswith("SLURM_") or name in INHERITED_SLURM_VARIABLES}
     env["PATH"] = python_environment_path(env.get("PATH"))
     if "SLURM_CONF" not in env:
-        from workshop_lib.local_cluster import LocalCluster
+        from workshop_lib.jobs.local_cluster import LocalCluster
 
         local = LocalCluster()
         if local.conf.exists() and local.controller_running():  # cheap: a PID file, no sinfo call
@@ -162,7 +162,7 @@ class SlurmBackend:
         return sorted(found, key=lambda info: int(info.job_id) if info.job_id.isdigit() else 0)
 
     def poll_policy(self) -> PollPolicy:
-        from workshop_lib.backend import chosen_poll_policy
+        from workshop_lib.jobs.backend import chosen_poll_policy
 
         choice = chosen_poll_policy()
         if choice == "auto":

@@ -1,35 +1,5 @@
-"""Run directories: render an experiment into ``runs/<experiment id>/``, submit it, remember the job.
-
-A run directory holds ``job.sbatch`` (the script exactly as submitted), ``job.json`` (a RunRecord),
-the job's stdout ``slurm-<jobid>.out``, the monitors (``gpu_memory_<node>.csv``; ``cpu_memory.txt`` on one
-node or ``cpu_memory_<node>.txt`` per node; ``nccl_allreduce.txt``) and ``train/`` (the entry point's
-``--output-dir``).
-
-A run's life is a small state machine; each step happens under the run's lock (``.lock``, so two
-notebooks on the same runs folder take turns) and each file is written whole (temp file + rename):
-
-    NOT SUBMITTED ─reserve─▶ RESERVED ─sbatch --hold─▶ HELD ─archive, install, record, release─▶ ACTIVE ─▶ ENDED
-
-- *reserve*: ``.reservation.json`` says a submission is under way, before ``sbatch`` is called. It is dropped
-  only where no job can exist (sbatch answered no); a submitter stopped anywhere after that (killed, Ctrl-C,
-  sbatch waiting on a slow controller) leaves it behind, and the next one settles it: it adopts the held job
-  it finds in the run folder when that is the run's only waiting job, and cancels every other one, saying
-  which and why. Before any new submission, waiting jobs in the folder that ``job.json`` does not name are
-  cancelled too: once released they would write over the run's files.
-- the new script is rendered into ``.next/`` and the job submitted *held*; only once ``sbatch`` succeeded
-  do the previous attempt's files move to ``attempts/<job id>-<submit time>/`` (a name a reused job id
-  cannot collide with), the new files take their place, ``job.json`` is written and the job released. The
-  job id and each phase go into the reservation first, so a stopped install is finished, not repeated.
-- *ACTIVE* includes UNKNOWN (a scheduler that does not answer): such a run is asked again later, never
-  archived, never submitted again.
-- *ENDED*: the scheduler's final state (``sacct``), or, where it has forgotten the job and keeps no
-  accounting, what the job wrote when it ended (its footer's exit status; see ``cluster.ended_from_log``).
-  The final state is written into ``job.json``: ids reused later do not matter.
-
-Re-running a notebook therefore never resubmits finished work: an experiment whose content hash already
-has a COMPLETED run on the same profile is reused, an active one is never doubled, and a run that is
-replaced is archived rather than deleted. Jobs append to their log (``--open-mode=append``), so a job
-SLURM requeues keeps each attempt's lines. Reading (status, tables) never writes.
+"""Submitting a run or reusing it: the state machine that keeps one job per experiment whatever fails
+(a lock per run folder, a reservation written before sbatch, the job held until it is recorded).
 """
 
 from __future__ import annotations
@@ -41,213 +11,32 @@ import shutil
 import signal
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, replace
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+from typing import Iterable, Sequence
 
-from workshop_lib import cluster, slurm_output
+from workshop_lib import jobs as cluster
 from workshop_lib.core import paths
-from workshop_lib.backend import FORGOTTEN, get_backend, resolve_backend
 from workshop_lib.core.errors import ClusterError, SubmitError, WorkshopError
-from workshop_lib.experiments import Experiment, select_experiments
-from workshop_lib.profiles import Profile, load_profile
+from workshop_lib.core.run_directory import (
+    ATTEMPTS_DIR, DEEPSPEED_CONFIG_NAME, LOCK_NAME, RESERVATION_NAME, SCRIPT_NAME, STAGING_DIR, TRAIN_DIR,
+)
+from workshop_lib.experiments import Experiment
+from workshop_lib.jobs import slurm_output
+from workshop_lib.jobs.backend import get_backend, resolve_backend
+from workshop_lib.jobs.slurm_output import JobInfo
+from workshop_lib.runs.record import HELD, RunRecord, UNKNOWN, write_atomically
+from workshop_lib.runs.run import RUNS_VARIABLE, Run, load_run, query_runs, run_directory
 from workshop_lib.sbatch_script import sbatch_request
-from workshop_lib.site_setup import check_before_submit
-from workshop_lib.scripts import CPU_MEMORY_LOG, TRAIN_DIR, render_script
-from workshop_lib.slurm_output import JobInfo
+from workshop_lib.scripts import render_script
+from workshop_lib.sites.profiles import Profile, load_profile
+from workshop_lib.sites.requirements import check_before_submit
 
-if TYPE_CHECKING:
-    from workshop_lib.failures import Explanation
-
-RUNS_VARIABLE = paths.RUNS_VARIABLE
-SCRIPT_NAME = "job.sbatch"
-RECORD_NAME = "job.json"
-DEEPSPEED_CONFIG_NAME = "ds_config.json"
-ATTEMPTS_DIR = "attempts"
-STAGING_DIR = ".next"
-LOCK_NAME = ".lock"
-RESERVATION_NAME = ".reservation.json"
-NOT_SUBMITTED = "NOT SUBMITTED"
-DAMAGED = "DAMAGED"
-UNKNOWN = cluster.UNREACHABLE
-HELD = "JobHeldUser"  # squeue's reason for a job submitted with --hold
 # Entries of a run directory that belong to the run's bookkeeping, not to an attempt.
 _BOOKKEEPING = {ATTEMPTS_DIR, STAGING_DIR, LOCK_NAME, RESERVATION_NAME}
 LOCK_TIMEOUT_S = 120.0
 FAULT_VARIABLE = "WORKSHOP_FAULT"  # tests only: names a step at which the submitter kills itself
-
-
-def runs_root(root: Path | str | None = None) -> Path:
-    """Where run directories live (see `paths.runs_root`)."""
-    return paths.runs_root(root)
-
-
-def run_directory(experiment: Experiment, root: Path | str | None = None) -> Path:
-    return runs_root(root) / experiment.id
-
-
-class DamagedRecord(WorkshopError):
-    """A job.json that cannot be read; the run's other files are intact."""
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write a whole file or nothing: readers never see half of it."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(text)
-    os.replace(temporary, path)
-
-
-@dataclass(frozen=True)
-class RunRecord:
-    """What job.json says about the job submitted from a run directory."""
-
-    experiment_id: str
-    content_hash: str
-    profile: str
-    job_id: str
-    backend: str
-    submitted_at: str
-    script: str = SCRIPT_NAME
-    stdout: str | None = None  # file name of the job's stdout inside the run directory
-    final_state: str | None = None  # written once a final state has been seen, so ids reused later do not matter
-    exit_code: int | None = None
-    job_name: str | None = None  # what the scheduler calls the job: an id reused by another job is told apart
-    # How it ended, kept with the final state for the failure explanation (the scheduler forgets).
-    signal: int | None = None
-    elapsed_s: float | None = None
-    time_limit_s: float | None = None
-    reason: str | None = None
-
-    def save(self, directory: Path) -> None:
-        write_atomically(directory / RECORD_NAME, json.dumps(asdict(self), indent=2) + "\n")
-
-    @classmethod
-    def load(cls, directory: Path) -> "RunRecord | None":
-        path = Path(directory) / RECORD_NAME
-        if not path.is_file():
-            return None
-        try:
-            data = json.loads(path.read_text())
-            known = {key: data[key] for key in cls.__dataclass_fields__ if key in data}
-            return cls(**known)
-        except (ValueError, TypeError, AttributeError) as error:
-            raise DamagedRecord(f"{path} is damaged ({type(error).__name__}: {error}); the run's other files are "
-                                f"intact. {_damaged_record_advice(Path(directory))}") from error
-
-
-def _damaged_record_advice(directory: Path) -> str:
-    """What to do about a damaged job.json, from what the job's log says: a completed run is kept as it is
-    (renaming its record would run the experiment again)."""
-    from workshop_lib.parse.footer import parse_footer
-
-    logs = sorted(directory.glob("slurm-*.out"))
-    if not logs:
-        return (f"No job log is here, so the job never ran: rename job.json to job.json.damaged and re-run; the "
-                f"next submission keeps this run's files under {ATTEMPTS_DIR}/ and submits it again.")
-    names = ", ".join(log.name for log in logs)
-    try:
-        exit_status = parse_footer(logs[-1].read_text(errors="replace")).exit_status
-    except OSError:
-        exit_status = None
-    if exit_status == 0:
-        return (f"Its log {logs[-1].name} ends with `Exit status: 0`: the job completed and the tables read its "
-                "results from the other files. Leave job.json as it is: renaming it would run the experiment "
-                "again (this run is not submitted again while it is damaged).")
-    ended = f"ends with `Exit status: {exit_status}`" if exit_status is not None else "has no footer yet"
-    return (f"The job's log {names} {ended} (its number is the job id). If that job still runs (`squeue --me`), "
-            "wait for it. Once it has ended without completing, rename job.json to job.json.damaged: the next "
-            f"submission keeps every file of this run under {ATTEMPTS_DIR}/ and submits it again.")
-
-
-@dataclass
-class Run:
-    """An experiment's run directory and the job recorded there (if any)."""
-
-    experiment: Experiment
-    directory: Path
-    record: RunRecord | None
-    submitted_now: bool = False
-    note: str = ""
-    damage: str | None = None  # why job.json could not be read
-
-    @property
-    def job(self) -> cluster.Job | None:
-        if self.record is None:
-            return None
-        return cluster.job_from_id(self.record.job_id, self.record.backend, stdout_path=self.stdout_path,
-                                   name=self.record.job_name)
-
-    @property
-    def stdout_path(self) -> Path | None:
-        if self.record is None:
-            return None
-        return self.directory / (self.record.stdout or f"slurm-{self.record.job_id}.out")
-
-    @property
-    def train_dir(self) -> Path:
-        return self.directory / TRAIN_DIR
-
-    @property
-    def cpu_memory_log(self) -> Path:
-        return self.directory / CPU_MEMORY_LOG
-
-    def info(self) -> JobInfo:
-        """The job's state now (writes nothing): the recorded final state, or the scheduler's answer."""
-        return query_runs([self])[0]
-
-    def remember(self, info: JobInfo) -> None:
-        """Write a final state into job.json (a restarted scheduler reuses job ids; the file does not).
-        A read-only runs folder keeps what it has: the state is asked again next time."""
-        if self.record is not None and info.finished and not self.record.final_state:
-            self.record = replace(self.record, final_state=info.state, exit_code=info.exit_code, signal=info.signal,
-                                  elapsed_s=info.elapsed_s, time_limit_s=info.time_limit_s, reason=info.reason)
-            try:
-                self.record.save(self.directory)
-            except OSError:
-                pass
-
-    @property
-    def state(self) -> str:
-        return self.info().state
-
-
-def query_runs(runs: Sequence[Run], max_age_s: float = 0.0) -> list[JobInfo]:
-    """Each run's state, asking the scheduler once for all the runs still active (an answer this process got
-    less than `max_age_s` seconds ago is reused). Writes nothing.
-    A scheduler that cannot be asked gives UNKNOWN (with its message as the reason)."""
-    answers: dict[int, JobInfo] = {}
-    asking: list[tuple[int, cluster.Job]] = []
-    for index, run in enumerate(runs):
-        if run.damage:
-            answers[index] = JobInfo(job_id="", state=DAMAGED, reason=run.damage)
-        elif run.record is None:
-            answers[index] = JobInfo(job_id="", state=NOT_SUBMITTED)
-        elif run.record.final_state:
-            record = run.record
-            answers[index] = JobInfo(job_id=record.job_id, state=record.final_state, exit_code=record.exit_code,
-                                     signal=record.signal, elapsed_s=record.elapsed_s, reason=record.reason,
-                                     time_limit_s=record.time_limit_s, stdout_path=run.stdout_path,
-                                     name=record.job_name)
-        else:
-            asking.append((index, run.job))
-    if asking:
-        try:
-            infos = cluster.query_jobs([job for _, job in asking], max_age_s=max_age_s)
-        except ClusterError as error:
-            infos = [JobInfo(job_id=job.job_id, state=UNKNOWN, reason=str(error), stdout_path=job.stdout_path)
-                     for _, job in asking]
-        answers.update({index: info for (index, _), info in zip(asking, infos)})
-    return [answers[index] for index in range(len(runs))]
-
-
-def load_run(experiment: Experiment, root: Path | str | None = None) -> Run:
-    """The run directory as it is on disk; a damaged job.json is reported on the Run, not raised."""
-    directory = run_directory(experiment, root)
-    try:
-        return Run(experiment, directory, RunRecord.load(directory))
-    except DamagedRecord as damaged:
-        return Run(experiment, directory, None, damage=str(damaged), note="job.json damaged")
 
 
 def prepare_run_directory(experiment: Experiment, profile: Profile, directory: Path) -> Path:
@@ -336,7 +125,7 @@ def _submit_or_reuse(run: Run, profile: Profile, force: bool, backend: str | Non
         if not info.finished:
             run.note = (f"job {run.record.job_id} is {info.state}: not doubled" if info.state != UNKNOWN else
                         f"job {run.record.job_id}: the scheduler does not answer, so it may still run: not "
-                        f"submitted again ({_first_line(info.reason)}); re-run this later")
+                        f"submitted again ({first_line(info.reason)}); re-run this later")
             return run
         run.remember(info)
         same = records_this_experiment(run.record, run.experiment, profile)
@@ -423,7 +212,7 @@ def _settle_reservation(run: Run, settled: list[str]) -> Run | None:
         backend = get_backend(backend_name or resolve_backend(None))
         found = backend.jobs_in(run.directory, since)
     except ClusterError as error:
-        run.note = (f"an earlier submission was interrupted and the scheduler does not answer ({_first_line(error)}):"
+        run.note = (f"an earlier submission was interrupted and the scheduler does not answer ({first_line(error)}):"
                     " not submitting, so as not to start a second job; re-run this later")
         return run
     named = run.record.job_id if run.record is not None else None
@@ -461,7 +250,7 @@ def _cancel(backend, infos: Sequence[JobInfo], run: Run, settled: list[str], why
             backend.cancel(info.job_id)
         except ClusterError as error:
             raise ClusterError(f"job {info.job_id} waits in {run.directory} but job.json does not name it, and "
-                               f"cancelling it failed ({_first_line(error)}): cancel it yourself "
+                               f"cancelling it failed ({first_line(error)}): cancel it yourself "
                                f"(`workshop cancel --job {info.job_id}`, or scancel) and re-run") from error
         settled.append(f"cancelled job {info.job_id} ({why}; once released it would overwrite this run's files)")
 
@@ -554,7 +343,7 @@ def _fault_point(name: str) -> None:
         time.sleep(1)  # the handler raises KeyboardInterrupt at the next bytecode
 
 
-def _first_line(text) -> str:
+def first_line(text) -> str:
     return str(text or "").strip().splitlines()[0][:160] if str(text or "").strip() else ""
 
 
@@ -579,89 +368,6 @@ def submit_experiments(experiments: Iterable[Experiment], profile: Profile | str
     return runs
 
 
-def wait_for_runs(runs: Iterable[Run], timeout: float | None = None, progress: bool = True,
-                  poll_interval: float | None = None,
-                  on_poll: Callable[[list[tuple[Run, JobInfo]]], None] | None = None) -> list[JobInfo]:
-    """Wait until every submitted run has ended; records final states in job.json.
-    `on_poll` gets every run with its state after each poll (a job monitor shows them)."""
-    runs = [run for run in runs if run.record is not None]
-    waiting = [run for run in runs if not run.record.final_state]
-    recorded = {id(run): run.info() for run in runs if run.record.final_state}  # from job.json: no scheduler call
-
-    def report(infos: list[JobInfo]) -> None:
-        latest = {id(run): info for run, info in zip(waiting, infos)}
-        on_poll([(run, latest.get(id(run)) or recorded[id(run)]) for run in runs])
-
-    infos = cluster.wait_for([run.job for run in waiting], timeout=timeout, progress=progress,
-                             poll_interval=poll_interval, on_poll=report if on_poll else None) if waiting else []
-    if on_poll is not None and not waiting:
-        report([])
-    for run, info in zip(waiting, infos):
-        run.remember(info)
-    latest = {id(run): info for run, info in zip(waiting, infos)}
-    return [latest.get(id(run)) or run.info() for run in runs]
-
-
-def explain_run(run: Run, info: JobInfo, attempts: tuple[str, ...] | None = None) -> Explanation:
-    """The failure explanation of a run that did not complete (failures.explain with the run's log, the
-    estimator's prediction, and the earlier attempts of a requeued job). A view of several runs passes
-    `attempts` from its one `earlier_attempts_of` call; without it, sacct is asked for this run alone."""
-    from workshop_lib.failures import explain
-
-    return explain(info, run.stdout_path, predicted=_predicted_memory(run.experiment),
-                   earlier_attempts=earlier_attempts(run) if attempts is None else attempts)
-
-
-def explain_runs(pairs: Sequence[tuple[Run, JobInfo]]) -> list[Explanation]:
-    """`explain_run` of several ended runs, with one sacct call for all their earlier attempts."""
-    requeued = earlier_attempts_of([run for run, _ in pairs])
-    return [explain_run(run, info, requeued.get(id(run), ())) for run, info in pairs]
-
-
-def earlier_attempts(run: Run) -> tuple[str, ...]:
-    """Attempts SLURM requeued before the last one (e.g. after NODE_FAIL), from sacct; () where unknown."""
-    return earlier_attempts_of([run]).get(id(run), ())
-
-
-def earlier_attempts_of(runs: Sequence[Run]) -> dict[int, tuple[str, ...]]:
-    """`earlier_attempts` of several runs with one sacct call, keyed by id(run)."""
-    recorded = {run.record.job_id: run for run in runs if run.record is not None and run.record.backend == "slurm"}
-    if not recorded:
-        return {}
-    origin = {job_id: (str(run.directory), _epoch(run.record.submitted_at)) for job_id, run in recorded.items()}
-    try:
-        records = get_backend("slurm").accounting(list(recorded), duplicates=True, origin=origin) or {}
-    except ClusterError:
-        return {}
-    found: dict[int, tuple[str, ...]] = {}
-    for job_id, run in recorded.items():
-        attempts = [records[key] for key in sorted(records, key=lambda k: int(k.split("#")[1]))
-                    if key.split("#")[0] == job_id and (not run.record.job_name or not records[key].name
-                                                        or records[key].name == run.record.job_name)]
-        if len(attempts) > 1:
-            found[id(run)] = tuple(info.state + (f" on {info.node_list}" if info.node_list else "")
-                                   for info in attempts[:-1])
-    return found
-
-
-def _epoch(stamp: str) -> float:
-    try:
-        return datetime.fromisoformat(stamp).timestamp()
-    except ValueError:
-        return 0.0
-
-
-def _predicted_memory(experiment: Experiment) -> str | None:
-    try:
-        from workshop_lib.estimate.memory import estimate_memory
-        from workshop_lib.estimate.report import setup_from_experiment
-
-        estimate = estimate_memory(experiment.model, setup_from_experiment(experiment))
-    except Exception:  # noqa: BLE001 - a model the estimator does not know: no prediction, no failure
-        return None
-    return f"{estimate.total / 2**30:.1f} GiB per GPU (`workshop estimate {experiment.id}`)"
-
-
 # ---- stopping ----------------------------------------------------------------------------------
 def cancel_runs(experiments: Iterable[Experiment], root: Path | str | None = None) -> list[str]:
     """Cancel the queued or running job of each experiment's run (`workshop cancel`, a notebook's
@@ -675,73 +381,10 @@ def cancel_runs(experiments: Iterable[Experiment], root: Path | str | None = Non
             lines.append(f"{name}: nothing to cancel ({run.damage and 'job.json is damaged' or 'not submitted'})")
         elif info.state == UNKNOWN:
             lines.append(f"{name}: job {run.record.job_id} not cancelled: the scheduler does not answer "
-                         f"({_first_line(info.reason)}); try again later")
+                         f"({first_line(info.reason)}); try again later")
         elif info.finished:
             lines.append(f"{name}: job {run.record.job_id} already ended ({info.state}): nothing to cancel")
         else:
             get_backend(run.record.backend).cancel(run.record.job_id)
             lines.append(f"{name}: cancelled job {run.record.job_id} (it was {info.state})")
     return lines
-
-
-def read_only_info(run: Run) -> JobInfo:
-    """What the run folder alone says, asking no scheduler (the book's read-only view): the recorded final
-    state, else the end the job's log footer gives, else UNKNOWN (it may still run)."""
-    if run.damage:
-        return JobInfo(job_id="", state=DAMAGED, reason=run.damage)
-    if run.record is None:
-        return JobInfo(job_id="", state=NOT_SUBMITTED)
-    if run.record.final_state:
-        return query_runs([run])[0]  # the recorded state: no scheduler call
-    ended = cluster.ended_from_log(JobInfo(job_id=run.record.job_id, state=FORGOTTEN,
-                                           stdout_path=run.stdout_path, reason="read only: no scheduler asked"))
-    return ended if ended.state != "LOST" else JobInfo(job_id=run.record.job_id, state=UNKNOWN,
-                                                       stdout_path=run.stdout_path)
-
-
-# ---- reading: status ----------------------------------------------------------------------------
-@dataclass(frozen=True)
-class RunStatus:
-    """One line of `workshop status`."""
-
-    experiment_id: str
-    state: str
-    job_id: str
-    profile: str
-    current: bool  # the recorded run is of this very experiment (same content hash)
-    directory: Path
-    explanation: str = ""  # why a run did not complete (or why its record cannot be read)
-
-
-def run_status(experiments: Iterable[Experiment] | None = None, chapter: int | None = None,
-               root: Path | str | None = None) -> list[RunStatus]:
-    """The state of each experiment's run (NOT SUBMITTED when it has none); asks the scheduler once for
-    all active runs and writes nothing."""
-    if experiments is None:
-        experiments = select_experiments(chapter=chapter) if chapter else _all()
-    runs = [load_run(experiment, root) for experiment in experiments]
-    infos = query_runs(runs)
-    requeued = earlier_attempts_of([run for run, info in zip(runs, infos) if info.state != UNKNOWN])
-    statuses = []
-    for run, info in zip(runs, infos):
-        record = run.record
-        explanation = run.damage or ""
-        if record is not None and info.finished and info.state != "COMPLETED":
-            explanation = explain_run(run, info, requeued.get(id(run), ())).text()
-        elif info.state == UNKNOWN:
-            explanation = f"the scheduler does not answer: {_first_line(info.reason)}"
-        elif requeued.get(id(run)):
-            explanation = "\n".join(f"earlier attempt: {attempt} (SLURM requeued the job; its log holds both "
-                                     "attempts)" for attempt in requeued[id(run)])
-        statuses.append(RunStatus(
-            experiment_id=run.experiment.id, state=info.state, job_id=record.job_id if record else "",
-            profile=record.profile if record else "",
-            current=bool(record and record.content_hash == run.experiment.content_hash), directory=run.directory,
-            explanation=explanation))
-    return statuses
-
-
-def _all() -> list[Experiment]:
-    from workshop_lib.experiments import all_experiments
-
-    return all_experiments()

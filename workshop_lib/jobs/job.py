@@ -1,31 +1,21 @@
-"""Job control: submit a script, follow its state, wait for many jobs, cancel.
-
-The calls go to a Backend (`backend.py`): `slurm` (Ibex, or the project's local cluster) or `local`
-(bash on this machine, SLURM-like, where no scheduler exists). Choose with `backend=` or
-$WORKSHOP_BACKEND (slurm | local | auto); auto prefers SLURM.
-
-A waiter asks once per poll for all of its jobs (one `squeue`), and polls less often as it waits
-(the backend's PollPolicy). A job the scheduler has forgotten is settled from what it wrote when it
-ended (the footer of its log), never from its absence.
+"""One job on a scheduler: submit it, find it again by id, and ask and settle its state (the process keeps its
+latest answer per job, so a monitor and a waiter in one notebook stay one poller).
 """
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
-from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from workshop_lib import slurm_output
-from workshop_lib.backend import FORGOTTEN, PollPolicy, get_backend, resolve_backend
 from workshop_lib.core.errors import ClusterError, JobFailed, SubmitError
+from workshop_lib.jobs import slurm_output
+from workshop_lib.jobs.backend import FORGOTTEN, get_backend, resolve_backend
+from workshop_lib.jobs.slurm_output import JobInfo
 from workshop_lib.parse.footer import parse_footer
-from workshop_lib.slurm_output import FINAL_STATES, JobInfo  # noqa: F401  (re-exported: part of this module's API)
 
-# The job footer's last lines (slurm/templates/blocks/footer.j2); a job that printed them has ended.
 UNREACHABLE = "UNKNOWN"  # the scheduler could not be asked: the job may still run
 
 
@@ -97,7 +87,7 @@ class Job:
             time.sleep(0.75)
 
     def raise_for_state(self) -> None:
-        from workshop_lib.failures import explain
+        from workshop_lib.jobs.failures import explain
 
         info = self.info()
         if info.state != "COMPLETED":
@@ -132,7 +122,7 @@ def job_from_id(job_id: str, backend: str | None = None, stdout_path: Path | Non
 
 def test_only(script: Path | str, sbatch_args: Sequence[str] = ()) -> str:
     """Ask SLURM whether it would accept the script (`sbatch --test-only`); returns its answer."""
-    from workshop_lib.slurm_backend import test_only as slurm_test_only
+    from workshop_lib.jobs.slurm import test_only as slurm_test_only
 
     return slurm_test_only(script, sbatch_args)
 
@@ -157,7 +147,7 @@ def query_jobs(jobs: Sequence[Job], max_age_s: float = 0.0) -> list[JobInfo]:
         with _ANSWERS_LOCK:
             cached = _ANSWERS.get((job.backend, job.job_id))
         if cached is not None and now - cached[0] <= max_age_s:
-            job._last = _settle(job, cached[1])
+            job._last = settle(job, cached[1])
         else:
             asking.setdefault(job.backend, []).append(job)
     for backend, group in asking.items():
@@ -166,11 +156,11 @@ def query_jobs(jobs: Sequence[Job], max_age_s: float = 0.0) -> list[JobInfo]:
         with _ANSWERS_LOCK:
             _ANSWERS.update({(backend, job.job_id): (stamp, answers[job.job_id]) for job in group})
         for job in group:
-            job._last = _settle(job, answers[job.job_id])
+            job._last = settle(job, answers[job.job_id])
     return [job._last for job in jobs]
 
 
-def _settle(job: Job, info: JobInfo) -> JobInfo:
+def settle(job: Job, info: JobInfo) -> JobInfo:
     """The answer as this job sees it: its log path, and an id the scheduler now gives another job
     (a fresh cluster state restarts ids) or one it forgot, settled from the job's own log."""
     if job.stdout_path is not None:
@@ -200,78 +190,3 @@ def ended_from_log(info: JobInfo) -> JobInfo:
                        reason=f"read from the job's footer ({info.reason})")
     return replace(info, state="LOST", reason=f"{info.reason}; its log has no footer, so it did not finish "
                                               "its script (killed, or its node or scheduler state was lost)")
-
-
-# ---- waiting ------------------------------------------------------------------------------
-def wait_for(jobs: Iterable[Job], timeout: float | None = None, poll_interval: float | None = None,
-             progress: bool = True, policy: PollPolicy | None = None,
-             on_poll: Callable[[list[JobInfo]], None] | None = None) -> list[JobInfo]:
-    """Poll until every job has ended or `timeout` seconds passed; returns their last known states.
-
-    One backend call per poll for all the jobs, at the backend's growing interval (or every
-    `poll_interval` seconds). A scheduler that cannot be asked is reported and asked again: its jobs
-    read UNKNOWN (never ended) until it answers. `on_poll` gets the states after each poll (a job
-    monitor shows them: it asks the scheduler nothing itself)."""
-    jobs = list(jobs)
-    if not jobs:
-        return []
-    if poll_interval is not None:
-        policy = PollPolicy(poll_interval, poll_interval)
-    elif policy is None:
-        policy = get_backend(jobs[0].backend).poll_policy()
-        from workshop_lib.backend import longest_poll_override
-
-        longest = longest_poll_override()
-        if longest is not None:
-            policy = PollPolicy(min(policy.first, longest), longest, policy.factor)
-    intervals = policy.intervals()
-    started = time.monotonic()
-    bar = _progress_bar(len(jobs)) if progress else None
-    infos = [job._last or JobInfo(job_id=job.job_id, state=UNREACHABLE) for job in jobs]
-    try:
-        while True:
-            try:
-                infos = query_jobs(jobs, max_age_s=policy.first / 2)
-                trouble = ""
-            except ClusterError as error:
-                infos = [job._last if job._last is not None and job._last.finished
-                         else JobInfo(job_id=job.job_id, state=UNREACHABLE, reason=str(error),
-                                      stdout_path=job.stdout_path) for job in jobs]
-                trouble = f"scheduler not answering, asking again: {str(error).splitlines()[0][:120]}"
-            elapsed = time.monotonic() - started
-            if bar is not None:
-                _show(bar, infos, trouble)
-            if on_poll is not None:
-                on_poll(infos)
-            if all(info.finished for info in infos):
-                return infos
-            if timeout is not None and elapsed >= timeout:
-                if bar is not None:
-                    bar.set_description("timed out waiting")
-                return infos
-            pause = next(intervals)
-            if timeout is not None:
-                pause = max(0.0, min(pause, timeout - elapsed))
-            time.sleep(pause)
-    finally:
-        if bar is not None:
-            bar.close()
-
-
-def _progress_bar(total: int):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc="jobs ended", unit="job", file=sys.stderr, dynamic_ncols=True)
-
-
-def state_counts(infos: Sequence[JobInfo]) -> str:
-    """'2 COMPLETED, 1 RUNNING, 1 PENDING' (ended states first)."""
-    ended = Counter(info.state for info in infos if info.finished)
-    active = Counter(info.state for info in infos if not info.finished)
-    return ", ".join(f"{count} {state}" for state, count in [*sorted(ended.items()), *sorted(active.items())])
-
-
-def _show(bar, infos: Sequence[JobInfo], trouble: str) -> None:
-    bar.n = sum(info.finished for info in infos)
-    bar.set_postfix_str(trouble or state_counts(infos), refresh=False)
-    bar.refresh()

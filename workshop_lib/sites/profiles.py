@@ -18,7 +18,7 @@ import yaml
 from workshop_lib.experiments import Experiment
 from workshop_lib.core.paths import SLURM_DIR
 # The schema is a leaf below this module (it owns ProfileError; profiles re-exports it for callers).
-from workshop_lib.profile_schema import ABSOLUTE_SHELL_PATH, ProfileError, build
+from workshop_lib.sites.schema import ABSOLUTE_SHELL_PATH, ProfileError, build
 
 PROFILES_DIR = SLURM_DIR / "profiles"
 DEFAULT_PROFILE_VARIABLE = "WORKSHOP_PROFILE"

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Protocol, Sequence
 
 from workshop_lib.core.errors import ClusterError
-from workshop_lib.slurm_output import JobInfo
+from workshop_lib.jobs.slurm_output import JobInfo
 
-BACKENDS = {"slurm": "workshop_lib.slurm_backend", "local": "workshop_lib.local_executor"}
+BACKENDS = {"slurm": "workshop_lib.jobs.slurm", "local": "workshop_lib.jobs.local"}
 # A job the scheduler no longer remembers (past MinJobAge, a wiped state, an id now used by another job)
 # and that accounting does not know either: not active, not ended as far as the scheduler can say.
 # The job code settles it from the job's own log (its footer), never from its absence.

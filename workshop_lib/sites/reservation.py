@@ -12,8 +12,8 @@ import re
 from typing import NamedTuple
 
 from workshop_lib.core.errors import WorkshopError
-from workshop_lib.profile_schema import RESERVATION
-from workshop_lib.profiles import Profile
+from workshop_lib.sites.schema import RESERVATION
+from workshop_lib.sites.profiles import Profile
 
 RESERVATION_VARIABLE = "WORKSHOP_RESERVATION"
 LIST_COMMAND = "scontrol show reservation"

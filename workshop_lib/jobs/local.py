@@ -1,7 +1,7 @@
 """Run a job script with bash on this machine, the way SLURM would, where there is no scheduler.
 
 Each job gets a record (JSON) in the state folder and a detached runner process
-(`python -m workshop_lib.local_executor run ID`) that sets SLURM-like variables, honours
+(`python -m workshop_lib.jobs.local run ID`) that sets SLURM-like variables, honours
 --output, --time and the GPU count of the #SBATCH lines, and writes the final state.
 
 A ``--nodes=N`` job runs as N emulated nodes on this machine: the job claims N × its GPUs per node,
@@ -24,18 +24,18 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from workshop_lib import slurm_output
-from workshop_lib.backend import FORGOTTEN, PollPolicy, Submission, python_environment_path
+from workshop_lib.jobs import slurm_output
+from workshop_lib.jobs.backend import FORGOTTEN, PollPolicy, Submission, python_environment_path
 from workshop_lib.core.durations import parse_duration
 from workshop_lib.core.errors import ClusterError, SubmitError
 from workshop_lib.sbatch_script import sbatch_request
-from workshop_lib.slurm_output import JobInfo
+from workshop_lib.jobs.slurm_output import JobInfo
 
 SHIMS = Path(__file__).resolve().parent / "local_shims"
 
 
 def jobs_dir() -> Path:
-    from workshop_lib.local_cluster import default_state_dir
+    from workshop_lib.jobs.local_cluster import default_state_dir
 
     folder = default_state_dir().parent / "local-jobs"
     folder.mkdir(parents=True, exist_ok=True)
@@ -123,7 +123,7 @@ def submit(script: Path, workdir: Path, sbatch_args: Sequence[str] = (), hold: b
     return Submission(job_id, stdout, name)
 
 
-RUNNER_COMMAND = [sys.executable, "-m", "workshop_lib.local_executor", "run"]
+RUNNER_COMMAND = [sys.executable, "-m", "workshop_lib.jobs.local", "run"]
 
 
 def _runner_log(job_id: str) -> Path:
@@ -133,7 +133,7 @@ def _runner_log(job_id: str) -> Path:
 def _runner_environment() -> dict[str, str]:
     """The submitter's environment, with this workshop_lib importable by the runner even where the package
     is neither installed nor on PYTHONPATH (a notebook started from the checkout's folder)."""
-    package_parent = str(Path(__file__).resolve().parents[1])
+    package_parent = str(Path(__file__).resolve().parents[2])
     paths = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
     return {**os.environ, "PYTHONPATH": os.pathsep.join([*paths, package_parent])}
 
@@ -146,7 +146,7 @@ def _runner_failure(job_id: str) -> str:
         lines = []
     said = lines[-1].strip() if lines else "it printed nothing"
     return (f"the local executor's runner could not start ({said}); its output is in {_runner_log(job_id)}. "
-            f"Check that `{sys.executable} -m workshop_lib.local_executor` runs here, then submit again")
+            f"Check that `{sys.executable} -m workshop_lib.jobs.local` runs here, then submit again")
 
 
 def job_info(job_id: str) -> JobInfo:
@@ -409,6 +409,6 @@ BACKEND = LocalBackend()
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "run":
         sys.exit(run(sys.argv[2]))
-    print("usage: python -m workshop_lib.local_executor run JOB_ID", file=sys.stderr)
+    print("usage: python -m workshop_lib.jobs.local run JOB_ID", file=sys.stderr)
     sys.exit(2)
 

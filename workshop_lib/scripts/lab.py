@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from workshop_lib.profiles import Profile
+from workshop_lib.sites.profiles import Profile
 from workshop_lib.scripts import Directive, cache_exports, render_template, site_directives_without_gpu_type
 
 LAB_JOB_NAME = "workshop-lab"

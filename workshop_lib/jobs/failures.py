@@ -14,7 +14,7 @@ from pathlib import Path
 
 from workshop_lib.core.durations import format_duration
 from workshop_lib.core.log_text import strip_launcher_prefix
-from workshop_lib.slurm_output import JobInfo
+from workshop_lib.jobs.slurm_output import JobInfo
 
 _TRACEBACK = "Traceback (most recent call last):"
 _ERROR_LINE = re.compile(

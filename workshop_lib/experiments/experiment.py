@@ -1,0 +1,169 @@
+"""One experiment: a row of one of the seeds' tables, as a frozen value with its id and content hash.
+
+The content hash names a run's folder contents: a run is reused only when it matches (field names, order and
+defaults of Experiment and GptShape are part of it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, fields
+
+from workshop_lib.core.errors import WorkshopError
+from workshop_lib.core.vocabulary import DEFAULT_RECIPE, GptShape, HF, NEMO, RECIPES
+
+CHAPTERS = {
+    1: "Data parallel + LoRA (NeMo)",
+    2: "Model parallel, no PEFT (NeMo)",
+    3: "DeepSpeed ZeRO (HF Trainer)",
+    4: "FSDP (HF Trainer and a custom GPT)",
+}
+
+@dataclass(frozen=True)
+class Experiment:
+    """One run of one chapter: a row of one of the seeds' tables."""
+
+    id: str
+    chapter: int
+    group: str  # the table the row belongs to, e.g. "single-gpu"
+    title: str
+    engine: str
+    model: str  # a name of the training registry: llama-3.1-8b, mixtral-8x7b, bloom-560m, gpt
+    nodes: int = 1
+    gpus_per_node: int = 1
+    cpus_per_task: int = 4
+    memory: str = "64G"  # --mem, per node
+
+    # NeMo Factory overrides (chapters 1-2)
+    peft: str = "none"  # "lora" or "none"
+    tensor_parallel: int = 1
+    expert_parallel: int | None = None
+    pipeline_parallel: int = 1
+    sequence_parallel: bool = False
+    max_steps: int | None = None
+    global_batch: int | None = None
+    warmup_steps: int | None = None
+    limit_val_batches: int | None = None
+    lora_rank: int | None = None
+
+    # Hugging Face Trainer (chapters 3-4)
+    zero_stage: int | None = None  # None: no DeepSpeed at all
+    fsdp: str | None = None  # one of FSDP_STRATEGIES, or None
+    offload: bool = False  # DeepSpeed: optimizer (+ parameters at stage 3) to CPU; FSDP: CPU offload
+    pin_memory: bool = False
+    per_device_batch: int | None = None
+    grad_accum: int | None = None
+    epochs: int | None = None
+    samples: int | None = None  # a fixed training set, whatever the GPU count (strong scaling)
+    samples_per_gpu: int | None = None  # grows with the GPU count (weak scaling)
+    eval_samples: int | None = None
+    precision: str = "auto"
+    gpt: GptShape | None = None
+    recipe: str = DEFAULT_RECIPE  # one of RECIPES; only the Hugging Face Trainer engine reads it
+
+    # What the job measures besides training
+    monitor_cpu_memory: bool = False  # psrecord on the training processes
+    nccl_check: bool = False  # nccl-tests all_reduce_perf before training, abort when slow
+
+    def __post_init__(self):
+        if self.recipe not in RECIPES:
+            raise WorkshopError(f"{self.id}: recipe={self.recipe!r} is not one of {', '.join(RECIPES)}; "
+                                "use 'seed' (the seeds' recipe) or 'tuned'")
+        if self.recipe != DEFAULT_RECIPE and self.engine != HF:
+            raise WorkshopError(f"{self.id}: recipe={self.recipe!r} applies to the Hugging Face Trainer "
+                                f"engine only (engine is {self.engine!r}); leave recipe='seed'")
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of the whole job."""
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def multi_node(self) -> bool:
+        return self.nodes > 1
+
+    @property
+    def deepspeed_config(self) -> str | None:
+        """File name in slurm/ds_configs/ for this run, or None without DeepSpeed."""
+        if self.zero_stage is None:
+            return None
+        name = f"zero{self.zero_stage}"
+        if self.offload:
+            name += "_offload"
+        if self.pin_memory:
+            name += "_pinned"
+        return name + ".json"
+
+    @property
+    def job_name(self) -> str:
+        """Short SLURM job name (squeue shows 8 characters by default)."""
+        return self.id.replace("/", "-")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @property
+    def content_hash(self) -> str:
+        """Stable across processes and machines: sha256 of the canonical JSON of every field."""
+        fields_ = self.to_dict()
+        if fields_["recipe"] == DEFAULT_RECIPE:  # hashes from before the recipe field stay valid
+            del fields_["recipe"]
+        canonical = json.dumps(fields_, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+# The recipes' LoRA rank (`llama31_8b`: LoRA(dim=8, alpha=16) on q/k/v, output, both MLP matrices;
+# `mixtral_8x7b`: dim=32 on linear_qkv and linear_proj). Not rendered: the recipe's default is used.
+RECIPE_LORA_RANK = {"llama-3.1-8b": 8, "mixtral-8x7b": 32}
+
+
+def with_recipe(experiment: Experiment, recipe: str) -> Experiment:
+    """The same run with another training recipe. A tuned run gets its own id (``…-tuned``), so its
+    run directory sits next to the seed's and neither result replaces the other."""
+    import dataclasses
+
+    if recipe == experiment.recipe:
+        return experiment
+    base_id = experiment.id.removesuffix(f"-{experiment.recipe}")
+    new_id = base_id if recipe == DEFAULT_RECIPE else f"{base_id}-{recipe}"
+    base_title = experiment.title.removesuffix(f" ({experiment.recipe} recipe)")
+    new_title = base_title if recipe == DEFAULT_RECIPE else f"{base_title} ({recipe} recipe)"
+    return dataclasses.replace(experiment, id=new_id, title=new_title, recipe=recipe)
+
+
+def summary_row(experiment: Experiment) -> dict:
+    """The columns `workshop experiments` shows: what differs between rows, nothing else."""
+    knobs = []
+    if experiment.engine == NEMO:
+        knobs.append(f"peft={experiment.peft}")
+        if experiment.tensor_parallel > 1:
+            knobs.append(f"tp={experiment.tensor_parallel}")
+        if experiment.pipeline_parallel > 1:
+            knobs.append(f"pp={experiment.pipeline_parallel}")
+        if experiment.expert_parallel:
+            knobs.append(f"ep={experiment.expert_parallel}")
+        if experiment.sequence_parallel:
+            knobs.append("sp")
+    if experiment.zero_stage is not None:
+        knobs.append(f"zero={experiment.zero_stage}")
+    if experiment.fsdp:
+        knobs.append(f"fsdp={experiment.fsdp}")
+    if experiment.offload:
+        knobs.append("offload")
+    if experiment.pin_memory:
+        knobs.append("pinned")
+    if experiment.gpt:
+        knobs.append(f"layers={experiment.gpt.layers}")
+    if experiment.samples_per_gpu:
+        knobs.append(f"{experiment.samples_per_gpu}/gpu")
+    if experiment.engine != NEMO and experiment.per_device_batch:
+        knobs.append(f"batch={experiment.per_device_batch}")
+    if experiment.recipe != DEFAULT_RECIPE:
+        knobs.append(f"recipe={experiment.recipe}")
+    return {"id": experiment.id, "chapter": experiment.chapter, "nodes": experiment.nodes,
+            "gpus": experiment.gpus, "engine": experiment.engine, "model": experiment.model,
+            "knobs": " ".join(knobs), "hash": experiment.content_hash}
+
+
+def field_names() -> list[str]:
+    """Names of the Experiment fields (for documentation and the notebooks' parameter cells)."""
+    return [item.name for item in fields(Experiment)]

@@ -1,0 +1,25 @@
+"""Runs: an experiment's folder, record and job, from submission to its end.
+
+Owns: record.py (job.json, the one reader and writer), run.py (Run, loading and asking about runs), submit.py
+(submit or reuse, one job per experiment whatever fails), status.py (waiting, the status table, explanations).
+May import: core, experiments, sites, checks, scripts, jobs.
+"""
+
+from workshop_lib.runs.record import DAMAGED, DamagedRecord, HELD, NOT_SUBMITTED, RunRecord, UNKNOWN, write_atomically
+from workshop_lib.runs.run import (
+    RUNS_VARIABLE, Run, earlier_attempts, earlier_attempts_of, load_run, query_runs, read_only_info, run_directory,
+    runs_root,
+)
+from workshop_lib.runs.status import RunStatus, explain_run, explain_runs, run_status, wait_for_runs
+from workshop_lib.runs.submit import (
+    FAULT_VARIABLE, LOCK_TIMEOUT_S, cancel_runs, prepare_run_directory, records_this_experiment, run_lock,
+    submit_experiment, submit_experiments,
+)
+
+__all__ = [
+    "DAMAGED", "DamagedRecord", "FAULT_VARIABLE", "HELD", "LOCK_TIMEOUT_S", "NOT_SUBMITTED", "RUNS_VARIABLE", "Run",
+    "RunRecord", "RunStatus", "UNKNOWN", "cancel_runs", "earlier_attempts", "earlier_attempts_of", "explain_run",
+    "explain_runs", "load_run", "prepare_run_directory", "query_runs", "read_only_info", "records_this_experiment",
+    "run_directory", "run_lock", "run_status", "runs_root", "submit_experiment", "submit_experiments",
+    "wait_for_runs", "write_atomically",
+]

@@ -1,0 +1,166 @@
+"""A run: an experiment's folder under the runs folder, its record and its job."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime
+from pathlib import Path
+from typing import Sequence
+
+from workshop_lib import jobs as cluster
+from workshop_lib.core import paths
+from workshop_lib.core.errors import ClusterError
+from workshop_lib.core.run_directory import CPU_MEMORY_LOG, TRAIN_DIR
+from workshop_lib.experiments import Experiment
+from workshop_lib.jobs.backend import FORGOTTEN, get_backend
+from workshop_lib.jobs.slurm_output import JobInfo
+from workshop_lib.runs.record import DAMAGED, DamagedRecord, NOT_SUBMITTED, RunRecord, UNKNOWN
+
+RUNS_VARIABLE = paths.RUNS_VARIABLE
+
+
+def runs_root(root: Path | str | None = None) -> Path:
+    """Where run directories live (see `paths.runs_root`)."""
+    return paths.runs_root(root)
+
+
+def run_directory(experiment: Experiment, root: Path | str | None = None) -> Path:
+    return runs_root(root) / experiment.id
+
+
+@dataclass
+class Run:
+    """An experiment's run directory and the job recorded there (if any)."""
+
+    experiment: Experiment
+    directory: Path
+    record: RunRecord | None
+    submitted_now: bool = False
+    note: str = ""
+    damage: str | None = None  # why job.json could not be read
+
+    @property
+    def job(self) -> cluster.Job | None:
+        if self.record is None:
+            return None
+        return cluster.job_from_id(self.record.job_id, self.record.backend, stdout_path=self.stdout_path,
+                                   name=self.record.job_name)
+
+    @property
+    def stdout_path(self) -> Path | None:
+        if self.record is None:
+            return None
+        return self.directory / (self.record.stdout or f"slurm-{self.record.job_id}.out")
+
+    @property
+    def train_dir(self) -> Path:
+        return self.directory / TRAIN_DIR
+
+    @property
+    def cpu_memory_log(self) -> Path:
+        return self.directory / CPU_MEMORY_LOG
+
+    def info(self) -> JobInfo:
+        """The job's state now (writes nothing): the recorded final state, or the scheduler's answer."""
+        return query_runs([self])[0]
+
+    def remember(self, info: JobInfo) -> None:
+        """Write a final state into job.json (a restarted scheduler reuses job ids; the file does not).
+        A read-only runs folder keeps what it has: the state is asked again next time."""
+        if self.record is not None and info.finished and not self.record.final_state:
+            self.record = replace(self.record, final_state=info.state, exit_code=info.exit_code, signal=info.signal,
+                                  elapsed_s=info.elapsed_s, time_limit_s=info.time_limit_s, reason=info.reason)
+            try:
+                self.record.save(self.directory)
+            except OSError:
+                pass
+
+    @property
+    def state(self) -> str:
+        return self.info().state
+
+
+def query_runs(runs: Sequence[Run], max_age_s: float = 0.0) -> list[JobInfo]:
+    """Each run's state, asking the scheduler once for all the runs still active (an answer this process got
+    less than `max_age_s` seconds ago is reused). Writes nothing.
+    A scheduler that cannot be asked gives UNKNOWN (with its message as the reason)."""
+    answers: dict[int, JobInfo] = {}
+    asking: list[tuple[int, cluster.Job]] = []
+    for index, run in enumerate(runs):
+        if run.damage:
+            answers[index] = JobInfo(job_id="", state=DAMAGED, reason=run.damage)
+        elif run.record is None:
+            answers[index] = JobInfo(job_id="", state=NOT_SUBMITTED)
+        elif run.record.final_state:
+            record = run.record
+            answers[index] = JobInfo(job_id=record.job_id, state=record.final_state, exit_code=record.exit_code,
+                                     signal=record.signal, elapsed_s=record.elapsed_s, reason=record.reason,
+                                     time_limit_s=record.time_limit_s, stdout_path=run.stdout_path,
+                                     name=record.job_name)
+        else:
+            asking.append((index, run.job))
+    if asking:
+        try:
+            infos = cluster.query_jobs([job for _, job in asking], max_age_s=max_age_s)
+        except ClusterError as error:
+            infos = [JobInfo(job_id=job.job_id, state=UNKNOWN, reason=str(error), stdout_path=job.stdout_path)
+                     for _, job in asking]
+        answers.update({index: info for (index, _), info in zip(asking, infos)})
+    return [answers[index] for index in range(len(runs))]
+
+
+def load_run(experiment: Experiment, root: Path | str | None = None) -> Run:
+    """The run directory as it is on disk; a damaged job.json is reported on the Run, not raised."""
+    directory = run_directory(experiment, root)
+    try:
+        return Run(experiment, directory, RunRecord.load(directory))
+    except DamagedRecord as damaged:
+        return Run(experiment, directory, None, damage=str(damaged), note="job.json damaged")
+
+
+def earlier_attempts(run: Run) -> tuple[str, ...]:
+    """Attempts SLURM requeued before the last one (e.g. after NODE_FAIL), from sacct; () where unknown."""
+    return earlier_attempts_of([run]).get(id(run), ())
+
+
+def earlier_attempts_of(runs: Sequence[Run]) -> dict[int, tuple[str, ...]]:
+    """`earlier_attempts` of several runs with one sacct call, keyed by id(run)."""
+    recorded = {run.record.job_id: run for run in runs if run.record is not None and run.record.backend == "slurm"}
+    if not recorded:
+        return {}
+    origin = {job_id: (str(run.directory), _epoch(run.record.submitted_at)) for job_id, run in recorded.items()}
+    try:
+        records = get_backend("slurm").accounting(list(recorded), duplicates=True, origin=origin) or {}
+    except ClusterError:
+        return {}
+    found: dict[int, tuple[str, ...]] = {}
+    for job_id, run in recorded.items():
+        attempts = [records[key] for key in sorted(records, key=lambda k: int(k.split("#")[1]))
+                    if key.split("#")[0] == job_id and (not run.record.job_name or not records[key].name
+                                                        or records[key].name == run.record.job_name)]
+        if len(attempts) > 1:
+            found[id(run)] = tuple(info.state + (f" on {info.node_list}" if info.node_list else "")
+                                   for info in attempts[:-1])
+    return found
+
+
+def _epoch(stamp: str) -> float:
+    try:
+        return datetime.fromisoformat(stamp).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def read_only_info(run: Run) -> JobInfo:
+    """What the run folder alone says, asking no scheduler (the book's read-only view): the recorded final
+    state, else the end the job's log footer gives, else UNKNOWN (it may still run)."""
+    if run.damage:
+        return JobInfo(job_id="", state=DAMAGED, reason=run.damage)
+    if run.record is None:
+        return JobInfo(job_id="", state=NOT_SUBMITTED)
+    if run.record.final_state:
+        return query_runs([run])[0]  # the recorded state: no scheduler call
+    ended = cluster.ended_from_log(JobInfo(job_id=run.record.job_id, state=FORGOTTEN,
+                                           stdout_path=run.stdout_path, reason="read only: no scheduler asked"))
+    return ended if ended.state != "LOST" else JobInfo(job_id=run.record.job_id, state=UNKNOWN,
+                                                       stdout_path=run.stdout_path)

@@ -1,0 +1,115 @@
+"""Waiting for runs and saying where they stand: the status table, and why an ended run ended as it did."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+
+from workshop_lib import jobs as cluster
+from workshop_lib.experiments import Experiment, select_experiments
+from workshop_lib.jobs.slurm_output import JobInfo
+from workshop_lib.runs.record import UNKNOWN
+from workshop_lib.runs.run import Run, earlier_attempts, earlier_attempts_of, load_run, query_runs
+from workshop_lib.runs.submit import first_line
+
+if TYPE_CHECKING:
+    from workshop_lib.jobs.failures import Explanation
+
+
+def wait_for_runs(runs: Iterable[Run], timeout: float | None = None, progress: bool = True,
+                  poll_interval: float | None = None,
+                  on_poll: Callable[[list[tuple[Run, JobInfo]]], None] | None = None) -> list[JobInfo]:
+    """Wait until every submitted run has ended; records final states in job.json.
+    `on_poll` gets every run with its state after each poll (a job monitor shows them)."""
+    runs = [run for run in runs if run.record is not None]
+    waiting = [run for run in runs if not run.record.final_state]
+    recorded = {id(run): run.info() for run in runs if run.record.final_state}  # from job.json: no scheduler call
+
+    def report(infos: list[JobInfo]) -> None:
+        latest = {id(run): info for run, info in zip(waiting, infos)}
+        on_poll([(run, latest.get(id(run)) or recorded[id(run)]) for run in runs])
+
+    infos = cluster.wait_for([run.job for run in waiting], timeout=timeout, progress=progress,
+                             poll_interval=poll_interval, on_poll=report if on_poll else None) if waiting else []
+    if on_poll is not None and not waiting:
+        report([])
+    for run, info in zip(waiting, infos):
+        run.remember(info)
+    latest = {id(run): info for run, info in zip(waiting, infos)}
+    return [latest.get(id(run)) or run.info() for run in runs]
+
+
+def explain_run(run: Run, info: JobInfo, attempts: tuple[str, ...] | None = None) -> Explanation:
+    """The failure explanation of a run that did not complete (failures.explain with the run's log, the
+    estimator's prediction, and the earlier attempts of a requeued job). A view of several runs passes
+    `attempts` from its one `earlier_attempts_of` call; without it, sacct is asked for this run alone."""
+    from workshop_lib.jobs.failures import explain
+
+    return explain(info, run.stdout_path, predicted=_predicted_memory(run.experiment),
+                   earlier_attempts=earlier_attempts(run) if attempts is None else attempts)
+
+
+def explain_runs(pairs: Sequence[tuple[Run, JobInfo]]) -> list[Explanation]:
+    """`explain_run` of several ended runs, with one sacct call for all their earlier attempts."""
+    requeued = earlier_attempts_of([run for run, _ in pairs])
+    return [explain_run(run, info, requeued.get(id(run), ())) for run, info in pairs]
+
+
+def _predicted_memory(experiment: Experiment) -> str | None:
+    try:
+        from workshop_lib.estimate.memory import estimate_memory
+        from workshop_lib.estimate.report import setup_from_experiment
+
+        estimate = estimate_memory(experiment.model, setup_from_experiment(experiment))
+    except Exception:  # noqa: BLE001 - a model the estimator does not know: no prediction, no failure
+        return None
+    return f"{estimate.total / 2**30:.1f} GiB per GPU (`workshop estimate {experiment.id}`)"
+
+
+# ---- reading: status ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RunStatus:
+    """One line of `workshop status`."""
+
+    experiment_id: str
+    state: str
+    job_id: str
+    profile: str
+    current: bool  # the recorded run is of this very experiment (same content hash)
+    directory: Path
+    explanation: str = ""  # why a run did not complete (or why its record cannot be read)
+
+
+def run_status(experiments: Iterable[Experiment] | None = None, chapter: int | None = None,
+               root: Path | str | None = None) -> list[RunStatus]:
+    """The state of each experiment's run (NOT SUBMITTED when it has none); asks the scheduler once for
+    all active runs and writes nothing."""
+    if experiments is None:
+        experiments = select_experiments(chapter=chapter) if chapter else _all()
+    runs = [load_run(experiment, root) for experiment in experiments]
+    infos = query_runs(runs)
+    requeued = earlier_attempts_of([run for run, info in zip(runs, infos) if info.state != UNKNOWN])
+    statuses = []
+    for run, info in zip(runs, infos):
+        record = run.record
+        explanation = run.damage or ""
+        if record is not None and info.finished and info.state != "COMPLETED":
+            explanation = explain_run(run, info, requeued.get(id(run), ())).text()
+        elif info.state == UNKNOWN:
+            explanation = f"the scheduler does not answer: {first_line(info.reason)}"
+        elif requeued.get(id(run)):
+            explanation = "\n".join(f"earlier attempt: {attempt} (SLURM requeued the job; its log holds both "
+                                     "attempts)" for attempt in requeued[id(run)])
+        statuses.append(RunStatus(
+            experiment_id=run.experiment.id, state=info.state, job_id=record.job_id if record else "",
+            profile=record.profile if record else "",
+            current=bool(record and record.content_hash == run.experiment.content_hash), directory=run.directory,
+            explanation=explanation))
+    return statuses
+
+
+def _all() -> list[Experiment]:
+    from workshop_lib.experiments import all_experiments
+
+    return all_experiments()
