@@ -7,7 +7,7 @@ import json
 import pytest
 
 from workshop_lib import reference_views as views
-from workshop_lib.train.recipes import parse_recipe
+from workshop_lib.core.vocabulary import parse_recipe
 
 
 def _variant(recipe, features, samples_per_s, end_to_end, eval_loss, **extra):

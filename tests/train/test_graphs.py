@@ -5,9 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from workshop_lib.train.features.bloom import use_native_gelu, use_sdpa_attention
+from workshop_lib.train.features.loss import use_chunked_loss
 from workshop_lib.train.graphs import GraphedBlocks, use_cuda_graphs
 from workshop_lib.train.models import build_model, model_spec
-from workshop_lib.train.recipes import apply_recipe, use_chunked_loss, use_native_gelu, use_sdpa_attention
+from workshop_lib.train.recipes import apply_recipe
 
 
 def _batch(batch: int, length: int, pad_rows: dict[int, int], device="cpu", vocab: int = 500, seed: int = 0):

@@ -8,9 +8,12 @@ import pytest
 import torch
 
 from workshop_lib.core.errors import WorkshopError
+from workshop_lib.core.vocabulary import FEATURES, parse_recipe
+from workshop_lib.train.features.data import DynamicPaddingCollator, UnpaddedView
+from workshop_lib.train.features.loss import chunked_cross_entropy, use_chunked_loss
 from workshop_lib.train.models import build_model, model_spec
-from workshop_lib.train.recipes import (FEATURES, DynamicPaddingCollator, UnpaddedView, apply_recipe,
-                                        chunked_cross_entropy, parse_recipe, use_chunked_loss)
+from workshop_lib.train.recipes import (ARGUMENTS, CALLBACKS, FEATURE_STEPS, MODEL, STAGES, TrainerParts,
+                                        apply_features, apply_recipe)
 
 
 def test_recipe_names_and_ladders_parse():
@@ -69,7 +72,7 @@ def _padded_batch(vocab: int = 500):
 
 
 def test_sdpa_attention_and_native_gelu_compute_what_bloom_computes():
-    from workshop_lib.train.recipes import use_native_gelu, use_sdpa_attention
+    from workshop_lib.train.features.bloom import use_native_gelu, use_sdpa_attention
 
     reference = build_model(model_spec("tiny-bloom"), True, 0)
     fast = copy.deepcopy(reference)
@@ -91,7 +94,7 @@ def test_sdpa_attention_and_native_gelu_compute_what_bloom_computes():
 
 def test_sdpa_attention_ignores_padding_keys():
     # A padded row must give the same outputs as the same row alone: the bias masks the pad keys.
-    from workshop_lib.train.recipes import use_sdpa_attention
+    from workshop_lib.train.features.bloom import use_sdpa_attention
 
     model = build_model(model_spec("tiny-bloom"), True, 0)
     use_sdpa_attention(model)
@@ -104,7 +107,7 @@ def test_sdpa_attention_ignores_padding_keys():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="Liger's kernels are Triton: GPU only")
 def test_liger_loss_matches_the_chunked_loss_on_a_gpu():
     pytest.importorskip("liger_kernel")
-    from workshop_lib.train.recipes import liger_cross_entropy
+    from workshop_lib.train.features.loss import liger_cross_entropy
 
     hidden = torch.randn(3, 41, 64, device="cuda", requires_grad=True)
     weight = torch.randn(1000, 64, device="cuda", requires_grad=True)
@@ -152,18 +155,21 @@ def test_fused_chunks_match_the_plain_cross_entropy(backend):
     assert torch.allclose(grads[0], hidden.grad, atol=1e-6) and torch.allclose(grads[1], weight.grad, atol=1e-6)
 
 
+class Padded(torch.utils.data.Dataset):
+    """Two samples padded to 6 tokens, as CausalLMDataset pads them."""
+
+    attention_mask = torch.tensor([[1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 0]])
+
+    def __len__(self):
+        return 2
+
+    def __getitem__(self, i):
+        ids = torch.arange(6) + 10 * i
+        return {"input_ids": ids, "attention_mask": self.attention_mask[i],
+                "labels": ids.masked_fill(self.attention_mask[i] == 0, -100)}
+
+
 def test_dynamic_padding_only_drops_pad_columns():
-    class Padded(torch.utils.data.Dataset):
-        attention_mask = torch.tensor([[1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 0]])
-
-        def __len__(self):
-            return 2
-
-        def __getitem__(self, i):
-            ids = torch.arange(6) + 10 * i
-            return {"input_ids": ids, "attention_mask": self.attention_mask[i],
-                    "labels": ids.masked_fill(self.attention_mask[i] == 0, -100)}
-
     view = UnpaddedView(Padded())
     assert [len(view[i]["input_ids"]) for i in range(2)] == [3, 5]
     batch = DynamicPaddingCollator(pad_token_id=0, multiple=4)([view[0], view[1]])
@@ -172,8 +178,55 @@ def test_dynamic_padding_only_drops_pad_columns():
     assert batch["attention_mask"].sum().item() == 8
 
 
+def test_feature_steps_follow_the_ladder_one_step_per_feature():
+    features = [step.feature for step in FEATURE_STEPS]
+    assert features == [name for name in FEATURES if name in features]  # ladder order, each once
+    assert {step.stage for step in FEATURE_STEPS} <= set(STAGES)
+    # The two without a step change only the numbers apply_recipe returns (precision; batch and learning rate).
+    assert set(FEATURES) - set(features) == {"bf16", "large-batch"}
+
+
+def _parts(recipe_name: str, max_length: int = 6) -> TrainerParts:
+    recipe = apply_recipe(recipe_name, precision="fp32", per_device_batch=4, grad_accum=4, device_kind="cpu",
+                          engine="hf")
+    return TrainerParts(recipe, Padded(), pad_token_id=0, max_length=max_length, layer_class="BloomBlock")
+
+
+def test_features_change_the_trainer_parts_stage_by_stage():
+    padded = Padded()
+    seed = _parts("seed")
+    seed.train_set = padded
+    seed.model = build_model(model_spec("tiny-bloom"), random_init=True, seed=0)
+    for stage in STAGES:
+        apply_features(seed, stage)
+    assert seed.arguments == {"dataloader_drop_last": True} and seed.collator is None and seed.callbacks == []
+    assert seed.train_set is padded and "forward" not in vars(seed.model)  # the model's own loss
+
+    tuned = _parts("tuned")
+    apply_features(tuned, ARGUMENTS)
+    assert tuned.arguments["dataloader_drop_last"] is False  # one batch keeps the epoch's last, short one
+    assert {"train_sampling_strategy", "group_by_length"} & set(tuned.arguments) and "optim" not in tuned.arguments
+    assert isinstance(tuned.train_set, UnpaddedView) and tuned.collator.multiple == 16
+    tuned.model = build_model(model_spec("tiny-bloom"), random_init=True, seed=0)
+    apply_features(tuned, MODEL)
+    assert "forward" in vars(tuned.model)  # the chunked loss
+    attention = [m for m in tuned.model.modules() if type(m).__name__ == "BloomAttention"]
+    assert attention and all(m.forward.__func__.__name__ == "_sdpa_bloom_attention" for m in attention)
+    gelus = [m for m in tuned.model.modules() if type(m).__name__ == "BloomGelu"]
+    assert gelus and all(m.forward.__func__.__name__ == "_tanh_gelu" for m in gelus)
+    apply_features(tuned, CALLBACKS)
+    assert [type(c).__name__ for c in tuned.callbacks] == ["GcFreezeCallback"]
+    with pytest.raises(ValueError, match="unknown stage"):
+        apply_features(tuned, "optimizer")
+
+    grouping_alone = _parts("seed+grouping", max_length=6)
+    apply_features(grouping_alone, ARGUMENTS)
+    assert grouping_alone.collator.multiple == 6  # real lengths for the sampler, batches padded as the seed's
+    assert grouping_alone.arguments["dataloader_drop_last"] is True
+
+
 def test_compile_model_scopes_and_a_clear_error_for_an_unknown_mode():
-    from workshop_lib.train.recipes import compile_model
+    from workshop_lib.train.features.compile import compile_model
 
     model = build_model(model_spec("tiny-bloom"), random_init=True, seed=0)
     assert compile_model(model, "BloomBlock", "blocks") == model.config.n_layer

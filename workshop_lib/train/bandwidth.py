@@ -12,13 +12,15 @@ scripts only run this with more than one node.
 
 from __future__ import annotations
 
-import argparse
 import os
 import socket
 import time
 
 import torch
 import torch.distributed as dist
+
+from workshop_lib.core.errors import WorkshopError
+from workshop_lib.train.flags import FlagParser, check_positive, report_user_error
 
 
 def bus_bandwidth_gbps(size_bytes: int, seconds: float, ranks: int) -> tuple[float, float]:
@@ -103,11 +105,20 @@ def report(result: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse_args(argv: list[str] | None = None):
+    parser = FlagParser("workshop_lib.train.bandwidth", __doc__.splitlines()[0])
     parser.add_argument("--size-mb", type=int, default=1024, help="message size in MiB (default 1024)")
     parser.add_argument("--iterations", type=int, default=20)
     args = parser.parse_args(argv)
+    check_positive(size_mb=args.size_mb, iterations=args.iterations)
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = parse_args(argv)
+    except WorkshopError as error:
+        return report_user_error(error)
     dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
     try:
         result = measure(args.size_mb, args.iterations)

@@ -6,13 +6,15 @@ import argparse
 
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.train.data import MAX_LENGTH
+from workshop_lib.train.flags import FlagParser, check_positive
 from workshop_lib.train.models import REGISTRY
 
 PRECISIONS = ("auto", "fp32", "fp16", "bf16")
 
 
-def common_parser(description: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=description)
+def common_parser(module: str, description: str) -> FlagParser:
+    """The flags of every training entry point (``python -m module``)."""
+    parser = FlagParser(module, description)
     parser.add_argument("--output-dir", required=True, help="run folder; metrics.jsonl goes here")
     parser.add_argument("--model", default="tiny-bloom", choices=list(REGISTRY))
     parser.add_argument("--random-init", action="store_true",
@@ -70,8 +72,3 @@ def autocast_dtype(precision: str):
 
     return {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
 
-
-def check_positive(**values: int) -> None:
-    for name, value in values.items():
-        if value is not None and value < 1:
-            raise WorkshopError(f"--{name.replace('_', '-')} must be at least 1, got {value}")

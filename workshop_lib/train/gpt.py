@@ -16,9 +16,10 @@ import torch
 
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.core.vocabulary import TINY_GPT
-from workshop_lib.train.cli import add_sample_count_flags, check_positive, common_parser, resolve_precision, sample_counts
+from workshop_lib.train.cli import add_sample_count_flags, common_parser, resolve_precision, sample_counts
 from workshop_lib.train.common import answer_quality, prepare_data, print_header
 from workshop_lib.train.data import LOCAL_TOKENIZER_VOCAB, local_tokenizer
+from workshop_lib.train.flags import check_positive
 from workshop_lib.train.gpt_model import GPT, GPTConfig
 from workshop_lib.train.loop import LoopSettings, run_loop
 from workshop_lib.train.metrics import MetricsWriter, summary_fields
@@ -28,7 +29,7 @@ from workshop_lib.train.sharding import STRATEGIES, local_parameter_count, wrap_
 
 
 def parse_args(argv=None):
-    parser = common_parser(__doc__.splitlines()[0])
+    parser = common_parser("workshop_lib.train.gpt", __doc__.splitlines()[0])
     parser.set_defaults(model="gpt")
     parser.add_argument("--layers", type=int, default=TINY_GPT.layers)
     parser.add_argument("--hidden", type=int, default=TINY_GPT.hidden)

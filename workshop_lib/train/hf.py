@@ -18,24 +18,28 @@ import dataclasses
 import json
 import os
 import sys
-from contextlib import nullcontext
 from pathlib import Path
 
 import torch
 
 from workshop_lib.core.errors import WorkshopError
-from workshop_lib.train.cli import add_sample_count_flags, check_positive, common_parser, resolve_precision, sample_counts
+from workshop_lib.core.vocabulary import parse_recipe
+from workshop_lib.train.cli import add_sample_count_flags, common_parser, resolve_precision, sample_counts
 from workshop_lib.train.common import answer_quality, load_tokenizer, prepare_data, print_header
+from workshop_lib.train.features.compile import COMPILE_MODES
+from workshop_lib.train.flags import check_positive, report_user_error
 from workshop_lib.train.metrics import MetricsWriter, summary_fields
 from workshop_lib.train.models import build_model, count_parameters, model_spec
-from workshop_lib.train.recipes import COMPILE_MODES, AppliedRecipe, apply_recipe, parse_recipe
+from workshop_lib.train.recipes import (ARGUMENTS, CALLBACKS, MODEL, AppliedRecipe, TrainerParts, apply_features,
+                                        apply_recipe)
 from workshop_lib.train.runtime import Runtime, print_main, start_runtime, stop_runtime
 from workshop_lib.train.sharding import STRATEGIES, fsdp_layout, local_parameter_count, wrap_fsdp
-from workshop_lib.train.tensor_census import MemoryProbe, cuda_peak_before_reset
+from workshop_lib.train.tensor_census import MemoryProbe
+from workshop_lib.train.throughput import counting_trainer_class, write_throughput
 
 
 def parse_args(argv=None):
-    parser = common_parser(__doc__.splitlines()[0])
+    parser = common_parser("workshop_lib.train.hf", __doc__.splitlines()[0])
     add_sample_count_flags(parser)
     parser.add_argument("--per-device-batch", type=int, default=4)
     parser.add_argument("--grad-accum", type=int, default=4)
@@ -149,54 +153,31 @@ def recipe_for(args, runtime: Runtime, precision: str) -> AppliedRecipe:
     return recipe
 
 
-def recipe_training_arguments(recipe: AppliedRecipe, pad_token_id: int, max_length: int) -> tuple[dict, object]:
-    """TrainingArguments and the data collator the recipe asks for (nothing for ``seed``)."""
-    from transformers import TrainingArguments
-
-    from workshop_lib.train.recipes import DynamicPaddingCollator, sampler_arguments
-
-    names = {f.name for f in dataclasses.fields(TrainingArguments)}
-    arguments = sampler_arguments(names, recipe.has("grouping"))
-    if recipe.has("fused-adamw"):
-        arguments["optim"] = "adamw_torch_fused"
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-    collator = None
-    if recipe.has("padding") or recipe.has("grouping"):
-        multiple = recipe.pad_multiple if recipe.has("padding") else max_length  # grouping alone: full length
-        collator = DynamicPaddingCollator(pad_token_id, multiple=multiple, max_length=max_length)
-    return arguments, collator
-
-
-def write_throughput(path: Path, counter, grad_accum: int, recipe: AppliedRecipe, device_kind: str,
-                     graphs: dict | None = None) -> None:
-    """``throughput.json``: padded and real tokens of every optimizer step (the benchmark reads it)."""
-    record = {"recipe": recipe.settings(), **counter.per_step(grad_accum), **(graphs or {})}
-    if device_kind == "cuda":
-        reserved = max(torch.cuda.max_memory_reserved(), cuda_peak_before_reset("reserved"))  # the probe resets it
-        record["cuda_max_reserved_mib"] = reserved / 2**20
-    path.write_text(json.dumps(record))
+def engine_training_arguments(args, layer_class: str) -> dict:
+    """The TrainingArguments of the engine: DeepSpeed's config, or the Trainer's FSDP."""
+    if args.deepspeed:
+        return {"deepspeed": args.deepspeed}
+    if not args.fsdp:
+        return {}
+    arguments = trainer_fsdp_arguments(args, layer_class)
+    if arguments["fsdp_config"].get("version") == 1:
+        pin_fsdp1_strategy(args.fsdp)
+    return arguments
 
 
 def train_with_trainer(args, runtime: Runtime, spec, tokenizer, data, precision: str, writer,
-                       recipe: AppliedRecipe | None = None, clock=None):
+                       recipe: AppliedRecipe, clock=None):
+    """Build a Trainer with the recipe's features (``recipes.FEATURE_STEPS``, stage by stage), train, evaluate."""
     from transformers import TrainingArguments
 
-    from workshop_lib.train.callbacks import (GcFreezeCallback, MemoryProbeCallback, MetricsCallback,
-                                              ShardSizeCallback)
-    from workshop_lib.train.graphs import use_cuda_graphs
+    from workshop_lib.train.callbacks import MemoryProbeCallback, MetricsCallback, ShardSizeCallback
     from workshop_lib.train.profiling import ProfilerCallback, requested_steps
-    from workshop_lib.train.recipes import (UnpaddedView, compile_model, counting_trainer_class, use_chunked_loss,
-                                            use_native_gelu, use_sdpa_attention)
+    from workshop_lib.train.timing import PhaseClock
 
-    recipe = recipe or recipe_for(args, runtime, precision)
-    extra, collator = recipe_training_arguments(recipe, tokenizer.pad_token_id, args.max_length)
-    if args.deepspeed:
-        extra["deepspeed"] = args.deepspeed
-    if args.fsdp:
-        extra.update(trainer_fsdp_arguments(args, spec.layer_class))
-        if extra["fsdp_config"].get("version") == 1:
-            pin_fsdp1_strategy(args.fsdp)
+    parts = TrainerParts(recipe, data.train, tokenizer.pad_token_id, args.max_length, spec.layer_class,
+                         args.compile_mode)
+    apply_features(parts, ARGUMENTS)
+    parts.arguments.update(engine_training_arguments(args, spec.layer_class))  # HYBRID_SHARD's optimizer wins
     # TrainingArguments first: with ZeRO-3 it makes from_config build the model already partitioned.
     training_args = TrainingArguments(
         output_dir=args.output_dir, eval_strategy="epoch",
@@ -209,55 +190,36 @@ def train_with_trainer(args, runtime: Runtime, spec, tokenizer, data, precision:
         # Every parameter gets a gradient. The Trainer's default for a model without gradient
         # checkpointing (True) makes DDP walk the autograd graph after every forward (its cost on
         # 4×H200 is in benchmarks/NOTES.md).
-        ddp_find_unused_parameters=False,
-        # The seed's micro-batches of 4 train every sample of a 500-sample epoch in 32 optimizer steps (the
-        # last accumulates one micro-batch). A recipe that folds them into one batch of 16 keeps that last
-        # short batch too: dropping it trained 93 steps against the seed's 96 on chapter 3's baseline, which
-        # alone moved the eval loss by ~2 % (benchmarks/NOTES.md).
-        dataloader_drop_last=not recipe.has("batch"), **extra)
-    from workshop_lib.train.timing import PhaseClock
-
+        ddp_find_unused_parameters=False, **parts.arguments)
     clock = clock or PhaseClock()
     with clock.phase("model"):
-        model = build_model(spec, args.random_init, args.seed)
-    trainable, total = count_parameters(model)
+        parts.model = build_model(spec, args.random_init, args.seed)
+    trainable, total = count_parameters(parts.model)
     print_header(runtime, engine_of(args), args.model, trainable, total, precision=precision,
                  **({"deepspeed": Path(args.deepspeed).name} if args.deepspeed else {}),
                  **({"fsdp": args.fsdp, "offload": args.offload} if args.fsdp else {}))
-    if recipe.has("chunked-ce"):
-        # Liger's kernel where it can run; else the workshop's chunks, fused by inductor under compile.
-        use_chunked_loss(model, fused_backend="inductor" if recipe.has("compile") else None,
-                         kernel="liger" if recipe.loss_kernel == "liger" else "chunked")
-    if recipe.has("sdpa"):
-        use_sdpa_attention(model)
-    if recipe.has("gelu"):
-        use_native_gelu(model)
-    graphs = use_cuda_graphs(model, args.per_device_batch) if recipe.has("graphs") else None
-    if recipe.has("compile"):
-        compile_model(model, spec.layer_class, args.compile_mode)
+    apply_features(parts, MODEL)
     global_batch = args.per_device_batch * args.grad_accum * runtime.world_size
-    train_set = UnpaddedView(data.train) if collator is not None else data.train
     shard_size = ShardSizeCallback(local_parameter_count)
     memory_probe = MemoryProbe()  # first, so its census stays out of the step time
+    apply_features(parts, CALLBACKS)
     callbacks = [MemoryProbeCallback(memory_probe), MetricsCallback(writer, global_batch, runtime.device_kind),
-                 shard_size]
-    if recipe.has("gc-freeze"):
-        callbacks.append(GcFreezeCallback())
+                 shard_size, *parts.callbacks]
     profile_steps = requested_steps()
     if profile_steps and runtime.is_main:
         callbacks.append(ProfilerCallback(profile_steps, Path(args.output_dir) / "profile.txt", runtime.device_kind))
     with clock.phase("trainer setup"):
         trainer = counting_trainer_class()(
-            model=model, args=training_args, train_dataset=train_set, eval_dataset=data.validation,
+            model=parts.model, args=training_args, train_dataset=parts.train_set, eval_dataset=data.validation,
             callbacks=callbacks,
-            **({"data_collator": collator} if collator is not None else {}))
+            **({"data_collator": parts.collator} if parts.collator is not None else {}))
     with clock.phase("train"):
         result = trainer.train()
     trainer.save_state()  # trainer_state.json then carries the final train_* metrics
     eval_seconds = sum(entry.get("eval_runtime", 0.0) for entry in trainer.state.log_history)
     clock.add("train", -eval_seconds)
     clock.add("eval", eval_seconds)
-    graph_summary = graphs.graph_state.summary() if graphs is not None else {}
+    graph_summary = parts.graph_summary()
     if graph_summary:
         print_main(runtime, "== graphs: " + " ".join(f"{k}={v}" for k, v in graph_summary.items()))
     if runtime.is_main:
@@ -267,9 +229,7 @@ def train_with_trainer(args, runtime: Runtime, spec, tokenizer, data, precision:
                       if "eval_loss" in entry), None)
     em = f1 = None
     if data.generation_examples:
-        # Generation runs eagerly: compiled blocks would recompile for every new prompt length.
-        eager = torch.compiler.set_stance("force_eager") if recipe.has("compile") else nullcontext()
-        with eager, clock.phase("generation"):
+        with parts.generation(), clock.phase("generation"):
             em, f1 = answer_quality(trainer.model_wrapped, trainer.model, tokenizer, data.generation_examples,
                                     runtime, precision, args.max_length)
         writer.evaluation(trainer.state.global_step, eval_loss if eval_loss is not None else float("nan"), em, f1)
@@ -349,11 +309,11 @@ def run(args, runtime: Runtime, clock=None) -> dict:
 def main(argv=None) -> int:
     from workshop_lib.train.timing import PhaseClock
 
-    args = parse_args(argv)
-    clock = PhaseClock()
-    with clock.phase("process group"):
-        runtime = start_runtime(deepspeed=bool(args.deepspeed), cpu_collectives=bool(args.fsdp and args.offload))
     try:
+        args = parse_args(argv)
+        clock = PhaseClock()
+        with clock.phase("process group"):
+            runtime = start_runtime(deepspeed=bool(args.deepspeed), cpu_collectives=bool(args.fsdp and args.offload))
         summary = run(args, runtime, clock)
         print_main(runtime, clock.line())
         if runtime.is_main:
@@ -361,8 +321,7 @@ def main(argv=None) -> int:
                   f"peak memory {max(summary['peak_memory_mib_per_rank']):.0f} MiB "
                   f"({summary['peak_memory_kind']})", flush=True)
     except WorkshopError as error:
-        print(f"error: {error}", file=sys.stderr, flush=True)
-        return 2
+        return report_user_error(error)
     finally:
         stop_runtime()
     return 0

@@ -20,8 +20,9 @@ import sys
 import torch
 
 from workshop_lib.core.errors import WorkshopError
-from workshop_lib.train.cli import autocast_dtype, check_positive, common_parser, resolve_precision
+from workshop_lib.train.cli import autocast_dtype, common_parser, resolve_precision
 from workshop_lib.train.common import answer_quality, load_tokenizer, prepare_data, print_header
+from workshop_lib.train.flags import check_positive
 from workshop_lib.train.loop import LoopSettings, run_loop
 from workshop_lib.train.metrics import MetricsWriter, summary_fields
 from workshop_lib.train.models import build_model, build_on_meta, count_parameters, materialise, model_spec
@@ -29,7 +30,7 @@ from workshop_lib.train.runtime import Runtime, print_main, run_entry_point
 
 
 def parse_args(argv=None):
-    parser = common_parser(__doc__.splitlines()[0])
+    parser = common_parser("workshop_lib.train.lora", __doc__.splitlines()[0])
     parser.set_defaults(model="tiny-llama", learning_rate=1e-4, weight_decay=0.1)  # NeMo's recipe
     parser.add_argument("--global-batch", type=int, default=8, help="samples per step over all ranks")
     parser.add_argument("--micro-batch", type=int, default=None,

@@ -24,6 +24,8 @@ import os
 import sys
 from pathlib import Path
 
+from workshop_lib.train.flags import report_user_error
+
 # The vocabulary of each factory's real model (its Hugging Face config.json): the tokenizer here is
 # smaller, and Megatron sizes the embedding from this number when it is set.
 REAL_VOCAB_SIZES = {"llama31_8b": 128256, "mixtral_8x7b": 32000}
@@ -193,8 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         factory, overrides = split_command(argv)
     except CommandError as error:
-        print(f"nemo_finetune: {error}", file=sys.stderr)
-        return 2
+        return report_user_error(error)
     home = nemo_home()
     squad = prepare_squad(Path(os.environ["NEMO_DATASETS_CACHE"]))
     tokenizer_dir = prepare_tokenizer(home, squad)

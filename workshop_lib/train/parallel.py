@@ -23,9 +23,10 @@ import torch
 import torch.nn.functional as F
 
 from workshop_lib.core.errors import WorkshopError
-from workshop_lib.train.cli import check_positive, common_parser, resolve_precision
+from workshop_lib.train.cli import common_parser, resolve_precision
 from workshop_lib.train.common import load_tokenizer, prepare_data, print_header
 from workshop_lib.train.data import IGNORE_INDEX
+from workshop_lib.train.flags import check_positive
 from workshop_lib.train.loop import LoopSettings, run_loop
 from workshop_lib.train.metrics import MetricsWriter, summary_fields
 from workshop_lib.train.models import build_model, build_on_meta, count_parameters, materialise, model_spec
@@ -34,7 +35,7 @@ from workshop_lib.train.sharding import local_parameter_count
 
 
 def parse_args(argv=None):
-    parser = common_parser(__doc__.splitlines()[0])
+    parser = common_parser("workshop_lib.train.parallel", __doc__.splitlines()[0])
     parser.set_defaults(model="tiny-llama", learning_rate=1e-4)
     parser.add_argument("--tp", type=int, default=1, help="tensor-parallel size")
     parser.add_argument("--ep", type=int, default=1, help="expert-parallel size (Mixtral)")

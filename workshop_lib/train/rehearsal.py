@@ -19,7 +19,6 @@ Pure Python: it imports neither torch nor the notebook side.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -29,8 +28,10 @@ import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from workshop_lib.core.errors import WorkshopError
 from workshop_lib.core.vocabulary import GPT, HF, NEMO
 from workshop_lib.experiments import Experiment, get_experiment
+from workshop_lib.train.flags import FlagParser, check_positive, report_user_error
 from workshop_lib.train.metrics import MetricsWriter
 
 MANIFEST = "manifest.json"
@@ -154,15 +155,26 @@ def write_gpu_monitors(experiment: Experiment, run_dir: Path, started: datetime,
         (run_dir / f"gpu_memory_{node}.csv").write_text("\n".join(lines) + "\n")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse_args(argv: list[str] | None = None):
+    parser = FlagParser("workshop_lib.train.rehearsal", __doc__.splitlines()[0])
     parser.add_argument("--experiment", required=True)
     parser.add_argument("--output-dir", type=Path, required=True)
     parser.add_argument("--sleep", type=float, default=3.0, help="seconds the job 'trains' on one GPU")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--staged", type=Path)
     args = parser.parse_args(argv)
-    experiment = get_experiment(args.experiment)
+    check_positive(steps=args.steps)
+    if args.sleep < 0:
+        raise WorkshopError(f"--sleep must be 0 or more seconds, got {args.sleep}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = parse_args(argv)
+        experiment = get_experiment(args.experiment)
+    except WorkshopError as error:
+        return report_user_error(error)
     started = datetime.now()
     print(f"Rehearsal of {experiment.id}: nothing trains; made-up numbers follow", flush=True)
     if args.staged is not None:

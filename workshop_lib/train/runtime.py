@@ -6,7 +6,6 @@ LOCAL_RANK and LOCAL_WORLD_SIZE are always set. The same code picks NCCL on CUDA
 
 from __future__ import annotations
 
-import sys
 import datetime
 import os
 from dataclasses import dataclass
@@ -15,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 from workshop_lib.core.errors import WorkshopError
+from workshop_lib.train.flags import report_user_error
 
 
 @dataclass(frozen=True)
@@ -110,20 +110,17 @@ def run_entry_point(parse_args, run, argv=None, summary_line=None, **runtime_opt
     """The body of every entry point's main(): parse, join the process group, train, report, leave.
 
     A WorkshopError (bad flags, data that does not fit) ends the process with status 2 and its message,
-    not a traceback on every rank.
+    not a traceback on every rank (``workshop_lib.train.flags``).
     """
-    from workshop_lib.core.errors import WorkshopError
-
-    args = parse_args(argv)
-    runtime = start_runtime(**runtime_options)
     try:
+        args = parse_args(argv)
+        runtime = start_runtime(**runtime_options)
         summary = run(args, runtime)
         line = summary_line(summary) if summary_line else (
             f"== summary: {summary['samples_per_s']:.2f} samples/s, final loss {summary['final_loss']:.4f}")
         print_main(runtime, line)
     except WorkshopError as error:
-        print(f"error: {error}", file=sys.stderr, flush=True)
-        return 2
+        return report_user_error(error)
     finally:
         stop_runtime()
     return 0
