@@ -2,6 +2,9 @@
 
 Notebook-side: imports neither torch nor transformers. Models come from a small table of known
 configs (``KNOWN_CONFIGS``) or any Hugging Face ``config.json``; see ``memory`` for the formulas.
+Owns: shapes (models and parameter counts), memory (bytes per GPU by engine), flops (FLOPs, MFU), report
+(experiment -> setup, the printed estimate), fit (does a run fit its GPU), crosscheck.
+May import: core and experiments only (standard library otherwise: the memory calculator runs it in the browser).
 
     >>> from workshop_lib.estimate import TrainingSetup, estimate_memory
     >>> estimate = estimate_memory("bloom-560m", TrainingSetup(gpus=2, zero_stage=2, precision="fp16"))
