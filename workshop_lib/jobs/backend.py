@@ -74,6 +74,14 @@ class Backend(Protocol):
     def available(self) -> bool:
         """Whether this backend can run jobs here (for WORKSHOP_BACKEND=auto)."""
 
+    def owns(self, job_id: str) -> bool:
+        """Whether `job_id` has the shape of this backend's ids (`job_from_id` finds a job's backend by it)."""
+
+    # Optional, for a backend that keeps accounting apart from its scheduler (SLURM's sacct):
+    #     def accounting(self, job_ids: Sequence[str]) -> dict[str, JobInfo] | None
+    # the records of these jobs, None where this cluster keeps no accounting. A backend without it has
+    # no accounting: `Job.accounting()` answers with the job's state.
+
 
 def get_backend(name: str) -> Backend:
     if name not in BACKENDS:

@@ -1,10 +1,9 @@
-"""One job on a scheduler: submit it, find it again by id, and ask and settle its state (the process keeps its
-latest answer per job, so a monitor and a waiter in one notebook stay one poller).
+"""One job on a scheduler: submit it, find it again by id, ask and settle its state (asked through the
+process's watcher, which keeps its latest answer per job), and read its accounting record.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -12,11 +11,11 @@ from pathlib import Path
 
 from workshop_lib.core.errors import ClusterError, JobFailed, SubmitError
 from workshop_lib.jobs import slurm_output
-from workshop_lib.jobs.backend import FORGOTTEN, get_backend, resolve_backend
+from workshop_lib.jobs.backend import BACKENDS, FORGOTTEN, get_backend, resolve_backend
 from workshop_lib.jobs.slurm_output import JobInfo
+from workshop_lib.jobs import watcher
 from workshop_lib.jobs.footer import parse_footer
-
-UNREACHABLE = "UNKNOWN"  # the scheduler could not be asked: the job may still run
+from workshop_lib.jobs.watcher import query_jobs
 
 
 # ---- the Job ------------------------------------------------------------------------------
@@ -56,16 +55,17 @@ class Job:
 
         sacct lags the controller by a second or more and may first show a provisional record:
         accept a final record only when it matches what the controller says, or, if the controller
-        has forgotten the job, when it is stable across two reads.
+        has forgotten the job, when it is stable across two reads. A backend that keeps no accounting
+        (no `accounting` method) answers with the job's state.
         """
-        if self.backend == "local":
+        accounting = getattr(get_backend(self.backend), "accounting", None)
+        if accounting is None:  # a backend without accounting (the local executor): its own record is final
             return self.info()
-        slurm = get_backend("slurm")
         controller = self.info()
         deadline = time.monotonic() + timeout
         previous = None
         while True:
-            records = slurm.accounting([self.job_id])
+            records = accounting([self.job_id])
             if records is None:
                 raise ClusterError("this cluster keeps no accounting (sacct is disabled): start the local "
                                    "cluster without --no-accounting, or read the job's state with `squeue`")
@@ -85,6 +85,20 @@ class Job:
                                    "running? (`workshop cluster status`; start without --no-accounting)")
             previous = record
             time.sleep(0.75)
+
+    def settle(self, info: JobInfo) -> JobInfo:
+        """A scheduler's answer as this job sees it: its log path, and an id the scheduler now gives another job
+        (a fresh cluster state restarts ids) or one it forgot, settled from the job's own log."""
+        if self.stdout_path is not None:
+            info = info.with_stdout(self.stdout_path)
+        elif info.stdout_path is not None:
+            self.stdout_path = info.stdout_path
+        if self.name and info.name and info.name != self.name and info.state != FORGOTTEN:
+            info = JobInfo(job_id=self.job_id, state=FORGOTTEN, stdout_path=self.stdout_path, reason=(
+                f"id {self.job_id} now belongs to job {info.name!r} (the scheduler's state was reset)"))
+        if info.state == FORGOTTEN:
+            info = ended_from_log(info)
+        return info
 
     def raise_for_state(self) -> None:
         from workshop_lib.jobs.failures import explain
@@ -107,17 +121,21 @@ def submit(script: Path | str, workdir: Path | str | None = None, sbatch_args: S
     workdir = Path(workdir).resolve() if workdir else script.parent
     chosen = resolve_backend(backend)
     submission = get_backend(chosen).submit(script, workdir, sbatch_args, hold=hold)
-    with _ANSWERS_LOCK:  # a reset scheduler reuses ids: an answer about the id's earlier job is not this job's
-        _ANSWERS.pop((chosen, submission.job_id), None)
+    watcher.WATCHER.forget(chosen, submission.job_id)  # a reset scheduler reuses ids: not this job's answer
     return Job(submission.job_id, chosen, stdout_path=submission.stdout_path, name=submission.name)
 
 
 def job_from_id(job_id: str, backend: str | None = None, stdout_path: Path | None = None,
                 name: str | None = None) -> Job:
-    """A Job for an id submitted earlier (by this process or another)."""
+    """A Job for an id submitted earlier (by this process or another): on `backend`, else on the backend whose
+    ids look like this one (`Backend.owns`), else on the one this process uses."""
     job_id = str(job_id)
-    chosen = backend or ("local" if job_id.startswith("local-") else resolve_backend(None))
-    return Job(job_id, chosen, stdout_path=stdout_path, name=name)
+    return Job(job_id, backend or _owner(job_id), stdout_path=stdout_path, name=name)
+
+
+def _owner(job_id: str) -> str:
+    owners = [candidate for candidate in BACKENDS if get_backend(candidate).owns(job_id)]
+    return owners[0] if len(owners) == 1 else resolve_backend(None)
 
 
 def test_only(script: Path | str, sbatch_args: Sequence[str] = ()) -> str:
@@ -125,54 +143,6 @@ def test_only(script: Path | str, sbatch_args: Sequence[str] = ()) -> str:
     from workshop_lib.jobs.slurm import test_only as slurm_test_only
 
     return slurm_test_only(script, sbatch_args)
-
-
-# ---- asking about many jobs at once ---------------------------------------------------------
-# The process's latest answer per job, with when it came: a job monitor refreshing beside a waiter (or two
-# waiters) reuses a fresh answer instead of asking the scheduler again, so one notebook stays one poller.
-_ANSWERS: dict[tuple[str, str], tuple[float, JobInfo]] = {}
-_ANSWERS_LOCK = threading.Lock()
-
-
-def query_jobs(jobs: Sequence[Job], max_age_s: float = 0.0) -> list[JobInfo]:
-    """Every job's state, with one backend call per backend for the jobs that have not ended.
-
-    An answer this process got less than `max_age_s` seconds ago is reused (0: always ask).
-    Raises ClusterError when a scheduler cannot be asked (the jobs may still run)."""
-    asking: dict[str, list[Job]] = {}
-    now = time.monotonic()
-    for job in jobs:
-        if job._last is not None and job._last.finished:  # an ended job does not change again
-            continue
-        with _ANSWERS_LOCK:
-            cached = _ANSWERS.get((job.backend, job.job_id))
-        if cached is not None and now - cached[0] <= max_age_s:
-            job._last = settle(job, cached[1])
-        else:
-            asking.setdefault(job.backend, []).append(job)
-    for backend, group in asking.items():
-        answers = get_backend(backend).query([job.job_id for job in group])
-        stamp = time.monotonic()
-        with _ANSWERS_LOCK:
-            _ANSWERS.update({(backend, job.job_id): (stamp, answers[job.job_id]) for job in group})
-        for job in group:
-            job._last = settle(job, answers[job.job_id])
-    return [job._last for job in jobs]
-
-
-def settle(job: Job, info: JobInfo) -> JobInfo:
-    """The answer as this job sees it: its log path, and an id the scheduler now gives another job
-    (a fresh cluster state restarts ids) or one it forgot, settled from the job's own log."""
-    if job.stdout_path is not None:
-        info = info.with_stdout(job.stdout_path)
-    elif info.stdout_path is not None:
-        job.stdout_path = info.stdout_path
-    if job.name and info.name and info.name != job.name and info.state != FORGOTTEN:
-        info = JobInfo(job_id=job.job_id, state=FORGOTTEN, stdout_path=job.stdout_path,
-                       reason=f"id {job.job_id} now belongs to job {info.name!r} (the scheduler's state was reset)")
-    if info.state == FORGOTTEN:
-        info = ended_from_log(info)
-    return info
 
 
 def ended_from_log(info: JobInfo) -> JobInfo:

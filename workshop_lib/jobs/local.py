@@ -32,6 +32,7 @@ from workshop_lib.sbatch_script import sbatch_request
 from workshop_lib.jobs.slurm_output import JobInfo
 
 SHIMS = Path(__file__).resolve().parent / "local_shims"
+JOB_ID_PREFIX = "local-"  # this executor's job ids: local-1, local-2, ... (SLURM's are plain numbers)
 
 
 def jobs_dir() -> Path:
@@ -79,7 +80,7 @@ def _next_job_id() -> str:
         counter = jobs_dir() / "counter"
         number = int(counter.read_text()) + 1 if counter.exists() else 1
         counter.write_text(str(number))
-    return f"local-{number}"
+    return f"{JOB_ID_PREFIX}{number}"
 
 
 def submit(script: Path, workdir: Path, sbatch_args: Sequence[str] = (), hold: bool = False) -> Submission:
@@ -182,7 +183,7 @@ def jobs_in(workdir: Path, since: float = 0.0) -> list[JobInfo]:
     """Local jobs started in `workdir` since `since` (epoch seconds), oldest first."""
     wanted = str(Path(workdir).resolve())
     found = []
-    for path in jobs_dir().glob("local-*.json"):
+    for path in jobs_dir().glob(f"{JOB_ID_PREFIX}*.json"):
         try:
             record = json.loads(path.read_text())
         except (OSError, ValueError):
@@ -230,7 +231,7 @@ def node_names(nodes: int) -> list[str]:
 
 def slurm_job_number(job_id: str) -> str:
     """`local-12` -> `12`: the number a job id of this executor stands for."""
-    return job_id.removeprefix("local-")
+    return job_id.removeprefix(JOB_ID_PREFIX)
 
 
 def _job_environment(record: dict) -> dict[str, str]:
@@ -287,7 +288,7 @@ def _claim_gpus(job_id: str, wanted: int, available: int) -> list[int] | None:
         fcntl.flock(lock, fcntl.LOCK_EX)
         busy: set[int] = set()
         older_waiting = False
-        for path in jobs_dir().glob("local-*.json"):
+        for path in jobs_dir().glob(f"{JOB_ID_PREFIX}*.json"):
             try:
                 other = json.loads(path.read_text())
             except (OSError, ValueError):
@@ -402,6 +403,10 @@ class LocalBackend:
     @staticmethod
     def available() -> bool:
         return True
+
+    @staticmethod
+    def owns(job_id: str) -> bool:
+        return job_id.startswith(JOB_ID_PREFIX)
 
 
 BACKEND = LocalBackend()

@@ -8,6 +8,7 @@ raises ClusterError with the tool's own message: an unreachable scheduler is nev
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Sequence
@@ -32,6 +33,7 @@ CLUSTER_POLLING = PollPolicy(first=10.0, longest=15.0)
 # The project's own cluster on this machine: tiny jobs end in seconds and nobody else is served.
 LOCAL_CLUSTER_POLLING = PollPolicy(first=0.5, longest=3.0)
 ACCOUNTING_DISABLED = "accounting storage is disabled"
+JOB_ID = re.compile(r"\d+(_\d+)?")  # a job, or one task of an array job (1234_5)
 INHERITED_SLURM_VARIABLES = {"SLURM_CONF"}
 
 
@@ -170,6 +172,10 @@ class SlurmBackend:
         return LOCAL_CLUSTER_POLLING if choice == "local" else CLUSTER_POLLING
 
     available = staticmethod(slurm_available)
+
+    @staticmethod
+    def owns(job_id: str) -> bool:
+        return JOB_ID.fullmatch(job_id) is not None
 
     # ---- helpers ------------------------------------------------------------------------------
     def _squeue(self, job_ids: Sequence[str]) -> dict[str, JobInfo]:

@@ -4,11 +4,11 @@
     monitor                               # in JupyterLab: a live table; elsewhere: one HTML table
     monitor.start(); ...; monitor.stop()  # background refresh (a daemon thread): the kernel stays free
 
-The refresh runs in a thread rather than an asyncio task so that it also updates while another cell
-blocks (a `wait_for` in progress); widget updates from a thread are what ipywidgets documents for this.
-A chapter's submit cell shows a monitor fed by its waiter (`show_states` after each poll): it then asks the
-scheduler nothing itself. A monitor refreshing on its own reuses an answer the process got within half its
-interval, and its default interval is the backend's longest pause, so it adds at most one poller.
+The background refresh listens on the process's job watcher (`jobs.watcher`): its thread asks the scheduler
+about the monitor's runs together with every waiter's jobs, one poll per interval, and the monitor shows the
+answers. It updates while another cell blocks (a `wait_for` in progress) and adds no poller of its own; widget
+updates from a thread are what ipywidgets documents for this. A chapter's submit cell also feeds the monitor its
+waiter's states (`show_states` after each poll). The default interval is the backend's longest pause.
 """
 
 from __future__ import annotations
@@ -21,9 +21,13 @@ from pathlib import Path
 from typing import Iterable
 
 from workshop_lib.core.durations import format_duration
+from workshop_lib.core.errors import ClusterError
 from workshop_lib.experiments import Experiment, chapter_experiments
 from workshop_lib.runs import NOT_SUBMITTED, Run, RunRecord, load_run, query_runs
+from workshop_lib.jobs.backend import PollPolicy
 from workshop_lib.jobs.slurm_output import FINAL_STATES, JobInfo, tail
+from workshop_lib.jobs import watcher
+from workshop_lib.jobs.watcher import Poll, Watch
 from workshop_lib.widgets import frontend
 
 MONITOR_CLASS = "workshop-job-monitor"
@@ -76,8 +80,8 @@ class JobMonitor:
         self._elapsed_of_finished: dict[str, float | None] = {}
         self._fed = False  # shown states come from a waiter's polls (the submit cell), not from this monitor
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._watch: Watch | None = None  # the registration on the process's watcher while refreshing
+        self._polled_runs: list[Run] = []  # the runs whose jobs the watcher's next poll asks about
         self._widget = None
         self._table = None
         self._status = None
@@ -104,13 +108,17 @@ class JobMonitor:
     # ---- one refresh -------------------------------------------------------------------------------
     def refresh(self) -> list[MonitorRow]:
         """Ask the scheduler about every watched run, update the view, return the rows."""
+        runs = self._runs_now()
+        # One scheduler call for all the runs (runs.query_runs), not one per run and refresh; none at all when
+        # this process asked about them less than half an interval ago (a waiter in another cell).
+        return self._show(list(zip(runs, query_runs(runs, max_age_s=self.interval_s / 2))))
+
+    def _runs_now(self) -> list[Run]:
         runs = self.watched_runs()
         for run in runs:
             if run.record is None and not run.damage:  # submitted since (by a notebook cell or the CLI)?
                 run.record = RunRecord.load(run.directory)
-        # One scheduler call for all the runs (runs.query_runs), not one per run and refresh; none at all when
-        # this process asked about them less than half an interval ago (a waiter in another cell).
-        return self._show(list(zip(runs, query_runs(runs, max_age_s=self.interval_s / 2))))
+        return runs
 
     def show_states(self, pairs: list[tuple[Run, JobInfo]]) -> list[MonitorRow]:
         """Show states someone else asked for (a waiter's poll): no scheduler call. Returns the rows."""
@@ -157,40 +165,51 @@ class JobMonitor:
 
     # ---- background refresh ------------------------------------------------------------------------
     def start(self) -> "JobMonitor":
-        """Refresh every ``interval_s`` seconds in a daemon thread until ``stop()`` (or every run has ended)."""
+        """Refresh every ``interval_s`` seconds (or at every poll of a waiter in this process) until ``stop()``
+        or every run has ended: the process's job watcher asks, its thread updates this view."""
         if self.running:
             return self
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._loop, name="workshop-job-monitor", daemon=True)
-        self._thread.start()
+        policy = PollPolicy(self.interval_s, self.interval_s)
+        self._watch = watcher.WATCHER.watch(self._jobs_to_ask, self._polled, policy)
         self._show_toggle()
         return self
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop the background refresh and wait for the thread to end."""
-        self._stop.set()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout)
+        """Stop the background refresh; returns once a refresh under way has ended."""
+        watch, self._watch = self._watch, None
+        if watch is not None:
+            watch.cancel(timeout)
         self._show_toggle()
 
     @property
     def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        return self._watch is not None and self._watch.active
 
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.refresh()
-            except Exception as error:  # noqa: BLE001 - shown in the view and kept, then the loop ends
-                self.last_error = error
-                if self._status is not None:
-                    self._status.value = frontend.escape(f"refresh failed, stopped: {error}")
-                break
-            if self.stop_when_done and self.all_finished:
-                break
-            self._stop.wait(self.interval_s)
-        self._thread = None
+    def _jobs_to_ask(self) -> list:
+        """The watcher's question before each poll (on its thread): the jobs of the runs still to settle."""
+        self._polled_runs = self._runs_now()
+        return [run.job for run in self._polled_runs if run.record is not None and not run.record.final_state]
+
+    def _polled(self, poll: Poll) -> None:
+        """The watcher's poll is done: show its answers (no scheduler call: they are all in its cache)."""
+        try:
+            if poll.failure is not None and not isinstance(poll.failure, ClusterError):
+                raise poll.failure  # a scheduler that does not answer is shown per run (UNKNOWN); anything else stops
+            runs = self._polled_runs
+            self._show(list(zip(runs, query_runs(runs, max_age_s=time.monotonic() - poll.fresh_since))))
+        except Exception as error:  # noqa: BLE001 - shown in the view and kept, then the refresh ends
+            self.last_error = error
+            if self._status is not None:
+                self._status.value = frontend.escape(f"refresh failed, stopped: {error}")
+            self._end_refresh()
+            return
+        if self.stop_when_done and self.all_finished:
+            self._end_refresh()
+
+    def _end_refresh(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+        self._watch = None
         self._show_toggle()
 
     # ---- views -------------------------------------------------------------------------------------
@@ -258,7 +277,7 @@ class JobMonitor:
 
     def _show_toggle(self) -> None:
         if self._toggle is not None:
-            running = self.running and not self._stop.is_set()
+            running = self.running
             self._toggle.description = "Stop auto-refresh" if running else "Start auto-refresh"
             self._toggle.icon = "stop" if running else "play"
         if self._status is not None and self.last_error is None:
@@ -285,10 +304,11 @@ class JobMonitor:
 
 def _backend_interval() -> float:
     """The longest pause of the scheduler's poll policy (15 s on a shared cluster), at least 2 s."""
-    from workshop_lib.jobs.backend import get_backend, resolve_backend
+    from workshop_lib.jobs.backend import resolve_backend
+    from workshop_lib.jobs.watcher import poll_policy_for
 
     try:
-        return max(2.0, get_backend(resolve_backend()).poll_policy().longest)
+        return max(2.0, poll_policy_for(resolve_backend()).longest)
     except Exception:  # noqa: BLE001 - no scheduler known yet: the monitor still shows what is on disk
         return 15.0
 
