@@ -10,10 +10,10 @@ import dataclasses
 
 import pytest
 
+from workshop_lib.core.reference import load_resolved
 from workshop_lib.estimate import TrainingSetup
 from workshop_lib.experiments import get_experiment
-from workshop_lib.nemo_check.check import (command_from_script, commands_for, load_resolved, nemo_experiments,
-                                           resolve_commands, run_cli)
+from workshop_lib.nemo_check.check import command_from_script, commands_for, nemo_experiments, resolve_commands, run_cli
 from workshop_lib.scripts import render_script
 
 

@@ -34,7 +34,7 @@ from workshop_lib.experiments import (
 from workshop_lib.disk_check import check_disk, pending_needs
 from workshop_lib.profiles import Profile, load_profile
 from workshop_lib.results import COMPLETED, chapter_results, read_run, run_note, run_record
-from workshop_lib.core.paths import ROOT_VARIABLE, RUNS_VARIABLE, repository_root, runs_root  # noqa: F401  (part of this API)
+from workshop_lib.core.paths import REFERENCE_DIR, ROOT_VARIABLE, RUNS_VARIABLE, repository_root, runs_root  # noqa: F401  (part of this API)
 from workshop_lib.runs import (
     Run, cancel_runs, explain_runs, load_run, query_runs, read_only_info, records_this_experiment, submit_experiments,
     wait_for_runs,
@@ -452,7 +452,7 @@ def reference_results(chapter: int | str) -> tuple[dict, pd.DataFrame] | None:
     import json
 
     name = f"chapter{chapter}" if isinstance(chapter, int) else chapter
-    path = repository_root() / "book" / "reference" / f"{name}.json"
+    path = REFERENCE_DIR / f"{name}.json"
     if not path.is_file():
         return None
     data = json.loads(path.read_text())

@@ -7,13 +7,12 @@ Renders each chapter 1-2 experiment for a NeMo profile (ibex), takes the command
 and resolves all of them in one process of the NeMo environment (``resolve.py``). The results — accepted
 or refused and why, NeMo's Resolved Arguments table, the whole resolved configuration — go to OUT: the
 book shows them as "what NeMo will run", and the stand-in engines take the recipe's micro-batch,
-sequence length, LoRA and learning rate from ``resolved.json`` (``recipe_for``).
+sequence length, LoRA and learning rate from ``resolved.json`` (read by ``core.reference``).
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import shlex
@@ -24,11 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workshop_lib.core.errors import WorkshopError
-from workshop_lib.core.paths import SOURCE_ROOT
+from workshop_lib.core.reference import RESOLVED_DIR, RESOLVED_FILE
 
 HERE = Path(__file__).resolve().parent  # this package's own files (resolve.py)
-RESOLVED_DIR = SOURCE_ROOT / "book" / "reference" / "nemo"
-RESOLVED_FILE = "resolved.json"
 
 
 @dataclass(frozen=True)
@@ -136,37 +133,6 @@ def run_cli(arguments: list[str], python: Path | None = None, timeout: float = 3
         return subprocess.run([str(python.parent / "nemo"), "llm", "finetune", *arguments],
                               env=nemo_environment_variables(Path(scratch)), capture_output=True, text=True,
                               timeout=timeout, stdin=subprocess.DEVNULL)
-
-
-def load_resolved(folder: Path = RESOLVED_DIR) -> dict[str, dict]:
-    """The stored records by experiment id, read once per version of the file (every script rendered asks).
-    Shared between callers: read them, never change them."""
-    path = folder / RESOLVED_FILE
-    if not path.exists():
-        shown = path.relative_to(SOURCE_ROOT) if path.is_relative_to(SOURCE_ROOT) else path
-        raise WorkshopError(f"{shown} is missing; "
-                            "run `make nemo-check` to resolve the chapters' NeMo commands")
-    version = path.stat()
-    return _read_resolved(path, version.st_mtime_ns, version.st_size)
-
-
-@functools.lru_cache(maxsize=8)
-def _read_resolved(path: Path, mtime_ns: int, size: int) -> dict[str, dict]:
-    """`load_resolved`'s reading; keyed on the file's time and size too, so a rewritten file (`make
-    nemo-check`, a test's own file) is read again."""
-    return {record["id"]: record for record in json.loads(path.read_text())}
-
-
-def recipe_for(experiment_id: str, folder: Path = RESOLVED_DIR) -> dict:
-    """The resolved recipe of one NeMo experiment (micro-batch, sequence length, LoRA, learning rate...)."""
-    records = load_resolved(folder)
-    if experiment_id not in records:
-        raise WorkshopError(f"{experiment_id} has no resolved NeMo configuration in {RESOLVED_FILE}; "
-                            "run `make nemo-check` after adding an experiment")
-    record = records[experiment_id]
-    if not record["accepted"]:
-        raise WorkshopError(f"NeMo refuses {experiment_id}: " + "; ".join(record["errors"]))
-    return {**record["resolved"], **record["layout"]}
 
 
 def main(argv: list[str] | None = None) -> int:
