@@ -11,7 +11,8 @@ import pytest
 from workshop_lib.cli import main
 from workshop_lib.experiments import get_experiment
 from workshop_lib.profiles import load_profile, profile_from_dict
-from workshop_lib.validate import ValidationError, lint_file, lint_script, raise_for_experiment, validate_experiment
+from workshop_lib.checks.findings import ValidationError
+from workshop_lib.validate import lint_file, lint_script, raise_for_experiment, validate_experiment
 
 SAMPLES = Path(__file__).parent / "lint_samples"
 # A rule's folder holds bad*.sbatch scripts that trip it and good*.sbatch scripts that must stay clean;

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from workshop_lib.validate import ERROR, Finding
+from workshop_lib.checks.findings import ERROR, Finding
 
 SCRIPT_SUFFIXES = (".slurm", ".sbatch", ".sh")
 _SOURCE = re.compile(r"^\s*(?:source|\.)\s+[\"']?([\w./-]+\.sh)[\"']?", re.MULTILINE)

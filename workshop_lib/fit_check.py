@@ -6,14 +6,13 @@ Called by ``validate.validate_experiment``; the estimate and the layout search l
 
 from __future__ import annotations
 
+from workshop_lib.checks.findings import ERROR, Finding
+from workshop_lib.core.vocabulary import NEMO
 from workshop_lib.estimate.fit import check_fit
 
 
 def fit_findings(experiment, profile) -> list:
     """[] when the experiment fits (or the profile names no GPU memory), else one error Finding."""
-    from workshop_lib.experiments import NEMO
-    from workshop_lib.validate import ERROR, Finding
-
     gpu_memory = getattr(profile, "gpu_memory_gib", None)
     if gpu_memory is None or experiment.engine != NEMO:
         return []

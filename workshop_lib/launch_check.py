@@ -15,7 +15,8 @@ from functools import cached_property
 from typing import Iterable
 
 from workshop_lib.sbatch_script import HEREDOC
-from workshop_lib.validate import ERROR, WARNING, Finding, Script, nemo_command, script_rule, shell_scopes
+from workshop_lib.checks.findings import ERROR, WARNING, Finding
+from workshop_lib.validate import Script, nemo_command, script_rule, shell_scopes
 
 # A launcher as a command word (never `--deepspeed cfg.json`, which is the Trainer's flag).
 _LAUNCHER = re.compile(

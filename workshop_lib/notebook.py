@@ -42,7 +42,8 @@ from workshop_lib.runs import (
 from workshop_lib.scripts import render_script
 from workshop_lib.slurm_output import JobInfo
 from workshop_lib.tables import Table
-from workshop_lib.validate import Finding, lint_script, validate_experiment
+from workshop_lib.checks.findings import Finding
+from workshop_lib.validate import lint_script, validate_experiment
 
 SUBMIT_VARIABLE = "WORKSHOP_SUBMIT"
 

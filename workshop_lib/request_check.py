@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Iterable
 
 from workshop_lib.launch_check import launches_of, workers_per_node
-from workshop_lib.validate import ERROR, Finding, Script, nemo_command, script_rule
+from workshop_lib.checks.findings import ERROR, Finding
+from workshop_lib.validate import Script, nemo_command, script_rule
 
 _STRATEGY = "trainer.strategy."
 # Models whose size the estimate knows, as people write them (hub ids, NeMo factories): compared with

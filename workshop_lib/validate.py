@@ -14,6 +14,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable
 
+from workshop_lib.checks.findings import ERROR, WARNING, Finding, ValidationError, errors_in
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.core.paths import DS_CONFIGS_DIR
 from workshop_lib.sbatch_script import SbatchHeader, heredoc_lines, read_header
@@ -21,38 +22,6 @@ from workshop_lib.sbatch_script import SbatchHeader, heredoc_lines, read_header
 if TYPE_CHECKING:  # imported for annotations only: profiles imports experiments, not the other way
     from workshop_lib.experiments import Experiment
     from workshop_lib.profiles import Profile
-
-ERROR = "error"
-WARNING = "warning"
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One problem: where, which rule, what is wrong, and the fix."""
-
-    rule: str
-    severity: str
-    message: str
-    fix: str
-    line: int | None = None
-
-    @property
-    def is_error(self) -> bool:
-        return self.severity == ERROR
-
-    def format(self, source: str = "") -> str:
-        where = f"{source}:{self.line}" if self.line else (source or "experiment")
-        return f"{where}: {self.severity} [{self.rule}] {self.message} Fix: {self.fix}"
-
-
-class ValidationError(WorkshopError):
-    """An experiment or a script breaks a rule that would make the job fail."""
-
-    def __init__(self, subject: str, findings: list[Finding]):
-        self.findings = findings
-        details = "\n".join("  " + finding.format() for finding in findings)
-        super().__init__(f"{subject} cannot run as declared:\n{details}")
-
 
 # ---------------------------------------------------------------------------------------------
 # Rules on experiments
@@ -180,7 +149,7 @@ def _dataset_and_profile(experiment, profile):
 def raise_for_experiment(experiment: "Experiment", profile: "Profile | None" = None) -> list[Finding]:
     """Raise ValidationError when the experiment breaks a rule; return the warnings otherwise."""
     findings = validate_experiment(experiment, profile)
-    errors = [finding for finding in findings if finding.is_error]
+    errors = errors_in(findings)
     if errors:
         raise ValidationError(f"experiment {experiment.id}", errors)
     return findings
@@ -625,10 +594,6 @@ def _module_purge(script: Script) -> Iterable[Finding]:
             "purge first, then load: move `module purge` above the `module load` lines (or load again after it).",
             purge_line)
         return
-
-
-def errors_in(findings: Iterable[Finding]) -> list[Finding]:
-    return [finding for finding in findings if finding.is_error]
 
 
 # Rules in their own modules, registered on import: hand-written launches (torchrun, DeepSpeed, Accelerate,

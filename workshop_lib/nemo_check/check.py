@@ -82,7 +82,7 @@ def commands_for(experiments, profile: str = "ibex") -> list[dict]:
     check apply here too: a script that cannot be rendered is not checked)."""
     from workshop_lib.profiles import load_profile
     from workshop_lib.scripts import nemo_context, render_script
-    from workshop_lib.validate import ValidationError
+    from workshop_lib.checks.findings import ValidationError
 
     site = load_profile(profile)
     commands = []
