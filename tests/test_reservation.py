@@ -11,7 +11,7 @@ import pytest
 from workshop_lib.experiments import get_experiment
 from workshop_lib.profiles import load_profile
 from workshop_lib.reservation import RESERVATION_VARIABLE, ReservationError, describe_reservation, reservation_for
-from workshop_lib.sbatch_script import read_header
+from workshop_lib.checks.sbatch import read_header
 from workshop_lib.scripts import render_import_script, render_script, template_for
 from workshop_lib.validate import lint_script
 

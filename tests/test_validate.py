@@ -151,7 +151,7 @@ ORIGINAL = Path(os.environ.get("WORKSHOP_DIST_DL_TRAINING", "/nonexistent"))
 
 @pytest.mark.skipif(not (ORIGINAL / "nemo").is_dir(), reason="set WORKSHOP_DIST_DL_TRAINING to a checkout")
 def test_the_original_workshop_scripts():
-    from workshop_lib.env_vars_check import check_folder
+    from workshop_lib.checks.env_vars import check_folder
 
     found = {}
     for folder in ("nemo", "deepspeed", "fsdp"):
@@ -232,7 +232,7 @@ def test_torchrun_started_by_the_batch_shell_on_several_nodes_names_the_idle_nod
 
 
 def test_heredoc_sbatch_lines_are_data_not_directives():
-    from workshop_lib.sbatch_script import read_header
+    from workshop_lib.checks.sbatch import read_header
 
     header = read_header((SAMPLES / "directive-after-command" / "good-heredoc.sbatch").read_text())
     assert header.get("nodes") == "1" and header.get("gpus-per-node") == "1"
@@ -277,7 +277,7 @@ def test_job_names_reused_in_one_folder(capsys):
 
 
 def test_the_same_job_name_in_two_folders_is_fine(tmp_path):
-    from workshop_lib.env_vars_check import check_folder
+    from workshop_lib.checks.env_vars import check_folder
 
     for folder in ("one", "two"):
         (tmp_path / folder).mkdir()
@@ -289,7 +289,7 @@ def test_the_same_job_name_in_two_folders_is_fine(tmp_path):
 def test_a_local_cluster_script_says_its_nodes_share_one_host():
     """The workshop's tiny profile runs every "node" on one machine: its rendered job says so, and only
     then is a 127.0.0.1 rendezvous right."""
-    from workshop_lib.launch_check import ONE_HOST_PRAGMA
+    from workshop_lib.checks.launches import ONE_HOST_PRAGMA
     from workshop_lib.scripts import render_script
 
     text = render_script(get_experiment("fsdp/multi-node/2-nodes"), "tiny")
@@ -300,7 +300,7 @@ def test_a_local_cluster_script_says_its_nodes_share_one_host():
 
 def test_nemo_fit_uses_the_experiments_estimate():
     """A hand-written NeMo script is checked like the workshop's own experiment with the same layout."""
-    from workshop_lib.fit_check import fit_findings
+    from workshop_lib.checks.fit import fit_findings
 
     (finding,) = lint_file(SAMPLES / "does-not-fit" / "bad.sbatch")
     one_gpu_full = _broken("lora/llama/1-gpu", peft="none")

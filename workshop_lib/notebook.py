@@ -31,7 +31,7 @@ from workshop_lib.core.errors import WorkshopError
 from workshop_lib.experiments import (
     CHAPTERS, DEFAULT_RECIPE, HF, RECIPES, Experiment, chapter_experiments, get_experiment, with_recipe,
 )
-from workshop_lib.disk_check import check_disk, pending_needs
+from workshop_lib.checks.disk import check_disk, pending_needs
 from workshop_lib.profiles import Profile, load_profile
 from workshop_lib.results import COMPLETED, chapter_results, read_run, run_note, run_record
 from workshop_lib.core.paths import REFERENCE_DIR, ROOT_VARIABLE, RUNS_VARIABLE, repository_root, runs_root  # noqa: F401  (part of this API)

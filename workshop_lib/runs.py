@@ -52,7 +52,7 @@ from workshop_lib.backend import FORGOTTEN, get_backend, resolve_backend
 from workshop_lib.core.errors import ClusterError, SubmitError, WorkshopError
 from workshop_lib.experiments import Experiment, select_experiments
 from workshop_lib.profiles import Profile, load_profile
-from workshop_lib.sbatch_script import sbatch_request
+from workshop_lib.checks.sbatch import sbatch_request
 from workshop_lib.site_setup import check_before_submit
 from workshop_lib.scripts import CPU_MEMORY_LOG, TRAIN_DIR, render_script
 from workshop_lib.slurm_output import JobInfo

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 from workshop_lib.checks.findings import ERROR, WARNING, Finding, ValidationError, errors_in
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.core.paths import DS_CONFIGS_DIR
-from workshop_lib.sbatch_script import SbatchHeader, heredoc_lines, read_header
+from workshop_lib.checks.sbatch import SbatchHeader, heredoc_lines, read_header
 
 if TYPE_CHECKING:  # imported for annotations only: profiles imports experiments, not the other way
     from workshop_lib.experiments import Experiment
@@ -141,7 +141,7 @@ def _dataset_and_profile(experiment, profile):
         reason = profile.unsupported_reason(experiment)
         if reason:
             yield _error("outside-profile-grid", reason + ".", "pick a profile with larger limits (e.g. ibex).")
-        from workshop_lib.fit_check import fit_findings  # the fit rule (predicted memory per GPU) has its own module
+        from workshop_lib.checks.fit import fit_findings  # the fit rule (predicted memory per GPU) has its own module
 
         yield from fit_findings(experiment, profile)
 
@@ -598,4 +598,4 @@ def _module_purge(script: Script) -> Iterable[Finding]:
 
 # Rules in their own modules, registered on import: hand-written launches (torchrun, DeepSpeed, Accelerate,
 # NeMo on several nodes) and what a job asks SLURM for (time, host memory, paths, NeMo memory fit).
-from workshop_lib import launch_check, request_check  # noqa: E402,F401
+from workshop_lib.checks import launches, requests  # noqa: E402,F401

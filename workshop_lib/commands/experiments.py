@@ -154,7 +154,7 @@ def _render(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from workshop_lib.env_vars_check import check_folder
+    from workshop_lib.checks.env_vars import check_folder
     from workshop_lib.validate import NotAJobScript, lint_file
 
     errors = warnings = checked = 0

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Iterable
 
-from workshop_lib.sbatch_script import HEREDOC
+from workshop_lib.checks.sbatch import HEREDOC
 from workshop_lib.checks.findings import ERROR, WARNING, Finding
 from workshop_lib.validate import Script, nemo_command, script_rule, shell_scopes
 

@@ -174,7 +174,7 @@ def job_scripts_in(folder: Path) -> list[Path]:
 
 def job_name_findings(scripts: list[Path]) -> dict[Path, list[Finding]]:
     """One error per script whose --job-name another script of the same folder also uses."""
-    from workshop_lib.sbatch_script import read_header
+    from workshop_lib.checks.sbatch import read_header
 
     by_name: dict[tuple[Path, str], list[tuple[Path, int | None]]] = {}
     for script in scripts:

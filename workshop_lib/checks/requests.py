@@ -1,6 +1,6 @@
 """Linter rules on what a hand-written job asks SLURM for: its time limit, its host memory for the ranks
 that load the model, the paths it uses after a `cd`, and (for NeMo) whether the layout fits the GPUs,
-by the estimate the workshop's own experiments are checked with (``fit_check``)."""
+by the estimate the workshop's own experiments are checked with (``checks.fit``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable
 
-from workshop_lib.launch_check import launches_of, workers_per_node
+from workshop_lib.checks.launches import launches_of, workers_per_node
 from workshop_lib.checks.findings import ERROR, Finding
 from workshop_lib.validate import Script, nemo_command, script_rule
 
@@ -226,7 +226,7 @@ def _nemo_fit(script: Script) -> Iterable[Finding]:
             or (not peft_none and (sizes["tensor"] > 1 or sizes["pipeline"] > 1))):
         return  # a layout NeMo refuses anyway: the layout rules say why, the estimate would not add to it
     from workshop_lib.experiments import NEMO, Experiment
-    from workshop_lib.fit_check import fit_findings
+    from workshop_lib.checks.fit import fit_findings
 
     experiment = Experiment(id=f"this {model} job", chapter=0, group="script", title="", engine=NEMO, model=model,
                             nodes=job.nodes, gpus_per_node=per_node, peft="none" if peft_none else "lora",
