@@ -12,7 +12,7 @@ from workshop_lib.experiments import chapter_experiments, get_experiment
 from workshop_lib.profiles import load_profile
 from workshop_lib.scripts import render_script
 from workshop_lib.checks.findings import ValidationError
-from workshop_lib.validate import validate_experiment
+from workshop_lib.checks.experiment_rules import validate_experiment
 
 SEED_001_MIXTRAL = {  # chapter 2's Mixtral layouts before the redesign: one node, no pipeline
     "tp2-ep2-sp": dict(nodes=1, gpus_per_node=4, tensor_parallel=2, pipeline_parallel=1, expert_parallel=2),

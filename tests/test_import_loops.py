@@ -14,7 +14,6 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "workshop_lib"
 # Loops that still exist while issue 26 is under way; the list may only shrink, and is empty when it is done.
 KNOWN_LOOPS = (
-    ("workshop_lib.checks.launches", "workshop_lib.checks.requests", "workshop_lib.validate"),
     ("workshop_lib.notebook", "workshop_lib.widgets", "workshop_lib.widgets.builder"),
 )
 

@@ -12,7 +12,8 @@ from workshop_lib.cli import main
 from workshop_lib.experiments import get_experiment
 from workshop_lib.profiles import load_profile, profile_from_dict
 from workshop_lib.checks.findings import ValidationError
-from workshop_lib.validate import lint_file, lint_script, raise_for_experiment, validate_experiment
+from workshop_lib.checks.lint import lint_file, lint_script
+from workshop_lib.checks.experiment_rules import raise_for_experiment, validate_experiment
 
 SAMPLES = Path(__file__).parent / "lint_samples"
 # A rule's folder holds bad*.sbatch scripts that trip it and good*.sbatch scripts that must stay clean;
@@ -185,17 +186,24 @@ def test_the_original_workshop_scripts():
     assert found["does-not-fit"] == {"nemo/experiments/model_parallel/llama31_8b/2_gpus/2_gpus.slurm"}
 
 
-def test_another_module_adds_an_experiment_rule_through_the_hook(monkeypatch):
-    from workshop_lib import validate
+def test_a_rule_listed_with_the_others_runs_with_them(monkeypatch):
+    """The rules are explicit lists (no registration on import): a rule added there is checked by both entries."""
+    from workshop_lib.checks import experiment_rules, lint
+    from workshop_lib.checks.findings import ERROR, WARNING, Finding
 
-    monkeypatch.setattr(validate, "EXPERIMENT_RULES", list(validate.EXPERIMENT_RULES))
-
-    @validate.experiment_rule
     def too_many_gpus(experiment, profile):
         if experiment.gpus > 4:
-            yield validate.Finding("example-rule", validate.ERROR, f"{experiment.gpus} GPUs.", "use fewer.")
+            yield Finding("example-rule", ERROR, f"{experiment.gpus} GPUs.", "use fewer.")
 
+    def no_echo(script):
+        if "echo" in script.code:
+            yield Finding("example-script-rule", WARNING, "an echo.", "say nothing.", script.line_of("echo"))
+
+    monkeypatch.setattr(experiment_rules, "EXPERIMENT_RULES", [*experiment_rules.EXPERIMENT_RULES, too_many_gpus])
+    monkeypatch.setattr(lint, "SCRIPT_RULES", [*lint.SCRIPT_RULES, no_echo])
     assert "example-rule" in {f.rule for f in validate_experiment(get_experiment("lora/llama/8-gpus"))}
+    assert [(f.rule, f.line) for f in lint_script("#!/bin/bash\n#SBATCH --nodes=1\necho hi\n")] == [
+        ("example-script-rule", 3)]
     assert validate_experiment(get_experiment("lora/llama/1-gpu")) == []
 
 

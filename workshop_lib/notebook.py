@@ -43,7 +43,8 @@ from workshop_lib.scripts import render_script
 from workshop_lib.slurm_output import JobInfo
 from workshop_lib.tables import Table
 from workshop_lib.checks.findings import Finding
-from workshop_lib.validate import lint_script, validate_experiment
+from workshop_lib.checks.lint import lint_script
+from workshop_lib.checks.experiment_rules import validate_experiment
 
 SUBMIT_VARIABLE = "WORKSHOP_SUBMIT"
 

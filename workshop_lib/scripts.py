@@ -29,7 +29,7 @@ from workshop_lib.site_setup import (
     CACHE_VARIABLES, MISSING_SETUP_EXIT, OFFLINE_VARIABLES, import_requirements, import_step, shared_exports,
     job_requirements, setup_command,
 )
-from workshop_lib.validate import raise_for_experiment
+from workshop_lib.checks.experiment_rules import raise_for_experiment
 
 TEMPLATES_DIR = SLURM_DIR / "templates"
 # Files every job writes into its run directory (the job's working directory); see workshop_lib.runs.
