@@ -1,7 +1,8 @@
 """The fit rule: refuse an experiment whose predicted per-GPU memory exceeds the profile's GPUs.
 
-Called by ``validate.validate_experiment``; the estimate and the layout search live in
-``workshop_lib.estimate.fit``. A profile without ``gpu_memory_gib`` (the CPU stand-in) is not checked.
+Called by ``checks.experiment_rules`` and by the linter (``checks.requests``); the estimate and the layout
+search live in ``workshop_lib.estimate.fit``. A profile without ``gpu_memory_gib`` (the CPU stand-in) is not
+checked.
 """
 
 from __future__ import annotations
