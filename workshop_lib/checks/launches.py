@@ -15,7 +15,7 @@ from functools import cached_property
 from typing import Iterable
 
 from workshop_lib.checks.findings import ERROR, WARNING, Finding
-from workshop_lib.checks.nemo_command import nemo_command
+from workshop_lib.checks.nemo_command import nemo_overrides
 from workshop_lib.checks.sbatch import HEREDOC
 from workshop_lib.checks.script import Script, shell_scopes
 
@@ -417,7 +417,7 @@ def _launcher_nodes(script: Script) -> Iterable[Finding]:
                "never come)." if written < nodes else "the rendezvous waits for nodes the job does not have, "
                "until the time limit."),
             f"use {option}=$SLURM_NNODES (or {option}={nodes}).", launch.line_of(found[1]) if found else launch.line)
-    command = nemo_command(script.code)
+    command = nemo_overrides(script.code)
     num_nodes = command.value("trainer.num_nodes")
     nemo = "nemo llm" in script.code or num_nodes is not None
     written = script.number(num_nodes) if num_nodes is not None else (1 if nemo else None)

@@ -13,7 +13,7 @@ from typing import Iterable
 from workshop_lib.checks.findings import ERROR, Finding
 from workshop_lib.checks.fit import fit_findings
 from workshop_lib.checks.launches import launches_of, workers_per_node
-from workshop_lib.checks.nemo_command import STRATEGY, nemo_command
+from workshop_lib.checks.nemo_command import STRATEGY, nemo_overrides
 from workshop_lib.checks.pitfalls import NEMO_MIXTRAL_DEFAULT_EP
 from workshop_lib.checks.script import Script
 from workshop_lib.estimate.shapes import parameter_count
@@ -197,7 +197,7 @@ def _nemo_fit(script: Script) -> Iterable[Finding]:
     model = models.get(factory.group(1))
     if model is None or site.gpu_memory_gib is None:
         return
-    command = nemo_command(script.code)
+    command = nemo_overrides(script.code)
     sizes = {}
     for name in ("tensor", "pipeline", "expert"):
         written = command.value(f"{STRATEGY}{name}_model_parallel_size")

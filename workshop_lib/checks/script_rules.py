@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Iterable
 
 from workshop_lib.checks.findings import ERROR, WARNING, Finding
-from workshop_lib.checks.nemo_command import STRATEGY, NemoOverrides, nemo_command
+from workshop_lib.checks.nemo_command import STRATEGY, NemoOverrides, nemo_overrides
 from workshop_lib.checks.pitfalls import mixtral_default_ep_problem
 from workshop_lib.checks.script import Script, command_words, shell_scopes
 from workshop_lib.core.paths import DS_CONFIGS_DIR
@@ -84,7 +84,7 @@ def _lightning(script: Script) -> Iterable[Finding]:
             "--gpus-per-task with Lightning/NeMo: each task then sees one GPU while Lightning asks for all "
             "of them ('You requested gpu: [0, 1] But your machine only has: [0]').",
             "use --gpus-per-node=N with --ntasks-per-node=N.", header.line("gpus-per-task"))
-    command = nemo_command(script.code)
+    command = nemo_overrides(script.code)
     numbers = {"--ntasks-per-node": script.number(header.get("ntasks-per-node")),
                "--gpus-per-node": header.gpus_per_node or None,
                "trainer.devices": script.number(command.value("trainer.devices"))}

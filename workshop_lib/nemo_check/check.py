@@ -15,60 +15,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
+from workshop_lib.checks.nemo_command import NemoCommand, command_from_script
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.core.reference import RESOLVED_DIR, RESOLVED_FILE
 
 HERE = Path(__file__).resolve().parent  # this package's own files (resolve.py)
-
-
-@dataclass(frozen=True)
-class NemoCommand:
-    """`nemo llm finetune --factory FACTORY OVERRIDES... [flags]` as a job script runs it."""
-
-    factory: str
-    overrides: tuple[str, ...]
-    flags: tuple[str, ...]
-
-    @property
-    def arguments(self) -> list[str]:
-        return ["--factory", self.factory, *self.overrides, *self.flags]
-
-
-def command_from_script(script: str) -> NemoCommand:
-    """The finetune command of a rendered job script (continuation lines joined, shell words split)."""
-    lines = script.splitlines()
-    start = next((index for index, line in enumerate(lines) if "nemo llm finetune" in line), None)
-    if start is None:
-        raise WorkshopError("the script has no `nemo llm finetune` line; render a chapter 1-2 experiment "
-                            "with a NeMo profile (--profile ibex)")
-    joined = []
-    for line in lines[start:]:
-        joined.append(line.rstrip().removesuffix("\\"))
-        if not line.rstrip().endswith("\\"):
-            break
-    words = shlex.split(" ".join(joined))
-    words = words[words.index("finetune") + 1:]
-    if "||" in words:
-        words = words[:words.index("||")]
-    factory, overrides, flags = None, [], []
-    index = 0
-    while index < len(words):
-        word = words[index]
-        if word == "--factory":
-            factory, index = words[index + 1], index + 2
-            continue
-        (flags if word.startswith("-") else overrides).append(word)
-        index += 1
-    if factory is None:
-        raise WorkshopError("the finetune command has no --factory; the templates always render one")
-    return NemoCommand(factory, tuple(overrides), tuple(flags))
 
 
 def nemo_experiments():
