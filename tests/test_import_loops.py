@@ -132,3 +132,14 @@ def test_core_imports_nothing_of_the_library():
     outside = {(a, b) for a, targets in graph.items() if a.startswith("workshop_lib.core")
                for b in targets if not b.startswith("workshop_lib.core")}
     assert not outside, sorted(outside)
+
+
+def test_checks_import_only_what_lies_below_them():
+    """checks/ (see its __init__) reads core, experiments, estimate and the site profiles, never what comes
+    downstream of it (scripts, jobs, runs, results, book, widgets, cli)."""
+    below = ("workshop_lib.checks", "workshop_lib.core", "workshop_lib.experiments", "workshop_lib.estimate",
+             "workshop_lib.profiles", "workshop_lib.profile_schema", "workshop_lib.sites")
+    graph = import_graph()
+    outside = {(a, b) for a, targets in graph.items() if a.startswith("workshop_lib.checks")
+               for b in targets if not b.startswith(below)}
+    assert not outside, sorted(outside)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 from pathlib import Path
@@ -112,9 +113,35 @@ def test_experiment_rules(rule, experiment):
         raise_for_experiment(experiment)
 
 
+V100_NEMO_SITE = {"name": "v100-site", "scheduler": {"constraint": "v100"}, "python": {}, "training": {},
+                  "nemo": {"enabled": True, "image": "/images/nemo.sif", "factories": {"llama-3.1-8b": "llama31_8b"}}}
+
+
+@pytest.mark.parametrize("rule, experiment, profile", [
+    ("parallel-sizes-mismatch", _broken("model-parallel/llama/tp4", nodes=1, gpus_per_node=2), None),
+    ("model-parallel-with-lora", _broken("model-parallel/llama/tp2", nodes=1, gpus_per_node=2, peft="lora"), None),
+    ("sequence-parallel-without-tp", _broken("lora/mixtral/2-gpus", sequence_parallel=True), None),
+    ("hybrid-shard-single-node", _broken("fsdp/single-gpu/full-shard", fsdp="HYBRID_SHARD"), None),
+    ("nemo-needs-a100", get_experiment("lora/llama/1-gpu"), V100_NEMO_SITE),
+])
+def test_a_pitfall_reads_the_same_in_an_experiment_and_in_a_script(rule, experiment, profile):
+    """One function per pitfall (checks.pitfalls): the experiment rules and the linter say the same."""
+    profile = profile_from_dict(profile) if profile else None
+    (declared,) = [f for f in validate_experiment(experiment, profile) if f.rule == rule]
+    (written,) = lint_file(SAMPLES / rule / "bad.sbatch")
+    assert (declared.message, declared.fix) == (written.message, written.fix)
+    assert declared.line is None and written.line
+
+
+def test_a_parallel_size_known_only_at_run_time_silences_the_layout_pitfalls():
+    script = (SAMPLES / "model-parallel-with-lora" / "bad.sbatch").read_text()
+    assert {f.rule for f in lint_script(script)} == {"model-parallel-with-lora"}
+    unknown = script.replace("tensor_model_parallel_size=2", 'tensor_model_parallel_size="$1"')
+    assert "tensor_model_parallel_size=\"$1\"" in unknown and lint_script(unknown) == []
+
+
 def test_nemo_needs_an_a100_profile():
-    data = {"name": "v100-site", "scheduler": {"constraint": "v100"}, "python": {}, "training": {},
-            "nemo": {"enabled": True, "image": "/images/nemo.sif", "factories": {"llama-3.1-8b": "llama31_8b"}}}
+    data = copy.deepcopy(V100_NEMO_SITE)
     profile = profile_from_dict(data)
     rules = {finding.rule for finding in validate_experiment(get_experiment("lora/llama/1-gpu"), profile)}
     assert rules == {"nemo-needs-a100"}

@@ -69,7 +69,7 @@ INVALID = [
     (dict(chapter=3, zero_stage=None, pin_memory=True), "pinned-without-offload", "pinned memory only applies"),
     (dict(chapter=4, fsdp="HYBRID_SHARD"), "hybrid-shard-single-node", "HYBRID_SHARD shards inside a node"),
     (dict(chapter=2, gpus=4, tensor_parallel=4, expert_parallel=2), "parallel-sizes-mismatch",
-     "TP x EP x PP = 8 does not divide the 4 GPUs"),
+     "TP x EP x PP = 4 x 2 x 1 = 8 does not divide the 4 GPUs"),
     (dict(chapter=1, model="mixtral-8x7b"), "mixtral-without-ep", "without an expert-parallel size"),
     (dict(chapter=3, gpus=8), "outside-profile-grid", "runs at most 4"),
 ]

@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING, Callable, Iterable
 
 from workshop_lib.checks.findings import ERROR, Finding, ValidationError, errors_in
 from workshop_lib.checks.fit import fit_findings
-from workshop_lib.checks.pitfalls import mixtral_default_ep_problem
+from workshop_lib.checks.layout import experiment_layout
+from workshop_lib.checks.pitfalls import (MEGATRON_LAYOUT, findings, hybrid_shard_single_node, nemo_needs_a100,
+                                          offload_with_zero0)
 from workshop_lib.core.vocabulary import ENGINES, FSDP_STRATEGIES, NEMO
 
 if TYPE_CHECKING:  # imported for annotations only: profiles imports experiments, not the other way
@@ -39,41 +41,14 @@ def _engine_and_resources(experiment, profile):
 def _nemo_layout(experiment, profile):
     if experiment.engine != NEMO:
         return
-    tp, pp = experiment.tensor_parallel, experiment.pipeline_parallel
-    model_parallel = tp * (experiment.expert_parallel or 1) * pp
-    # Megatron: data parallel = GPUs / (TP x PP), and the EP ranks are carved out of it, so both
-    # TP x PP and TP x EP x PP must divide the GPUs (they need not equal them).
-    if experiment.gpus % model_parallel:
-        yield _error("parallel-sizes-mismatch",
-                     f"TP x EP x PP = {model_parallel} does not divide the {experiment.gpus} GPUs.",
-                     "choose parallel sizes whose product divides the GPU count.")
-    if "mixtral" in experiment.model and experiment.expert_parallel is None:
-        problem = mixtral_default_ep_problem(experiment.gpus, tp, pp)
-        if problem:
-            yield _error("mixtral-without-ep", f"{experiment.model}: {problem}.",
-                         "set expert_parallel (trainer.strategy.expert_model_parallel_size) to a size that divides "
-                         "the GPU count.")
-    if experiment.peft == "lora" and (tp > 1 or pp > 1):
-        yield _error("model-parallel-with-lora",
-                     f"TP={tp}, PP={pp} with LoRA still on: LoRA hides the memory behaviour model parallelism is "
-                     "meant to show.", "set peft='none' (peft=none) for model-parallel runs, or TP=PP=1 for LoRA runs.")
-    if experiment.sequence_parallel and tp < 2:
-        yield _error("sequence-parallel-without-tp", "sequence parallelism splits activations along the tensor-"
-                     "parallel group, and TP is 1.", "use TP >= 2 or turn sequence_parallel off.")
-    # The container's kernels are the A100 constraint's reason; NeMo installed without it (a workstation) is not.
-    if (profile is not None and profile.nemo.enabled and profile.nemo.image
-            and (profile.scheduler.constraint or "") != "a100"):
-        yield _error("nemo-needs-a100", f"profile {profile.name!r} asks for constraint="
-                     f"{profile.scheduler.constraint!r}; NeMo's container fails on anything but A100.",
-                     "set scheduler.constraint: a100 in the profile.")
+    yield from findings(experiment_layout(experiment, profile), (*MEGATRON_LAYOUT, nemo_needs_a100))
 
 
 def _sharding_and_offload(experiment, profile):
     if experiment.zero_stage is not None and experiment.zero_stage not in (0, 1, 2, 3):
         yield _error("unknown-zero-stage", f"zero_stage={experiment.zero_stage}.", "use a ZeRO stage 0, 1, 2 or 3.")
-    if experiment.offload and experiment.zero_stage == 0:
-        yield _error("offload-with-zero0", "CPU offload with ZeRO stage 0: stage 0 partitions nothing, so there is "
-                     "nothing to offload.", "use ZeRO stage 1, 2 or 3 with offload.")
+    layout = experiment_layout(experiment, profile)
+    yield from findings(layout, [offload_with_zero0])
     if experiment.offload and experiment.zero_stage is None and experiment.fsdp is None:
         yield _error("offload-without-sharding", "offload is on but neither DeepSpeed ZeRO nor FSDP is used.",
                      "set zero_stage >= 1 or an FSDP strategy, or turn offload off.")
@@ -86,9 +61,7 @@ def _sharding_and_offload(experiment, profile):
         if experiment.zero_stage is not None:
             yield _error("fsdp-and-deepspeed", "FSDP and DeepSpeed both shard the model; the Trainer takes one.",
                          "choose either fsdp or zero_stage.")
-        if experiment.fsdp == "HYBRID_SHARD" and experiment.nodes < 2:
-            yield _error("hybrid-shard-single-node", "HYBRID_SHARD shards inside a node and replicates across nodes; "
-                         "on one node it is FULL_SHARD under another name.", "use 2+ nodes or FULL_SHARD.")
+        yield from findings(layout, [hybrid_shard_single_node])
 
 
 def _dataset_and_profile(experiment, profile):

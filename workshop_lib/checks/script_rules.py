@@ -5,16 +5,16 @@ after `module load`. Each rule is a function (Script) -> findings; ``RULES`` lis
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Iterable
 
 from workshop_lib.checks.findings import ERROR, WARNING, Finding
-from workshop_lib.checks.nemo_command import STRATEGY, NemoOverrides, nemo_overrides
-from workshop_lib.checks.pitfalls import mixtral_default_ep_problem
+from workshop_lib.checks.layout import PARALLEL_SIZES, deepspeed_layouts, script_layout
+from workshop_lib.checks.nemo_command import nemo_overrides
+from workshop_lib.checks.pitfalls import (MEGATRON_LAYOUT, findings, hybrid_shard_single_node, nemo_needs_a100,
+                                          offload_with_zero0)
 from workshop_lib.checks.script import Script, command_words, shell_scopes
-from workshop_lib.core.paths import DS_CONFIGS_DIR
 
 _KILL = re.compile(r"\bkill\b((?:\s+-\S+)*)\s+\"?\$\{?([A-Za-z_][A-Za-z0-9_]*)")
 _ASSIGNMENT = re.compile(r"(?:^|[\s;&|(])(?:export\s+|local\s+|declare\s+\S+\s+)?([A-Za-z_][A-Za-z0-9_]*)=")
@@ -96,100 +96,19 @@ def _lightning(script: Script) -> Iterable[Finding]:
             f"{shown}: Lightning needs one task per GPU and trainer.devices equal to both.",
             "make --ntasks-per-node, --gpus-per-node and trainer.devices the same number.",
             header.line("ntasks-per-node") or header.line("gpus-per-node") or command.line("trainer.devices"))
-    yield from _nemo_layout_in_script(script, command, known.get("--gpus-per-node") or known.get("trainer.devices"))
-    if "nemo llm" in script.code:
-        constraint = (header.get("constraint") or "").lower()
-        if "a100" not in constraint:
-            yield Finding(
-                "nemo-needs-a100", ERROR,
-                f"a NeMo job with constraint={constraint or 'none'}: the container's kernels need A100 and fail "
-                "at start-up on V100.", "add #SBATCH --constraint=a100.", header.line("constraint") or 1)
-
-
-def _nemo_layout_in_script(script: Script, command: NemoOverrides, per_node: int | None) -> Iterable[Finding]:
-    sizes = {}
-    for name in ("tensor", "expert", "pipeline", "context"):
-        key = f"{STRATEGY}{name}_model_parallel_size" if name != "context" else f"{STRATEGY}context_parallel_size"
-        written = command.value(key)
-        sizes[name] = script.number(written) if written is not None else 1
-    if None in sizes.values():
-        return  # a size the linter cannot know (a variable set at run time): say nothing rather than guess
-    tp, ep, pp, cp = sizes["tensor"], sizes["expert"], sizes["pipeline"], sizes["context"]
-    peft_none = (command.value("peft") == "none"
-                 or re.search(r"peft_scheme\s*=\s*(['\"]none['\"]|None)", script.code) is not None)
-    tp_line = command.line(f"{STRATEGY}tensor_model_parallel_size")
-    nodes = script.number(script.header.get("nodes") or "1") or 1
-    total = per_node * nodes if per_node else None
-    if total and total % (tp * ep * pp * cp):
-        sizes_text = "TP x EP x PP" + (" x CP" if cp > 1 else "")
-        values = f"{tp} x {ep} x {pp}" + (f" x {cp}" if cp > 1 else "")
-        yield Finding(
-            "parallel-sizes-mismatch", ERROR,
-            f"{sizes_text} = {values} = {tp * ep * pp * cp} does not divide the {total} GPUs of the job "
-            f"({per_node} per node x {nodes} node{'s' if nodes > 1 else ''}): Megatron stops at start-up.",
-            f"request a multiple of {sizes_text} GPUs (the rest is data parallel), or smaller sizes.",
-            tp_line or command.line(f"{STRATEGY}context_parallel_size") or script.header.line("gpus-per-node"))
-    factory = re.search(r"--factory\s+[\"']?mixtral", script.code)
-    if factory and command.value(f"{STRATEGY}expert_model_parallel_size") is None and total:
-        problem = mixtral_default_ep_problem(total, tp, pp)
-        if problem:
-            yield Finding("mixtral-without-ep", ERROR, f"a Mixtral run: {problem}.",
-                          f"add {STRATEGY}expert_model_parallel_size=<EP> with TP x EP x PP dividing {total}.",
-                          script.line_of("--factory"))
-    if (tp > 1 or pp > 1) and not peft_none:
-        yield Finding(
-            "model-parallel-with-lora", ERROR,
-            f"model parallel (TP={tp}, PP={pp}) with LoRA still on (the factory's default PEFT).",
-            "use the recipe's full fine-tune (--factory 'llama31_8b(peft_scheme=None)') for a "
-            "model-parallel run.",
-            tp_line or command.line(f"{STRATEGY}pipeline_model_parallel_size"))
-    sequence_parallel = command.value(f"{STRATEGY}sequence_parallel")
-    if sequence_parallel is not None and sequence_parallel.lower() in ("true", "1") and tp < 2:
-        yield Finding(
-            "sequence-parallel-without-tp", ERROR,
-            "sequence_parallel=True with tensor parallel size 1: sequence parallelism splits activations along "
-            "the tensor-parallel group, so there is nothing to split (Megatron refuses it).",
-            f"set {STRATEGY}tensor_model_parallel_size >= 2, or drop sequence_parallel.",
-            command.line(f"{STRATEGY}sequence_parallel"))
+    layout = script_layout(script)
+    if not layout.unknown & set(PARALLEL_SIZES):  # a size known only at run time: say nothing rather than guess
+        yield from findings(layout, MEGATRON_LAYOUT)
+    yield from findings(layout, [nemo_needs_a100])
 
 
 def _hybrid_shard(script: Script) -> Iterable[Finding]:
-    match = re.search(r"hybrid_shard", script.code, re.IGNORECASE)
-    if match and script.number(script.header.get("nodes") or "1") == 1:
-        yield Finding(
-            "hybrid-shard-single-node", ERROR,
-            "HYBRID_SHARD on one node: it shards inside a node and replicates across nodes, so here it is "
-            "FULL_SHARD under another name and the comparison means nothing.",
-            "request --nodes=2 or more, or use FULL_SHARD.", script.line_of(match.group(0)))
+    yield from findings(script_layout(script), [hybrid_shard_single_node])
 
 
 def _deepspeed_offload(script: Script) -> Iterable[Finding]:
-    for match in re.finditer(r"--deepspeed[= ]+[\"']?([^\s\"']+\.json)", script.code):
-        config = _read_json(match.group(1), script.submit_dir)
-        if not config:
-            continue
-        zero = config.get("zero_optimization") or {}
-        offloaded = any((zero.get(key) or {}).get("device") in ("cpu", "nvme")
-                        for key in ("offload_optimizer", "offload_param"))
-        if offloaded and int(zero.get("stage", 0)) == 0:
-            yield Finding(
-                "offload-with-zero0", ERROR,
-                f"{match.group(1)} offloads to CPU at ZeRO stage 0, which partitions nothing to offload.",
-                "use a stage 1-3 config with offload, or drop the offload block.", script.line_of(match.group(1)))
-
-
-def _read_json(name: str, submit_dir: Path | None) -> dict | None:
-    candidates = [Path(name)]
-    if submit_dir is not None:
-        candidates.insert(0, Path(submit_dir) / name)
-    candidates.append(DS_CONFIGS_DIR / Path(name).name)
-    for candidate in candidates:
-        if candidate.is_file():
-            try:
-                return json.loads(candidate.read_text())
-            except (OSError, ValueError):
-                return None
-    return None
+    for layout in deepspeed_layouts(script):
+        yield from findings(layout, [offload_with_zero0])
 
 
 def _killed_pids(script: Script) -> Iterable[Finding]:
