@@ -27,6 +27,7 @@ import argparse
 import contextlib
 import hashlib
 import importlib
+import importlib.util
 import io
 import json
 import os
@@ -86,11 +87,16 @@ def find(name: str):
     for candidate in CANDIDATES[name]:
         module_name, _, attribute = candidate.partition(":")
         try:
-            module = importlib.import_module(module_name)
+            spec = importlib.util.find_spec(module_name)
         except ModuleNotFoundError as error:
             if error.name and module_name.startswith(error.name):  # that home does not exist (yet, or any more)
                 continue
             raise
+        # A home that exists only in another checkout (an editable install's finder serves a module this one
+        # no longer has) does not exist here: measuring it would prove nothing about this checkout.
+        if spec is None or not Path(spec.origin or "").resolve().is_relative_to(ROOT):
+            continue
+        module = importlib.import_module(module_name)
         if not attribute:
             return module
         if hasattr(module, attribute):

@@ -26,7 +26,7 @@ from workshop_lib.cli import main
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.estimate import GIB, TrainingSetup, check_setup, estimate_memory, model_shape
 from workshop_lib.estimate.fit import MARGIN
-from workshop_lib.validate import validate_experiment
+from workshop_lib.checks.experiment_rules import validate_experiment
 
 ROOT = Path(__file__).resolve().parent.parent
 

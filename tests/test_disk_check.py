@@ -7,8 +7,7 @@ import subprocess
 
 import pytest
 
-from workshop_lib.disk_check import (CHECKPOINT_BYTES_PER_TRAINABLE, LOG_ALLOWANCE, DiskError, check_disk,
-                                     disk_need)
+from workshop_lib.checks.disk import CHECKPOINT_BYTES_PER_TRAINABLE, LOG_ALLOWANCE, DiskError, check_disk, disk_need
 from workshop_lib.experiments import chapter_experiments, get_experiment
 from workshop_lib.sites.profiles import load_profile
 

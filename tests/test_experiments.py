@@ -14,7 +14,7 @@ from workshop_lib.cli import main
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.experiments import CHAPTERS, all_experiments, chapter_experiments, get_experiment, select_experiments
 from workshop_lib.core.paths import SLURM_DIR
-from workshop_lib.validate import validate_experiment
+from workshop_lib.checks.experiment_rules import validate_experiment
 
 
 def by_group(chapter: int, group: str):

@@ -11,7 +11,8 @@ from workshop_lib.estimate.fit import MARGIN, check_fit, predict
 from workshop_lib.experiments import chapter_experiments, get_experiment
 from workshop_lib.sites.profiles import load_profile
 from workshop_lib.scripts import render_script
-from workshop_lib.validate import ValidationError, validate_experiment
+from workshop_lib.checks.findings import ValidationError
+from workshop_lib.checks.experiment_rules import validate_experiment
 
 SEED_001_MIXTRAL = {  # chapter 2's Mixtral layouts before the redesign: one node, no pipeline
     "tp2-ep2-sp": dict(nodes=1, gpus_per_node=4, tensor_parallel=2, pipeline_parallel=1, expert_parallel=2),
@@ -95,3 +96,27 @@ def test_the_predictions_quoted_in_the_book_are_the_estimators():
         about = f"about {check_fit(_seed_layout(name), 80).predicted_gib:.0f} GiB"
         assert about in corrections or about.replace(" GiB", "") in chapter, about
     assert f"about {check_fit(get_experiment('model-parallel/llama/tp2'), 80).predicted_gib:.0f} GiB" in chapter
+
+
+def test_the_fit_reads_nemos_resolved_recipe_uses_defaults_without_one_and_refuses_a_damaged_one(tmp_path,
+                                                                                                  monkeypatch):
+    import json
+    import re
+
+    from workshop_lib.core import reference
+    from workshop_lib.core.errors import WorkshopError
+    from workshop_lib.estimate.fit import RECIPE_DEFAULTS, nemo_setup
+
+    experiment = get_experiment("lora/llama/1-gpu")
+    monkeypatch.setattr(reference, "RESOLVED_DIR", tmp_path)
+    path = tmp_path / reference.RESOLVED_FILE
+    path.write_text(json.dumps([{"id": experiment.id, "accepted": True, "layout": {"micro_batch": 2},
+                                 "resolved": {"seq_length": 1024}}]))
+    assert (nemo_setup(experiment).batch, nemo_setup(experiment).seq_len) == (2, 1024)
+    path.unlink()  # nothing resolved yet: the recipes' defaults
+    setup = nemo_setup(experiment)
+    assert (setup.batch, setup.seq_len) == (RECIPE_DEFAULTS["micro_batch"], RECIPE_DEFAULTS["seq_length"])
+    path.write_text('[{"id": "lora/llama/1-gpu", "accepted": tr')  # cut short while written
+    damaged = rf"{re.escape(str(path))} cannot be read as NeMo's resolved recipes .*make nemo-check"
+    with pytest.raises(WorkshopError, match=damaged):
+        nemo_setup(experiment)

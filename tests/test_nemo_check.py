@@ -10,10 +10,11 @@ import dataclasses
 
 import pytest
 
+from workshop_lib.checks.nemo_command import command_from_script, nemo_overrides
+from workshop_lib.core.reference import load_resolved
 from workshop_lib.estimate import TrainingSetup
 from workshop_lib.experiments import get_experiment
-from workshop_lib.nemo_check.check import (command_from_script, commands_for, load_resolved, nemo_experiments,
-                                           resolve_commands, run_cli)
+from workshop_lib.nemo_check.check import commands_for, nemo_experiments, resolve_commands, run_cli
 from workshop_lib.scripts import render_script
 
 
@@ -24,6 +25,21 @@ def test_command_is_read_from_the_rendered_script():
     assert "trainer.strategy.pipeline_model_parallel_size=4" in command.overrides
     assert command.flags == ("--yes",)
     assert all("=" in override for override in command.overrides)
+
+
+def test_one_reading_of_the_words_serves_the_linter_and_nemo_check():
+    """The same shell words, each with its line: the linter's overrides (also inside a quoted list of
+    arguments) and nemo_check's factory, overrides and flags."""
+    script = ('#!/bin/bash\nARGS="trainer.num_nodes=2 peft=none"\n'
+              "srun nemo llm finetune --factory 'llama31_8b(peft_scheme=None)' $ARGS \\\n"
+              '    trainer.devices=4 \\\n    trainer.strategy.tensor_model_parallel_size="2" --yes || exit 1\n')
+    overrides = nemo_overrides(script)
+    assert [(overrides.value(key), overrides.line(key)) for key in (
+        "trainer.num_nodes", "peft", "trainer.devices", "trainer.strategy.tensor_model_parallel_size")] == [
+        ("2", 2), ("none", 2), ("4", 4), ("2", 5)]
+    command = command_from_script(script)
+    assert command.factory == "llama31_8b(peft_scheme=None)" and command.flags == ("--yes",)
+    assert command.overrides == ("$ARGS", "trainer.devices=4", "trainer.strategy.tensor_model_parallel_size=2")
 
 
 def test_stored_resolutions_cover_every_nemo_experiment_and_match_the_layouts():

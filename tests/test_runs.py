@@ -119,8 +119,8 @@ def test_the_notebook_side_never_imports_torch():
     import subprocess
     import sys
 
-    code = ("import sys, workshop_lib.runs, workshop_lib.scripts, workshop_lib.validate, "
-            "workshop_lib.cli.experiments; print('torch' in sys.modules)")
+    code = ("import sys, workshop_lib.runs, workshop_lib.scripts, workshop_lib.checks.experiment_rules, "
+            "workshop_lib.checks.lint, workshop_lib.cli.experiments; print('torch' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
 

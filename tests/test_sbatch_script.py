@@ -1,6 +1,6 @@
 """The one #SBATCH parser: directives read the way sbatch reads them."""
 
-from workshop_lib.sbatch_script import read_header, sbatch_request
+from workshop_lib.checks.sbatch import read_header, sbatch_request
 
 
 def test_directives_stop_at_the_first_command_and_the_command_line_wins():

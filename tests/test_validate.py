@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 from pathlib import Path
@@ -11,7 +12,9 @@ import pytest
 from workshop_lib.cli import main
 from workshop_lib.experiments import get_experiment
 from workshop_lib.sites.profiles import load_profile, profile_from_dict
-from workshop_lib.validate import ValidationError, lint_file, lint_script, raise_for_experiment, validate_experiment
+from workshop_lib.checks.findings import ValidationError
+from workshop_lib.checks.lint import lint_file, lint_script
+from workshop_lib.checks.experiment_rules import raise_for_experiment, validate_experiment
 
 SAMPLES = Path(__file__).parent / "lint_samples"
 # A rule's folder holds bad*.sbatch scripts that trip it and good*.sbatch scripts that must stay clean;
@@ -110,9 +113,35 @@ def test_experiment_rules(rule, experiment):
         raise_for_experiment(experiment)
 
 
+V100_NEMO_SITE = {"name": "v100-site", "scheduler": {"constraint": "v100"}, "python": {}, "training": {},
+                  "nemo": {"enabled": True, "image": "/images/nemo.sif", "factories": {"llama-3.1-8b": "llama31_8b"}}}
+
+
+@pytest.mark.parametrize("rule, experiment, profile", [
+    ("parallel-sizes-mismatch", _broken("model-parallel/llama/tp4", nodes=1, gpus_per_node=2), None),
+    ("model-parallel-with-lora", _broken("model-parallel/llama/tp2", nodes=1, gpus_per_node=2, peft="lora"), None),
+    ("sequence-parallel-without-tp", _broken("lora/mixtral/2-gpus", sequence_parallel=True), None),
+    ("hybrid-shard-single-node", _broken("fsdp/single-gpu/full-shard", fsdp="HYBRID_SHARD"), None),
+    ("nemo-needs-a100", get_experiment("lora/llama/1-gpu"), V100_NEMO_SITE),
+])
+def test_a_pitfall_reads_the_same_in_an_experiment_and_in_a_script(rule, experiment, profile):
+    """One function per pitfall (checks.pitfalls): the experiment rules and the linter say the same."""
+    profile = profile_from_dict(profile) if profile else None
+    (declared,) = [f for f in validate_experiment(experiment, profile) if f.rule == rule]
+    (written,) = lint_file(SAMPLES / rule / "bad.sbatch")
+    assert (declared.message, declared.fix) == (written.message, written.fix)
+    assert declared.line is None and written.line
+
+
+def test_a_parallel_size_known_only_at_run_time_silences_the_layout_pitfalls():
+    script = (SAMPLES / "model-parallel-with-lora" / "bad.sbatch").read_text()
+    assert {f.rule for f in lint_script(script)} == {"model-parallel-with-lora"}
+    unknown = script.replace("tensor_model_parallel_size=2", 'tensor_model_parallel_size="$1"')
+    assert "tensor_model_parallel_size=\"$1\"" in unknown and lint_script(unknown) == []
+
+
 def test_nemo_needs_an_a100_profile():
-    data = {"name": "v100-site", "scheduler": {"constraint": "v100"}, "python": {}, "training": {},
-            "nemo": {"enabled": True, "image": "/images/nemo.sif", "factories": {"llama-3.1-8b": "llama31_8b"}}}
+    data = copy.deepcopy(V100_NEMO_SITE)
     profile = profile_from_dict(data)
     rules = {finding.rule for finding in validate_experiment(get_experiment("lora/llama/1-gpu"), profile)}
     assert rules == {"nemo-needs-a100"}
@@ -150,7 +179,7 @@ ORIGINAL = Path(os.environ.get("WORKSHOP_DIST_DL_TRAINING", "/nonexistent"))
 
 @pytest.mark.skipif(not (ORIGINAL / "nemo").is_dir(), reason="set WORKSHOP_DIST_DL_TRAINING to a checkout")
 def test_the_original_workshop_scripts():
-    from workshop_lib.env_vars_check import check_folder
+    from workshop_lib.checks.env_vars import check_folder
 
     found = {}
     for folder in ("nemo", "deepspeed", "fsdp"):
@@ -184,17 +213,24 @@ def test_the_original_workshop_scripts():
     assert found["does-not-fit"] == {"nemo/experiments/model_parallel/llama31_8b/2_gpus/2_gpus.slurm"}
 
 
-def test_another_module_adds_an_experiment_rule_through_the_hook(monkeypatch):
-    from workshop_lib import validate
+def test_a_rule_listed_with_the_others_runs_with_them(monkeypatch):
+    """The rules are explicit lists (no registration on import): a rule added there is checked by both entries."""
+    from workshop_lib.checks import experiment_rules, lint
+    from workshop_lib.checks.findings import ERROR, WARNING, Finding
 
-    monkeypatch.setattr(validate, "EXPERIMENT_RULES", list(validate.EXPERIMENT_RULES))
-
-    @validate.experiment_rule
     def too_many_gpus(experiment, profile):
         if experiment.gpus > 4:
-            yield validate.Finding("example-rule", validate.ERROR, f"{experiment.gpus} GPUs.", "use fewer.")
+            yield Finding("example-rule", ERROR, f"{experiment.gpus} GPUs.", "use fewer.")
 
+    def no_echo(script):
+        if "echo" in script.code:
+            yield Finding("example-script-rule", WARNING, "an echo.", "say nothing.", script.line_of("echo"))
+
+    monkeypatch.setattr(experiment_rules, "EXPERIMENT_RULES", [*experiment_rules.EXPERIMENT_RULES, too_many_gpus])
+    monkeypatch.setattr(lint, "SCRIPT_RULES", [*lint.SCRIPT_RULES, no_echo])
     assert "example-rule" in {f.rule for f in validate_experiment(get_experiment("lora/llama/8-gpus"))}
+    assert [(f.rule, f.line) for f in lint_script("#!/bin/bash\n#SBATCH --nodes=1\necho hi\n")] == [
+        ("example-script-rule", 3)]
     assert validate_experiment(get_experiment("lora/llama/1-gpu")) == []
 
 
@@ -231,7 +267,7 @@ def test_torchrun_started_by_the_batch_shell_on_several_nodes_names_the_idle_nod
 
 
 def test_heredoc_sbatch_lines_are_data_not_directives():
-    from workshop_lib.sbatch_script import read_header
+    from workshop_lib.checks.sbatch import read_header
 
     header = read_header((SAMPLES / "directive-after-command" / "good-heredoc.sbatch").read_text())
     assert header.get("nodes") == "1" and header.get("gpus-per-node") == "1"
@@ -276,7 +312,7 @@ def test_job_names_reused_in_one_folder(capsys):
 
 
 def test_the_same_job_name_in_two_folders_is_fine(tmp_path):
-    from workshop_lib.env_vars_check import check_folder
+    from workshop_lib.checks.env_vars import check_folder
 
     for folder in ("one", "two"):
         (tmp_path / folder).mkdir()
@@ -288,7 +324,7 @@ def test_the_same_job_name_in_two_folders_is_fine(tmp_path):
 def test_a_local_cluster_script_says_its_nodes_share_one_host():
     """The workshop's tiny profile runs every "node" on one machine: its rendered job says so, and only
     then is a 127.0.0.1 rendezvous right."""
-    from workshop_lib.launch_check import ONE_HOST_PRAGMA
+    from workshop_lib.checks.launches import ONE_HOST_PRAGMA
     from workshop_lib.scripts import render_script
 
     text = render_script(get_experiment("fsdp/multi-node/2-nodes"), "tiny")
@@ -299,7 +335,7 @@ def test_a_local_cluster_script_says_its_nodes_share_one_host():
 
 def test_nemo_fit_uses_the_experiments_estimate():
     """A hand-written NeMo script is checked like the workshop's own experiment with the same layout."""
-    from workshop_lib.fit_check import fit_findings
+    from workshop_lib.checks.fit import fit_findings
 
     (finding,) = lint_file(SAMPLES / "does-not-fit" / "bad.sbatch")
     one_gpu_full = _broken("lora/llama/1-gpu", peft="none")

@@ -17,7 +17,7 @@ import pytest
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.experiments import get_experiment
 from workshop_lib.runs import RunRecord, load_run
-from workshop_lib.validate import ValidationError
+from workshop_lib.checks.findings import ValidationError
 from workshop_lib.widgets import ExperimentBuilder, JobMonitor, live_widgets
 from workshop_lib.widgets.frontend import WIDGETS_VARIABLE
 
@@ -54,7 +54,7 @@ def test_changing_a_control_changes_the_id_script_and_estimate(builder):
 
 
 def test_a_linter_warning_is_shown_but_does_not_block(builder, monkeypatch):
-    from workshop_lib.validate import WARNING, Finding
+    from workshop_lib.checks.findings import WARNING, Finding
     from workshop_lib.widgets import builder as builder_module
 
     warning = Finding("several-options-per-line", WARNING, "two options on one line.", "one per line.", 3)
@@ -69,7 +69,7 @@ INVALID = [
     (dict(chapter=3, zero_stage=None, pin_memory=True), "pinned-without-offload", "pinned memory only applies"),
     (dict(chapter=4, fsdp="HYBRID_SHARD"), "hybrid-shard-single-node", "HYBRID_SHARD shards inside a node"),
     (dict(chapter=2, gpus=4, tensor_parallel=4, expert_parallel=2), "parallel-sizes-mismatch",
-     "TP x EP x PP = 8 does not divide the 4 GPUs"),
+     "TP x EP x PP = 4 x 2 x 1 = 8 does not divide the 4 GPUs"),
     (dict(chapter=1, model="mixtral-8x7b"), "mixtral-without-ep", "without an expert-parallel size"),
     (dict(chapter=3, gpus=8), "outside-profile-grid", "runs at most 4"),
 ]

@@ -18,9 +18,8 @@ import pandas as pd
 
 from workshop_lib.estimate.fit import check_fit
 from workshop_lib.experiments import chapter_experiments, large_gpu_experiments
-from workshop_lib.core.paths import SOURCE_ROOT
+from workshop_lib.core.paths import REFERENCE_DIR
 
-REFERENCE_DIR = SOURCE_ROOT / "book" / "reference"
 A100_GIB = 80.0  # the Ibex profile's GPUs (slurm/profiles/ibex.yml, gpu_memory_gib)
 MIB = 1024
 
@@ -91,7 +90,7 @@ def stand_in_caveat(chapter: int, folder: Path = REFERENCE_DIR) -> str:
 
 
 def _resolved():
-    from workshop_lib.nemo_check.check import load_resolved
+    from workshop_lib.core.reference import load_resolved
 
     return load_resolved()
 

@@ -30,10 +30,10 @@ from workshop_lib import tables as tables_module
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.experiments import CHAPTERS, Experiment, chapter_experiments, get_experiment, with_recipe
 from workshop_lib.core.vocabulary import DEFAULT_RECIPE, HF, RECIPES
-from workshop_lib.disk_check import check_disk, pending_needs
+from workshop_lib.checks.disk import check_disk, pending_needs
 from workshop_lib.sites.profiles import Profile, load_profile
 from workshop_lib.results import COMPLETED, chapter_results, read_run, run_note, run_record
-from workshop_lib.core.paths import ROOT_VARIABLE, RUNS_VARIABLE, repository_root, runs_root  # noqa: F401  (part of this API)
+from workshop_lib.core.paths import REFERENCE_DIR, ROOT_VARIABLE, RUNS_VARIABLE, repository_root, runs_root  # noqa: F401  (part of this API)
 from workshop_lib.runs import (
     Run, cancel_runs, explain_runs, load_run, query_runs, read_only_info, records_this_experiment, submit_experiments,
     wait_for_runs,
@@ -41,7 +41,9 @@ from workshop_lib.runs import (
 from workshop_lib.scripts import render_script
 from workshop_lib.jobs.slurm_output import JobInfo
 from workshop_lib.tables import Table
-from workshop_lib.validate import Finding, lint_script, validate_experiment
+from workshop_lib.checks.findings import Finding
+from workshop_lib.checks.lint import lint_script
+from workshop_lib.checks.experiment_rules import validate_experiment
 
 SUBMIT_VARIABLE = "WORKSHOP_SUBMIT"
 
@@ -451,7 +453,7 @@ def reference_results(chapter: int | str) -> tuple[dict, pd.DataFrame] | None:
     import json
 
     name = f"chapter{chapter}" if isinstance(chapter, int) else chapter
-    path = repository_root() / "book" / "reference" / f"{name}.json"
+    path = REFERENCE_DIR / f"{name}.json"
     if not path.is_file():
         return None
     data = json.loads(path.read_text())

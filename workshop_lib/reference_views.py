@@ -11,7 +11,7 @@ import pandas as pd
 
 from workshop_lib.core.gpu_cards import card_of
 
-from workshop_lib.core.paths import SOURCE_ROOT
+from workshop_lib.core.paths import REFERENCE_DIR, SOURCE_ROOT
 from workshop_lib.core.vocabulary import RECIPE_FEATURES
 
 REPOSITORY = SOURCE_ROOT
@@ -21,7 +21,7 @@ RECIPE_RESULTS = REPOSITORY / "benchmarks" / "results" / "recipe"
 RECIPE_END_TO_END = (RECIPE_RESULTS / "h100-end-to-end.json",)
 RECIPE_RESULT = RECIPE_END_TO_END[0]
 RECIPE_LADDER = RECIPE_RESULTS / "h100-ladder-graphs.json"  # one change at a time, chapter 3's baseline
-ENGINE_SCALING = REPOSITORY / "book" / "reference" / "engine_scaling.json"
+ENGINE_SCALING = REFERENCE_DIR / "engine_scaling.json"
 ENGINE_NAMES = {"ddp": "DDP", "zero2": "ZeRO-2", "full-shard": "FSDP FULL_SHARD"}
 # Why each change of the recipe pays, by the features it adds (the figures come from the result files).
 RECIPE_REASONS = {

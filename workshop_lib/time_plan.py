@@ -23,12 +23,10 @@ import pandas as pd
 
 from workshop_lib.core.durations import format_duration, parse_duration
 from workshop_lib.core.gpu_cards import CARDS, Card, card_of
-from workshop_lib.core.vocabulary import GPT, HF, NEMO
 from workshop_lib.experiments import Experiment
-from workshop_lib.core.paths import SOURCE_ROOT
+from workshop_lib.core.vocabulary import GPT, HF, NEMO
+from workshop_lib.core.paths import REFERENCE_DIR
 from workshop_lib.sites.profiles import Profile, load_profile
-
-REFERENCE_DIR = SOURCE_ROOT / "book" / "reference"
 
 # KAUST's Ibex policy, kaust-rccl/ksl-docs docs/source/policy/ibex.rst line 35: "a maximum limit on allocating
 # 24 GPUs in running jobs on Ibex ... whether 1 job requesting 24 GPUs or 24 jobs requesting a single GPU".

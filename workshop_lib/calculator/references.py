@@ -17,10 +17,9 @@ from workshop_lib.estimate import KNOWN_CONFIGS, setup_from_experiment
 from workshop_lib.estimate.fit import nemo_setup
 from workshop_lib.experiments import CHAPTERS, chapter_experiments, get_experiment, large_gpu_experiments
 from workshop_lib.core.vocabulary import NEMO
-from workshop_lib.core.paths import SOURCE_ROOT
+from workshop_lib.core.paths import REFERENCE_DIR
 from workshop_lib.calculator.page import MODELS, inputs_from_setup
 
-REFERENCE_DIR = SOURCE_ROOT / "book" / "reference"
 REFERENCE_FILES = ("chapter1.json", "chapter2.json", "chapter3.json", "chapter4.json", "engine_scaling.json")
 # Which chapters open the calculator on their experiments (chapters 1-2: layouts; 3: ZeRO; 4: FSDP).
 PRESET_CHAPTERS = (1, 2, 3, 4)

@@ -154,8 +154,9 @@ def _render(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from workshop_lib.env_vars_check import check_folder
-    from workshop_lib.validate import NotAJobScript, lint_file
+    from workshop_lib.checks.env_vars import check_folder
+    from workshop_lib.checks.lint import lint_file
+    from workshop_lib.checks.script import NotAJobScript
 
     errors = warnings = checked = 0
     for target in args.scripts:

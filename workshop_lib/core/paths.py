@@ -19,6 +19,9 @@ SOURCE_ROOT = Path(__file__).resolve().parents[2]
 # What the checkout ships for jobs: templates, site profiles, DeepSpeed configs.
 SLURM_DIR = SOURCE_ROOT / "slurm"
 DS_CONFIGS_DIR = SLURM_DIR / "ds_configs"
+# What the checkout ships for the book: measurements on real GPUs and NeMo's resolved recipes. The data comes
+# with the library's own checkout, so it is found from SOURCE_ROOT (never from $WORKSHOP_ROOT or the cwd).
+REFERENCE_DIR = SOURCE_ROOT / "book" / "reference"
 
 
 def repository_root(start: Path | str | None = None) -> Path:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, replace
 
+from workshop_lib.core.reference import MissingResolvedRecipes, load_resolved
 from workshop_lib.estimate.memory import GIB, MemoryEstimate, TrainingSetup, estimate_memory
 from workshop_lib.estimate.report import setup_from_experiment
 
@@ -43,10 +44,8 @@ def _recipe(experiment) -> dict:
     """Micro-batch and sequence length NeMo resolved for the experiment (book/reference/nemo), else the
     recipes' defaults."""
     try:
-        from workshop_lib.nemo_check.check import load_resolved
-
         record = load_resolved().get(experiment.id)
-    except Exception:  # no resolved file yet: the recipes' defaults are what NeMo resolves today
+    except MissingResolvedRecipes:  # nothing resolved yet: the recipes' defaults are what NeMo resolves today
         record = None
     if record and record.get("accepted"):
         return {"micro_batch": record["layout"]["micro_batch"], "seq_length": record["resolved"]["seq_length"]}

@@ -28,7 +28,7 @@ from workshop_lib.jobs import slurm_output
 from workshop_lib.jobs.backend import FORGOTTEN, PollPolicy, Submission, python_environment_path
 from workshop_lib.core.durations import parse_duration
 from workshop_lib.core.errors import ClusterError, SubmitError
-from workshop_lib.sbatch_script import sbatch_request
+from workshop_lib.checks.sbatch import sbatch_request
 from workshop_lib.jobs.slurm_output import JobInfo
 
 SHIMS = Path(__file__).resolve().parent / "local_shims"

@@ -18,7 +18,7 @@ from pathlib import Path
 from workshop_lib.jobs import slurm_output
 from workshop_lib.jobs.backend import FORGOTTEN, PollPolicy, Submission
 from workshop_lib.core.errors import ClusterError, SubmitError
-from workshop_lib.sbatch_script import sbatch_request
+from workshop_lib.checks.sbatch import sbatch_request
 from workshop_lib.jobs.slurm_output import JobInfo
 
 # squeue columns: id (array tasks as ID_TASK), name, state, reason, time used, time limit, nodes, working

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from workshop_lib.core.durations import format_duration, parse_duration
-from workshop_lib.sbatch_script import sbatch_request
+from workshop_lib.checks.sbatch import sbatch_request
 
 # States after which a job never runs again. LOST is the workshop's own: a job the scheduler forgot
 # (no accounting, or its state was reset) whose log has no footer, so how it ended is unknown.

@@ -7,71 +7,24 @@ Renders each chapter 1-2 experiment for a NeMo profile (ibex), takes the command
 and resolves all of them in one process of the NeMo environment (``resolve.py``). The results — accepted
 or refused and why, NeMo's Resolved Arguments table, the whole resolved configuration — go to OUT: the
 book shows them as "what NeMo will run", and the stand-in engines take the recipe's micro-batch,
-sequence length, LoRA and learning rate from ``resolved.json`` (``recipe_for``).
+sequence length, LoRA and learning rate from ``resolved.json`` (read by ``core.reference``).
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
-import shlex
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
+from workshop_lib.checks.nemo_command import NemoCommand, command_from_script
 from workshop_lib.core.errors import WorkshopError
-from workshop_lib.core.paths import SOURCE_ROOT
+from workshop_lib.core.reference import RESOLVED_DIR, RESOLVED_FILE
 
 HERE = Path(__file__).resolve().parent  # this package's own files (resolve.py)
-RESOLVED_DIR = SOURCE_ROOT / "book" / "reference" / "nemo"
-RESOLVED_FILE = "resolved.json"
-
-
-@dataclass(frozen=True)
-class NemoCommand:
-    """`nemo llm finetune --factory FACTORY OVERRIDES... [flags]` as a job script runs it."""
-
-    factory: str
-    overrides: tuple[str, ...]
-    flags: tuple[str, ...]
-
-    @property
-    def arguments(self) -> list[str]:
-        return ["--factory", self.factory, *self.overrides, *self.flags]
-
-
-def command_from_script(script: str) -> NemoCommand:
-    """The finetune command of a rendered job script (continuation lines joined, shell words split)."""
-    lines = script.splitlines()
-    start = next((index for index, line in enumerate(lines) if "nemo llm finetune" in line), None)
-    if start is None:
-        raise WorkshopError("the script has no `nemo llm finetune` line; render a chapter 1-2 experiment "
-                            "with a NeMo profile (--profile ibex)")
-    joined = []
-    for line in lines[start:]:
-        joined.append(line.rstrip().removesuffix("\\"))
-        if not line.rstrip().endswith("\\"):
-            break
-    words = shlex.split(" ".join(joined))
-    words = words[words.index("finetune") + 1:]
-    if "||" in words:
-        words = words[:words.index("||")]
-    factory, overrides, flags = None, [], []
-    index = 0
-    while index < len(words):
-        word = words[index]
-        if word == "--factory":
-            factory, index = words[index + 1], index + 2
-            continue
-        (flags if word.startswith("-") else overrides).append(word)
-        index += 1
-    if factory is None:
-        raise WorkshopError("the finetune command has no --factory; the templates always render one")
-    return NemoCommand(factory, tuple(overrides), tuple(flags))
 
 
 def nemo_experiments():
@@ -86,7 +39,7 @@ def commands_for(experiments, profile: str = "ibex") -> list[dict]:
     check apply here too: a script that cannot be rendered is not checked)."""
     from workshop_lib.sites.profiles import load_profile
     from workshop_lib.scripts import nemo_context, render_script
-    from workshop_lib.validate import ValidationError
+    from workshop_lib.checks.findings import ValidationError
 
     site = load_profile(profile)
     commands = []
@@ -137,37 +90,6 @@ def run_cli(arguments: list[str], python: Path | None = None, timeout: float = 3
         return subprocess.run([str(python.parent / "nemo"), "llm", "finetune", *arguments],
                               env=nemo_environment_variables(Path(scratch)), capture_output=True, text=True,
                               timeout=timeout, stdin=subprocess.DEVNULL)
-
-
-def load_resolved(folder: Path = RESOLVED_DIR) -> dict[str, dict]:
-    """The stored records by experiment id, read once per version of the file (every script rendered asks).
-    Shared between callers: read them, never change them."""
-    path = folder / RESOLVED_FILE
-    if not path.exists():
-        shown = path.relative_to(SOURCE_ROOT) if path.is_relative_to(SOURCE_ROOT) else path
-        raise WorkshopError(f"{shown} is missing; "
-                            "run `make nemo-check` to resolve the chapters' NeMo commands")
-    version = path.stat()
-    return _read_resolved(path, version.st_mtime_ns, version.st_size)
-
-
-@functools.lru_cache(maxsize=8)
-def _read_resolved(path: Path, mtime_ns: int, size: int) -> dict[str, dict]:
-    """`load_resolved`'s reading; keyed on the file's time and size too, so a rewritten file (`make
-    nemo-check`, a test's own file) is read again."""
-    return {record["id"]: record for record in json.loads(path.read_text())}
-
-
-def recipe_for(experiment_id: str, folder: Path = RESOLVED_DIR) -> dict:
-    """The resolved recipe of one NeMo experiment (micro-batch, sequence length, LoRA, learning rate...)."""
-    records = load_resolved(folder)
-    if experiment_id not in records:
-        raise WorkshopError(f"{experiment_id} has no resolved NeMo configuration in {RESOLVED_FILE}; "
-                            "run `make nemo-check` after adding an experiment")
-    record = records[experiment_id]
-    if not record["accepted"]:
-        raise WorkshopError(f"NeMo refuses {experiment_id}: " + "; ".join(record["errors"]))
-    return {**record["resolved"], **record["layout"]}
 
 
 def main(argv: list[str] | None = None) -> int:

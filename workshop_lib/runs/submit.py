@@ -27,7 +27,7 @@ from workshop_lib.jobs.backend import get_backend, resolve_backend
 from workshop_lib.jobs.slurm_output import JobInfo
 from workshop_lib.runs.record import HELD, RunRecord, UNKNOWN, write_atomically
 from workshop_lib.runs.run import RUNS_VARIABLE, Run, load_run, query_runs, run_directory
-from workshop_lib.sbatch_script import sbatch_request
+from workshop_lib.checks.sbatch import sbatch_request
 from workshop_lib.scripts import render_script
 from workshop_lib.sites.profiles import Profile, load_profile
 from workshop_lib.sites.requirements import check_before_submit

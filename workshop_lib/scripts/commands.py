@@ -160,7 +160,7 @@ def _entry_point(experiment: Experiment) -> str:
 def _nemo_stand_in_arguments(experiment: Experiment) -> list[str]:
     # Off a NeMo site, the LoRA and tensor/expert-parallel engines stand in for NeMo Factory, with the
     # recipe NeMo resolved for the same experiment (book/reference/nemo/resolved.json, `make nemo-check`).
-    from workshop_lib.nemo_check.check import recipe_for
+    from workshop_lib.core.reference import recipe_for
 
     recipe = recipe_for(experiment.id)
     arguments = ["--global-batch", str(recipe["global_batch"]), "--micro-batch", str(recipe["micro_batch"]),

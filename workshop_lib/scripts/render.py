@@ -24,7 +24,7 @@ from workshop_lib.sites.requirements import (
     CACHE_VARIABLES, MISSING_SETUP_EXIT, OFFLINE_VARIABLES, import_requirements, import_step, job_requirements,
     setup_command, shared_exports,
 )
-from workshop_lib.validate import raise_for_experiment
+from workshop_lib.checks.experiment_rules import raise_for_experiment
 
 TEMPLATES_DIR = SLURM_DIR / "templates"
 

@@ -25,7 +25,9 @@ from workshop_lib.core.vocabulary import GPT, HF, GptShape
 from workshop_lib.sites.profiles import Profile, available_profiles, default_profile_name, load_profile
 from workshop_lib.runs import Run, submit_experiment
 from workshop_lib.scripts import render_script
-from workshop_lib.validate import Finding, ValidationError, lint_script, validate_experiment
+from workshop_lib.checks.findings import Finding, ValidationError
+from workshop_lib.checks.lint import lint_script
+from workshop_lib.checks.experiment_rules import validate_experiment
 from workshop_lib.widgets import frontend
 from workshop_lib.widgets.monitor import JobMonitor
 

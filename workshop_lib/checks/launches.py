@@ -5,7 +5,7 @@ The batch shell runs once, on the first node. A launcher started there without `
 only; `srun` starts one copy per task; the batch shell expands `$SLURM_NODEID` (always 0 there) before
 `srun` sees the line unless single quotes (or a quoted heredoc) keep it for the task's shell. So each
 launch is read with where it runs: the batch shell, a `bash -c '...'` string, or a heredoc that `srun`
-runs. The rules register themselves with ``validate.script_rule``."""
+runs. ``RULES`` lists the rules in the order they run."""
 
 from __future__ import annotations
 
@@ -14,8 +14,10 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Iterable
 
-from workshop_lib.sbatch_script import HEREDOC
-from workshop_lib.validate import ERROR, WARNING, Finding, Script, nemo_command, script_rule, shell_scopes
+from workshop_lib.checks.findings import ERROR, WARNING, Finding
+from workshop_lib.checks.nemo_command import nemo_overrides
+from workshop_lib.checks.sbatch import HEREDOC
+from workshop_lib.checks.script import Script, shell_scopes
 
 # A launcher as a command word (never `--deepspeed cfg.json`, which is the Trainer's flag).
 _LAUNCHER = re.compile(
@@ -278,7 +280,6 @@ def _launchers(job: ScriptLaunches) -> list[Launch]:
 # ---------------------------------------------------------------------------------------------
 # Where the launchers run
 # ---------------------------------------------------------------------------------------------
-@script_rule
 def _launch_placement(script: Script) -> Iterable[Finding]:
     job = launches_of(script)
     nodes = job.nodes
@@ -318,7 +319,6 @@ def _launch_placement(script: Script) -> Iterable[Finding]:
 # ---------------------------------------------------------------------------------------------
 # GPUs and workers
 # ---------------------------------------------------------------------------------------------
-@script_rule
 def _gpus_and_workers(script: Script) -> Iterable[Finding]:
     job = launches_of(script)
     launchers = _launchers(job)
@@ -394,7 +394,6 @@ def _workers_fix(kind: str, per_node: int, nodes: int | None) -> str:
             f"--num_machines={nodes or 1}.")
 
 
-@script_rule
 def _launcher_nodes(script: Script) -> Iterable[Finding]:
     job = launches_of(script)
     nodes = job.nodes
@@ -418,7 +417,7 @@ def _launcher_nodes(script: Script) -> Iterable[Finding]:
                "never come)." if written < nodes else "the rendezvous waits for nodes the job does not have, "
                "until the time limit."),
             f"use {option}=$SLURM_NNODES (or {option}={nodes}).", launch.line_of(found[1]) if found else launch.line)
-    command = nemo_command(script)
+    command = nemo_overrides(script.code)
     num_nodes = command.value("trainer.num_nodes")
     nemo = "nemo llm" in script.code or num_nodes is not None
     written = script.number(num_nodes) if num_nodes is not None else (1 if nemo else None)
@@ -436,7 +435,6 @@ def _launcher_nodes(script: Script) -> Iterable[Finding]:
 # ---------------------------------------------------------------------------------------------
 # Rendezvous
 # ---------------------------------------------------------------------------------------------
-@script_rule
 def _rendezvous(script: Script) -> Iterable[Finding]:
     job = launches_of(script)
     if not job.nodes or job.nodes < 2 or ONE_HOST_PRAGMA in script.text:
@@ -537,7 +535,6 @@ def _rendezvous_fix(kind: str) -> str:
     return head + '--rdzv_backend=c10d --rdzv_endpoint="$HEAD_NODE:<port>" (the same on every node).'
 
 
-@script_rule
 def _ranks_expanded_early(script: Script) -> Iterable[Finding]:
     job = launches_of(script)
     several = (job.nodes or 1) > 1 or (job.tasks_per_node() or 1) > 1
@@ -581,7 +578,6 @@ def _protected(text: str, offset: int, in_task_string: bool) -> bool:
     return state == "'"
 
 
-@script_rule
 def _deepspeed_hostfile(script: Script) -> Iterable[Finding]:
     job = launches_of(script)
     if not job.nodes or job.nodes < 2:
@@ -599,7 +595,6 @@ def _deepspeed_hostfile(script: Script) -> Iterable[Finding]:
             "torchrun per node with srun instead.", launch.line)
 
 
-@script_rule
 def _pinned_devices(script: Script) -> Iterable[Finding]:
     """A hand-set CUDA_VISIBLE_DEVICES for the whole job (export, or a line of its own) or for a launcher.
     `CUDA_VISIBLE_DEVICES=1 python eval.py &`, one process per GPU, is left alone."""
@@ -626,3 +621,7 @@ def _pinned_devices(script: Script) -> Iterable[Finding]:
             + ("" if every_gpu else ", and SLURM had already set it to the GPUs it gave this job."),
             "delete it: SLURM sets CUDA_VISIBLE_DEVICES to the job's GPUs on every node.",
             start + text.count("\n", 0, match.start()))
+
+
+RULES = [_launch_placement, _gpus_and_workers, _launcher_nodes, _rendezvous, _ranks_expanded_early, _deepspeed_hostfile,
+         _pinned_devices]

@@ -13,7 +13,10 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from workshop_lib.validate import ERROR, Finding
+from workshop_lib.checks.findings import ERROR, Finding
+from workshop_lib.checks.lint import lint_file
+from workshop_lib.checks.sbatch import read_header
+from workshop_lib.checks.script import NotAJobScript
 
 SCRIPT_SUFFIXES = (".slurm", ".sbatch", ".sh")
 _SOURCE = re.compile(r"^\s*(?:source|\.)\s+[\"']?([\w./-]+\.sh)[\"']?", re.MULTILINE)
@@ -174,8 +177,6 @@ def job_scripts_in(folder: Path) -> list[Path]:
 
 def job_name_findings(scripts: list[Path]) -> dict[Path, list[Finding]]:
     """One error per script whose --job-name another script of the same folder also uses."""
-    from workshop_lib.sbatch_script import read_header
-
     by_name: dict[tuple[Path, str], list[tuple[Path, int | None]]] = {}
     for script in scripts:
         header = read_header(script.read_text(errors="replace"))
@@ -200,8 +201,6 @@ def job_name_findings(scripts: list[Path]) -> dict[Path, list[Finding]]:
 def check_folder(root: Path) -> tuple[list[tuple[Path, list[Finding]]], list[EnvComparison]]:
     """Lint every job script under `root`, compare each folder's env file with its Python, and report job
     names reused inside a folder. A file that is not a job script is one error of its own."""
-    from workshop_lib.validate import NotAJobScript, lint_file
-
     scripts = job_scripts_in(root)
     results, readable = [], []
     for script in scripts:

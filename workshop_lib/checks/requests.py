@@ -1,6 +1,6 @@
 """Linter rules on what a hand-written job asks SLURM for: its time limit, its host memory for the ranks
 that load the model, the paths it uses after a `cd`, and (for NeMo) whether the layout fits the GPUs,
-by the estimate the workshop's own experiments are checked with (``fit_check``)."""
+by the estimate the workshop's own experiments are checked with (``checks.fit``)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,17 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable
 
-from workshop_lib.launch_check import launches_of, workers_per_node
-from workshop_lib.validate import ERROR, Finding, Script, nemo_command, script_rule
+from workshop_lib.checks.findings import ERROR, Finding
+from workshop_lib.checks.fit import fit_findings
+from workshop_lib.checks.launches import launches_of, workers_per_node
+from workshop_lib.checks.nemo_command import STRATEGY, nemo_overrides
+from workshop_lib.checks.pitfalls import NEMO_MIXTRAL_DEFAULT_EP
+from workshop_lib.checks.script import Script
+from workshop_lib.estimate.shapes import parameter_count
+from workshop_lib.experiments import Experiment
+from workshop_lib.core.vocabulary import NEMO
+from workshop_lib.sites.profiles import load_profile
 
-_STRATEGY = "trainer.strategy."
 # Models whose size the estimate knows, as people write them (hub ids, NeMo factories): compared with
 # separators and case dropped, so meta-llama/Llama-3.1-8B, llama31_8b and llama-3.1-8b are one name.
 _ESTIMATED_MODELS = ("llama-3.1-8b", "mixtral-8x7b", "bloom-560m")
@@ -33,7 +40,6 @@ def model_in_script(script: Script) -> str | None:
 # ---------------------------------------------------------------------------------------------
 # A script saved with Windows line breaks
 # ---------------------------------------------------------------------------------------------
-@script_rule
 def _dos_line_breaks(script: Script) -> Iterable[Finding]:
     if "\r\n" in script.text:
         yield Finding(
@@ -47,7 +53,6 @@ def _dos_line_breaks(script: Script) -> Iterable[Finding]:
 # ---------------------------------------------------------------------------------------------
 # --time
 # ---------------------------------------------------------------------------------------------
-@script_rule
 def _time_limit(script: Script) -> Iterable[Finding]:
     value = script.header.get("time")
     match = re.fullmatch(r"(\d+):(\d+)", value or "")
@@ -106,7 +111,6 @@ def _node_memory(script: Script) -> tuple[float, str, int | None] | None:
     return None
 
 
-@script_rule
 def _host_memory(script: Script) -> Iterable[Finding]:
     node = _node_memory(script)
     mem = node[0] if node else None
@@ -117,8 +121,6 @@ def _host_memory(script: Script) -> Iterable[Finding]:
     ranks = _ranks_per_node(script)
     if model is None or not ranks or ranks < 2:
         return
-    from workshop_lib.estimate.shapes import parameter_count
-
     per_rank = parameter_count(model) * 2 / 1024 ** 3  # 16-bit weights: the least each rank holds while loading
     need = per_rank * ranks
     if need <= mem:
@@ -140,7 +142,6 @@ _RELATIVE_FILE = re.compile(r"(?<![\w/$.~-])((?:\./)?[\w.-]+(?:/[\w.-]+)*\.(?:py
 _SUBMIT_DIR = ("$SLURM_SUBMIT_DIR", "${SLURM_SUBMIT_DIR}", ".", "-", "$OLDPWD")
 
 
-@script_rule
 def _relative_after_cd(script: Script) -> Iterable[Finding]:
     submit = script.submit_dir
     if submit is None:
@@ -185,12 +186,9 @@ def _folder(script: Script, target: str, submit: Path) -> Path | None:
 @lru_cache(maxsize=1)
 def _site():
     """The workshop's site profile: its NeMo factory names and its GPUs' memory."""
-    from workshop_lib.sites.profiles import load_profile
-
     return load_profile("ibex")
 
 
-@script_rule
 def _nemo_fit(script: Script) -> Iterable[Finding]:
     factory = re.search(r"--factory\s+[\"']?([A-Za-z0-9_]+)", script.code)
     if not factory or "nemo llm" not in script.code:
@@ -200,12 +198,12 @@ def _nemo_fit(script: Script) -> Iterable[Finding]:
     model = models.get(factory.group(1))
     if model is None or site.gpu_memory_gib is None:
         return
-    command = nemo_command(script)
+    command = nemo_overrides(script.code)
     sizes = {}
     for name in ("tensor", "pipeline", "expert"):
-        written = command.value(f"{_STRATEGY}{name}_model_parallel_size")
+        written = command.value(f"{STRATEGY}{name}_model_parallel_size")
         sizes[name] = script.number(written) if written is not None else (None if name == "expert" else 1)
-    context = command.value(f"{_STRATEGY}context_parallel_size")
+    context = command.value(f"{STRATEGY}context_parallel_size")
     if context is not None and script.number(context) != 1:
         return  # the estimate has no context parallelism: say nothing rather than guess
     job = launches_of(script)
@@ -213,21 +211,15 @@ def _nemo_fit(script: Script) -> Iterable[Finding]:
     if sizes["tensor"] is None or sizes["pipeline"] is None or not per_node or not job.nodes:
         return  # a size known only at run time
     gpus = per_node * job.nodes
-    from workshop_lib.validate import NEMO_MIXTRAL_DEFAULT_EP
-
     if sizes["expert"] is None and "mixtral" in model:
         sizes["expert"] = NEMO_MIXTRAL_DEFAULT_EP  # the recipe's EP (mixtral-without-ep says when it cannot be)
     peft_none = (command.value("peft") == "none"
                  or re.search(r"peft_scheme\s*=\s*(['\"]none['\"]|None)", script.code) is not None)
-    sequence_parallel = (command.value(f"{_STRATEGY}sequence_parallel") or "").lower() in ("true", "1")
+    sequence_parallel = (command.value(f"{STRATEGY}sequence_parallel") or "").lower() in ("true", "1")
     if (gpus % (sizes["tensor"] * sizes["pipeline"] * (sizes["expert"] or 1))
             or (sequence_parallel and sizes["tensor"] < 2)
             or (not peft_none and (sizes["tensor"] > 1 or sizes["pipeline"] > 1))):
         return  # a layout NeMo refuses anyway: the layout rules say why, the estimate would not add to it
-    from workshop_lib.core.vocabulary import NEMO
-    from workshop_lib.experiments import Experiment
-    from workshop_lib.fit_check import fit_findings
-
     experiment = Experiment(id=f"this {model} job", chapter=0, group="script", title="", engine=NEMO, model=model,
                             nodes=job.nodes, gpus_per_node=per_node, peft="none" if peft_none else "lora",
                             tensor_parallel=sizes["tensor"], pipeline_parallel=sizes["pipeline"],
@@ -235,4 +227,7 @@ def _nemo_fit(script: Script) -> Iterable[Finding]:
     for finding in fit_findings(experiment, site):
         yield Finding(finding.rule, finding.severity,
                       finding.message.replace("the profile's", f"{site.name}'s"), finding.fix,
-                      command.line(f"{_STRATEGY}tensor_model_parallel_size") or script.line_of("--factory"))
+                      command.line(f"{STRATEGY}tensor_model_parallel_size") or script.line_of("--factory"))
+
+
+RULES = [_dos_line_breaks, _time_limit, _host_memory, _relative_after_cd, _nemo_fit]

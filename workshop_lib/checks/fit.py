@@ -1,19 +1,19 @@
 """The fit rule: refuse an experiment whose predicted per-GPU memory exceeds the profile's GPUs.
 
-Called by ``validate.validate_experiment``; the estimate and the layout search live in
-``workshop_lib.estimate.fit``. A profile without ``gpu_memory_gib`` (the CPU stand-in) is not checked.
+Called by ``checks.experiment_rules`` and by the linter (``checks.requests``); the estimate and the layout
+search live in ``workshop_lib.estimate.fit``. A profile without ``gpu_memory_gib`` (the CPU stand-in) is not
+checked.
 """
 
 from __future__ import annotations
 
+from workshop_lib.checks.findings import ERROR, Finding
+from workshop_lib.core.vocabulary import NEMO
 from workshop_lib.estimate.fit import check_fit
 
 
 def fit_findings(experiment, profile) -> list:
     """[] when the experiment fits (or the profile names no GPU memory), else one error Finding."""
-    from workshop_lib.core.vocabulary import NEMO
-    from workshop_lib.validate import ERROR, Finding
-
     gpu_memory = getattr(profile, "gpu_memory_gib", None)
     if gpu_memory is None or experiment.engine != NEMO:
         return []
