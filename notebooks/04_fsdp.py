@@ -42,7 +42,7 @@ runs_dir = None  # None: <repository>/runs (or $WORKSHOP_RUNS_DIR)
 recipe = "seed"  # "seed": the original material's recipe (comparable numbers); "tuned": the faster one
 
 # %% tags=["hide-input"]
-from workshop_lib import claims, plots
+from workshop_lib.book import claims, plots
 from workshop_lib import notebook as nb
 
 selection = nb.chapter_header(4, profile, experiments, runs_dir, recipe)

@@ -35,7 +35,7 @@ def test_reference_captions_list_only_software_the_reference_machine_had():
 def test_wide_tables_scroll_inside_the_text_column():
     import pandas as pd
 
-    from workshop_lib.tables import Table
+    from workshop_lib.book.tables import Table
 
     html = nb.table_html(Table("wide", pd.DataFrame([{f"column {i}": i for i in range(40)}])))
     assert 'class="workshop-scroll" style="overflow-x:auto' in html

@@ -14,7 +14,7 @@ from workshop_lib.experiments import get_experiment
 from workshop_lib.memory import memory_summary
 from workshop_lib.results import chapter_results, read_run
 from workshop_lib.runs import load_run
-from workshop_lib.tables import chapter_tables, drop_unrecorded, long_form, render_tables
+from workshop_lib.book.tables import chapter_tables, drop_unrecorded, long_form, render_tables
 
 SAMPLES = Path(__file__).parent / "samples"
 CH1_COLUMNS = ["GPUs", "Batch per GPU", "Total job time (HH:MM:SS)", "Train step time (s)", "Last reduced_train_loss",
@@ -237,7 +237,7 @@ def test_many_unreadable_lines_make_one_short_note(chapter_1_runs, capsys):
 
 def test_chapter_2_rows_name_their_layouts():
     from workshop_lib.experiments import chapter_experiments
-    from workshop_lib.tables import layout_name
+    from workshop_lib.book.tables import layout_name
 
     names = [layout_name({**e.to_dict(), "gpus": e.gpus}) for e in chapter_experiments(2)]
     assert names == ["TP 2 x DP 2", "TP 4", "TP 8", "TP 2 x PP 4 x EP 2 x DP 2 + SP", "TP 4 x PP 2 x EP 2 x DP 2 + SP"]

@@ -13,7 +13,7 @@ Results are shown real measurements first: ``show_results(selection, keys)`` sho
 (e.g. ``["single-gpu"]``) as the reference measured on real GPUs (``book/reference/chapter<N>.json``, with a
 provenance caption), then the same tables from the participant's runs, titled by profile, with stand-in
 models named as such and all-n/a columns dropped. Any chapter gets this by calling it with its tables'
-keys (``Table.key`` in ``workshop_lib.tables``) once its reference file exists.
+keys (``Table.key`` in ``workshop_lib.book.tables``) once its reference file exists.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from workshop_lib import tables as tables_module
+from workshop_lib.book import tables as tables_module
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.experiments import (
     CHAPTERS, DEFAULT_RECIPE, HF, RECIPES, Experiment, chapter_experiments, get_experiment, with_recipe,
@@ -41,7 +41,7 @@ from workshop_lib.runs import (
 )
 from workshop_lib.scripts import render_script
 from workshop_lib.slurm_output import JobInfo
-from workshop_lib.tables import Table
+from workshop_lib.book.tables import Table
 from workshop_lib.validate import Finding, lint_script, validate_experiment
 
 SUBMIT_VARIABLE = "WORKSHOP_SUBMIT"
@@ -221,7 +221,7 @@ def show_reference_script(experiment_id: str, profile: str = "ibex", open_: bool
 
 # ---- text and files on the page ------------------------------------------------------------------
 def say(text: str) -> str:
-    """A paragraph of Markdown generated from data (e.g. `workshop_lib.claims`), shown as text on the page."""
+    """A paragraph of Markdown generated from data (e.g. `workshop_lib.book.claims`), shown as text on the page."""
     if not text:
         return ""
     try:
@@ -270,9 +270,9 @@ def show_log_lines(experiment_id: str, pattern: str, runs_dir: Path | str | None
 # ---- how long, before submitting --------------------------------------------------------------------
 def show_time_plan(selection: Selection, site: str = "ibex") -> pd.DataFrame:
     """Before submitting: the GPUs the chapter's jobs ask for, how they queue under Ibex's per-user GPU cap,
-    and about how long each runs on an A100 (``workshop_lib.time_plan``, from the reference runs). Always
+    and about how long each runs on an A100 (``workshop_lib.book.time_plan``, from the reference runs). Always
     the Ibex plan, whatever profile runs here: it is what the chapter costs on the cluster."""
-    from workshop_lib import time_plan
+    from workshop_lib.book import time_plan
 
     sentence, table, factors = time_plan.chapter_plan(selection.chosen, site)
     _display(_html(f'<p class="workshop-time-plan">{_escape(sentence)}</p>'
@@ -600,7 +600,7 @@ def show_results(selection: Selection, keys: Sequence[str], runs_dir: Path | str
 def show_recipe_benchmark() -> list[Table]:
     """The seed recipe against the tuned one on one GPU (benchmarks/recipe_benchmark.py), steady and end to
     end, then the changes one at a time with why each pays; every figure from the stored result files."""
-    from workshop_lib import reference_views
+    from workshop_lib.book import reference_views
 
     tables = reference_views.recipe_benchmark_tables()
     if not tables:
@@ -619,7 +619,7 @@ def show_recipe_benchmark() -> list[Table]:
 
 def show_engine_scaling() -> Table | None:
     """DDP vs ZeRO-2 vs FSDP FULL_SHARD weak scaling on real GPUs (book/reference/engine_scaling.json)."""
-    from workshop_lib import reference_views
+    from workshop_lib.book import reference_views
 
     loaded = reference_results("engine_scaling")
     if loaded is None:
@@ -706,7 +706,7 @@ def chapter_figures(chapter: int, results: pd.DataFrame, keys: Sequence[str] | N
 
 
 def _chapter_figures(chapter: int, results: pd.DataFrame, keys: Sequence[str] | None, label: str) -> list:
-    from workshop_lib import plots
+    from workshop_lib.book import plots
 
     wanted = (lambda key: True) if keys is None else (lambda key: key in keys)  # noqa: E731
     group = lambda name: results[results["group"] == name]  # noqa: E731
@@ -723,7 +723,7 @@ def _chapter_figures(chapter: int, results: pd.DataFrame, keys: Sequence[str] | 
                     figures.append(plots.speedup_plot(group(name), "total_time_s",
                                                       f"{shown} ({what}): speedup of the total job time{suffix}"))
                 else:  # layouts, not GPU counts, are what differ (two of them use 4 GPUs)
-                    step = tables_module._step_time_key(group(name).to_dict("records"))
+                    step = tables_module.step_time_key(group(name).to_dict("records"))
                     figures.append(plots.step_time_plot(group(name), step, tables_module.layout_name,
                                                         f"{shown} ({what}): step time per layout{suffix}"))
         if wanted("memory"):
@@ -758,7 +758,7 @@ def _chapter_figures(chapter: int, results: pd.DataFrame, keys: Sequence[str] | 
         one_node = pd.concat([group("single-gpu"), group("multi-gpu")])
         if wanted("multi-gpu"):
             if tables_module.ran_fixed_steps(one_node.to_dict("records")):
-                step = tables_module._step_time_key(one_node.to_dict("records"))
+                step = tables_module.step_time_key(one_node.to_dict("records"))
                 figures.append(plots.efficiency_plot(one_node, step, "BLOOM-560m with FSDP on one node: weak "
                                                      f"scaling efficiency from the step time{suffix}"))
             else:
@@ -770,7 +770,7 @@ def _chapter_figures(chapter: int, results: pd.DataFrame, keys: Sequence[str] | 
                                              ylabel="MiB"))
         if wanted("weak-scaling"):
             depth = group("weak-scaling")
-            step = tables_module._step_time_key(depth.to_dict("records"))
+            step = tables_module.step_time_key(depth.to_dict("records"))
             figures.append(plots.efficiency_plot(depth, step, f"Custom GPT: weak scaling efficiency by depth{suffix}"))
         if wanted("gpt") and has_folders:
             figures.append(plots.loss_curves(pd.concat([group("baseline"), group("single-gpu"), group("gpt")]),

@@ -17,7 +17,7 @@ from workshop_lib.estimate import KNOWN_CONFIGS, setup_from_experiment
 from workshop_lib.estimate.fit import nemo_setup
 from workshop_lib.experiments import CHAPTERS, NEMO, chapter_experiments, get_experiment, large_gpu_experiments
 from workshop_lib.core.paths import SOURCE_ROOT
-from workshop_lib.calculator.page import MODELS, inputs_from_setup
+from workshop_lib.book.calculator.page import MODELS, inputs_from_setup
 
 REFERENCE_DIR = SOURCE_ROOT / "book" / "reference"
 REFERENCE_FILES = ("chapter1.json", "chapter2.json", "chapter3.json", "chapter4.json", "engine_scaling.json")
@@ -36,7 +36,7 @@ def _known_model(model) -> str | None:
 
 def _setup_of_row(row: dict):
     """(model, TrainingSetup) of a measured row as it ran; NeMo layouts as the fit rule sees them."""
-    from workshop_lib.predictions import _model_for, setup_for_record
+    from workshop_lib.book.predictions import _model_for, setup_for_record
 
     if row.get("engine") == NEMO:
         experiment = get_experiment(row["id"])

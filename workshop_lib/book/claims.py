@@ -155,7 +155,7 @@ def zero_two_gpus(results: pd.DataFrame) -> str:
 
 def model_states_versus_peak(results: pd.DataFrame, experiment_id: str = "zero/two-gpus/zero3") -> str:
     """Why the measured peak is far above the formula's model states: the estimator's breakdown of one run."""
-    from workshop_lib.predictions import predict_record
+    from workshop_lib.book.predictions import predict_record
 
     record = _runs(results)[experiment_id]
     estimate = predict_record(record)

@@ -37,10 +37,10 @@ from typing import Callable
 
 import pandas as pd
 
-from workshop_lib.cells import NOT_RECORDED, completed, is_missing, measured_cell
+from workshop_lib.book.cells import NOT_RECORDED, completed, is_missing, measured_cell
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.core.durations import format_duration
-from workshop_lib.predictions import PREDICTION_NOTE, prediction_frame
+from workshop_lib.book.predictions import PREDICTION_NOTE, prediction_frame
 from workshop_lib.results import COMPLETED, chapter_results
 
 
@@ -113,7 +113,7 @@ def _hms(record: dict):
     return None if seconds is None or pd.isna(seconds) else format_duration(seconds)
 
 
-def _step_time_key(records: list[dict]) -> str:
+def step_time_key(records: list[dict]) -> str:
     """The per-step time the scaling figures use: the median over the steady steps where every completed
     run recorded it (the GPU references), else the mean over the logged steps. Never the total runtime,
     which start-up, the first compiled steps and evaluations dominate in short runs."""
@@ -402,7 +402,7 @@ def _weak_efficiency(reference: dict | None, key: str) -> Callable[[dict], objec
 
 def _weak_scaling_rows(reference: dict | None, unit: str, records: list[dict]) -> list[Column]:
     """Derived rows of seed 002's weak-scaling tables: efficiency from the per-step time against the reference."""
-    key = _step_time_key(records + ([reference] if reference else []))
+    key = step_time_key(records + ([reference] if reference else []))
     return [
         ("Train Runtime (s)", _get("train_runtime_s", digits=2)),
         (_step_time_label(key), _get(key, digits=3)),
@@ -530,7 +530,7 @@ def _scaling_columns(records: list[dict], base: dict, strong_extra: list[Column]
     batch per GPU (a profile's max_steps cap): weak scaling, efficiency from the per-step time."""
     if not ran_fixed_steps(records):
         return strong_extra
-    key = _step_time_key(records)
+    key = step_time_key(records)
     return [(_step_time_label(key), _get(key, digits=3)), ("Weak Scaling Efficiency (%)", _weak_efficiency(base, key))]
 
 
@@ -599,7 +599,7 @@ def weak_scaling_table(records: list[dict]) -> pd.DataFrame:
     and a short run's total runtime is mostly start-up). Layers grow with the GPUs while the per-GPU batch
     halves."""
     base = records[0] if records else {}
-    key = _step_time_key(records)
+    key = step_time_key(records)
     return _rows(records, [
         ("GPUs", lambda r: r["gpus"]),
         ("Num Layers", _int("gpt_layers")),
@@ -670,7 +670,7 @@ def chapter_4_tables(results: pd.DataFrame) -> list[Table]:
     depth = _group(results, "weak-scaling")
     tables.append(Table("Custom GPT weak scaling by depth", weak_scaling_table(depth),
                         f"Efficiency (%) = step time(2 GPUs) / step time(N GPUs) x 100, from the "
-                        f"{_step_time_label(_step_time_key(depth)).lower().removesuffix(' (s)')}."
+                        f"{_step_time_label(step_time_key(depth)).lower().removesuffix(' (s)')}."
                         + _utilization_note(depth), key="weak-scaling"))
     tables.append(memory_prediction_table(results, reference_id="fsdp/baseline"))
     return tables
@@ -680,7 +680,7 @@ def chapter_4_tables(results: pd.DataFrame) -> list[Table]:
 
 
 def memory_prediction_table(results: pd.DataFrame, reference_id: str) -> Table:
-    """The companion table of `workshop_lib.predictions`: estimate beside the measured peak per GPU."""
+    """The companion table of `workshop_lib.book.predictions`: estimate beside the measured peak per GPU."""
     return Table("Predicted vs measured memory per GPU", prediction_frame(results, reference_id), PREDICTION_NOTE,
                  key="prediction")
 
