@@ -52,7 +52,7 @@ wait_timeout_s = 1800  # stop waiting after this long (jobs keep running; re-run
 runs_dir = None  # None: <repository>/runs (or $WORKSHOP_RUNS_DIR)
 
 # %%
-from workshop_lib import notebook as nb
+from workshop_lib.book import chapter as nb
 
 selection = nb.chapter_header(2, profile, experiments, runs_dir)
 nb.experiments_overview(selection);

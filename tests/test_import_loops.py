@@ -16,7 +16,6 @@ PACKAGE = Path(__file__).resolve().parents[1] / "workshop_lib"
 KNOWN_LOOPS = (
     ("workshop_lib.estimate.fit", "workshop_lib.fit_check", "workshop_lib.launch_check", "workshop_lib.nemo_check.check",
      "workshop_lib.request_check", "workshop_lib.scripts", "workshop_lib.validate"),
-    ("workshop_lib.notebook", "workshop_lib.widgets", "workshop_lib.widgets.builder"),
 )
 
 

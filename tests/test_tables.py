@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from workshop_lib import notebook as nb
+from workshop_lib.book.your_runs import show_run_table
 from workshop_lib.cli import main
 from workshop_lib.experiments import get_experiment
 from workshop_lib.memory import memory_summary
@@ -228,7 +228,7 @@ def test_many_unreadable_lines_make_one_short_note(chapter_1_runs, capsys):
     for line in range(3, 23, 2):  # ten lines where the GPU answered [N/A]
         _damage(gpu_log, line, "2026/11/21 15:14:08.611, 0, NVIDIA H200, [N/A], 143771")
     runs = [load_run(get_experiment(i), chapter_1_runs) for i in ("lora/llama/1-gpu", "lora/llama/2-gpus")]
-    nb._show_run_table(runs, read_only=True)
+    show_run_table(runs, read_only=True)
     shown = [line for line in capsys.readouterr().out.splitlines() if "could not be read" in line]
     assert len(shown) == 1  # the undamaged run says nothing
     assert "lora/llama/1-gpu: 10 lines of gpu_memory_node1.csv could not be read: line 3: " in shown[0]

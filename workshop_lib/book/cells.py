@@ -19,6 +19,17 @@ def is_missing(value) -> bool:
     return value is None or (isinstance(value, float) and pd.isna(value))
 
 
+def format_cell(value) -> str:
+    """Numbers as a reader wants them: whole numbers without ".0", others to 5 significant digits."""
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return ""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if float(value).is_integer():
+        return str(int(value))
+    return f"{value:.1f}" if abs(value) >= 1000 else f"{value:.5g}"
+
+
 def completed(record: dict) -> bool:
     return record.get("state") == COMPLETED
 
@@ -32,4 +43,4 @@ def measured_cell(record: dict, value):
     return value
 
 
-__all__ = ["NOT_RECORDED", "completed", "is_missing", "measured_cell"]
+__all__ = ["NOT_RECORDED", "completed", "format_cell", "is_missing", "measured_cell"]

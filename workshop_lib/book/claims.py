@@ -3,7 +3,7 @@
 Every ordering and figure the chapters state about real-GPU runs (which ZeRO stage has the lowest peak,
 what offload costs, efficiency at N GPUs, what sharding does per rank) is computed here from
 ``book/reference/*.json``, so re-running the references rewrites the text with them. Each function takes the
-results frame of `workshop_lib.notebook.reference_results` and returns Markdown; tests/test_book_claims.py
+results frame of `workshop_lib.book.reference.reference_results` and returns Markdown; tests/test_book_claims.py
 recomputes the same facts from the JSON and checks the sentences.
 """
 

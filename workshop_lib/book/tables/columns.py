@@ -65,7 +65,7 @@ def row_table(records: list[dict], columns: list[Column], fixed: tuple[str, ...]
 
 
 def metric_table(records: list[dict], headers: list[str], metrics: list[Column],
-               fixed: tuple[str, ...] = ()) -> pd.DataFrame:
+                 fixed: tuple[str, ...] = ()) -> pd.DataFrame:
     """The seeds' sideways tables: one row per metric, one column per run."""
     rows = []
     for name, read in metrics:

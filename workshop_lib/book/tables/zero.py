@@ -73,7 +73,7 @@ def chapter_3_tables(results: pd.DataFrame) -> list[Table]:
     one_gpu = next((r for r in single if r.get("zero_stage") == 0 and not r.get("offload")), None)
     tables.append(Table("Multi-GPU weak scaling (500 samples per GPU)",
                         metric_table(multi, [f"{r['gpus']} GPUs" for r in multi],
-                                   gpu_metrics + _weak_scaling_rows(one_gpu, "1 GPU", multi), fixed=("Submit Job",)),
+                                     gpu_metrics + _weak_scaling_rows(one_gpu, "1 GPU", multi), fixed=("Submit Job",)),
                         "Weak scaling: every GPU trains on as many samples as the one-GPU ZeRO-0 run, so "
                         "efficiency = step time(1 GPU) / step time(N GPUs) x 100 (100 % = no overhead) and "
                         "throughput scaling = samples/s(N GPUs) / samples/s(1 GPU) (ideal: N)."
@@ -84,7 +84,7 @@ def chapter_3_tables(results: pd.DataFrame) -> list[Table]:
         runs = [r for r in two if bool(r["offload"]) == offload]
         tables.append(Table(f"2-GPU ZeRO stage comparison, {'with' if offload else 'without'} CPU offload",
                             metric_table(runs, [f"Stage {int(r['zero_stage'])}" for r in runs],
-                                       gpu_metrics + cpu_metrics, fixed=("Submit Job",)),
+                                         gpu_metrics + cpu_metrics, fixed=("Submit Job",)),
                             utilization_note(runs).strip(), key="two-gpus"))
     nodes = group_records(results, "multi-node")
     node_metrics: list[Column] = [
@@ -99,8 +99,8 @@ def chapter_3_tables(results: pd.DataFrame) -> list[Table]:
     ]
     tables.append(Table("Multi-node weak scaling (250 samples per GPU)",
                         metric_table(nodes, [f"{r['nodes']} nodes" for r in nodes],
-                                   node_metrics + _weak_scaling_rows(nodes[0] if nodes else None, "2 nodes", nodes),
-                                   fixed=("Submit Job",)),
+                                     node_metrics + _weak_scaling_rows(nodes[0] if nodes else None, "2 nodes", nodes),
+                                     fixed=("Submit Job",)),
                         "Efficiency = step time(2 nodes) / step time(N nodes) x 100: 250 samples per GPU everywhere."
                         + utilization_note(nodes), key="multi-node"))
     tables.append(memory_prediction_table(results, reference_id="zero/baseline"))
