@@ -7,8 +7,8 @@ outside a kernel. Nothing here imports torch (a chapter starts fast on a login n
 Results are shown real measurements first: ``show_results(selection, keys)`` shows a part of a chapter
 (e.g. ``["single-gpu"]``) as the reference measured on real GPUs (``book/reference/chapter<N>.json``, with a
 provenance caption), then the same tables from the participant's runs, titled by profile, with stand-in
-models named as such and all-n/a columns dropped. Any chapter gets this by calling it with its tables'
-keys (``Table.key`` in ``workshop_lib.book.tables``) once its reference file exists.
+models named as such and all-n/a columns dropped. A chapter's parts, their tables and figures are declared
+in ``workshop_lib.book.parts``; a key that is not one of them is an error.
 
 The pieces live beside this module (html, selection, reference, your_runs, figures); this one holds what a
 notebook calls and nothing else (``__all__``). It is the only book module that imports the widgets, inside
@@ -22,7 +22,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from workshop_lib.book import figures
+from workshop_lib.book import figures, parts
 from workshop_lib.book.figures import show_figure
 from workshop_lib.book.html import as_html, display, escape, message, script_block, scrollable, text_block
 from workshop_lib.book.reference import (
@@ -191,17 +191,26 @@ def _completed_here(experiment: Experiment, profile: Profile, root) -> bool:
 
 def show_results(selection: Selection, keys: Sequence[str], runs_dir: Path | str | None = None,
                  plots: bool = True, missing: str | None = None) -> None:
-    """One part of a chapter's results: the reference on real GPUs first (tables, then plots), then the
-    same tables and plots from your runs, titled by the profile that ran them."""
-    reference = show_reference_tables(selection.chapter, keys, **({"missing": missing} if missing else {}))
-    if plots and reference:
+    """One part of a chapter's results (``keys``: its parts, `book.parts`; an unknown key is an error naming
+    them): the reference on real GPUs first (tables, then plots), then the same tables and plots from your
+    runs, titled by the profile that ran them. A figure-only part shows its figures alone."""
+    chosen = parts.lookup(selection.chapter, keys)
+    tables = parts.table_keys(chosen)
+    reference = []
+    if tables:
+        reference = show_reference_tables(selection.chapter, tables, **({"missing": missing} if missing else {}))
+    if plots and (reference or not tables):
         loaded = reference_results(selection.chapter)
-        figures.show_figures(figures.chapter_figures(selection.chapter, loaded[1], keys, "reference, real GPUs"))
+        if loaded is not None:
+            figures.show_figures(figures.chapter_figures(chosen, loaded[1], "reference, real GPUs"))
     results = chapter_results_for(selection, runs_dir)  # parsed once: the tables and the plots show the same
-    mine = show_tables(selection, runs_dir, keys, results)
+    if tables:
+        mine = show_tables(selection, runs_dir, tables, results)
+    else:  # a figure-only part: your runs' figures once any of them completed
+        mine = not results.empty and (results["state"] == COMPLETED).any()
     if plots and mine:
-        figures.show_figures(figures.chapter_figures(selection.chapter, results, keys,
-                                                     f"your runs, {selection.profile.name}", selection.profile))
+        figures.show_figures(figures.chapter_figures(chosen, results, f"your runs, {selection.profile.name}",
+                                                     selection.profile))
 
 
 def say(text: str) -> str:

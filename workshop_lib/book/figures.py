@@ -1,11 +1,13 @@
-"""Which figures a chapter part shows, drawn from a results frame (the reference's or the participant's
-runs), titled by whose runs they are and naming a profile's stand-in models as such; shown inline, or a note
-where a figure has nothing drawn."""
+"""The figures of a chapter's parts, drawn from a results frame (the reference's or the participant's runs),
+titled by whose runs they are and naming a profile's stand-in models as such; shown inline, or a note where a
+figure has nothing drawn. Each part names its figure builders (`book.parts`); a builder gets the results and
+the part's key and returns its figures (none when the runs cannot draw one)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import pandas as pd
 
@@ -16,6 +18,9 @@ from workshop_lib.book.tables import (
 )
 from workshop_lib.profiles import Profile
 from workshop_lib.results import COMPLETED
+
+if TYPE_CHECKING:
+    from workshop_lib.book.parts import Part
 
 
 def _has_data(figure) -> bool:
@@ -41,12 +46,39 @@ def show_figures(figures: Sequence) -> int:
     return sum(show_figure(figure) for figure in figures)
 
 
-def chapter_figures(chapter: int, results: pd.DataFrame, keys: Sequence[str] | None = None,
-                    label: str = "", profile: Profile | None = None) -> list:
-    """The figures of a chapter's parts ``keys`` (all when None) from a results frame, titles ending in
-    ``label`` (whose runs they show) and naming ``profile``'s stand-in models as such. Loss curves need
-    the runs' folders, so a reference has none."""
-    figures = _chapter_figures(chapter, results, keys, label)
+@dataclass(frozen=True)
+class FigureData:
+    """What a part's figure builders draw from: one results frame (the reference's or your runs'), the parts
+    asked for, the title suffix saying whose runs they are, the memory metric those runs recorded, and whether
+    their folders are here (loss curves read them, so a reference has none)."""
+
+    results: pd.DataFrame
+    keys: frozenset[str]
+    suffix: str
+    memory: tuple[str, str]  # (column, how it was measured)
+    has_folders: bool
+
+    def group(self, name: str) -> pd.DataFrame:
+        return self.results[self.results["group"] == name]
+
+
+FigureBuilder = Callable[[FigureData, str], list]  # (data, the part's key) -> figures
+
+
+def chapter_figures(parts: Sequence[Part], results: pd.DataFrame, label: str = "",
+                    profile: Profile | None = None) -> list:
+    """The figures of the chapter ``parts`` (`book.parts.lookup`), in the chapter's order, from a results frame,
+    titles ending in ``label`` (whose runs they show) and naming ``profile``'s stand-in models as such. A
+    builder two parts share (one figure with a series per part) draws once."""
+    data = FigureData(results, frozenset(part.key for part in parts), f" ({label})" if label else "",
+                      _memory_metric(results),
+                      "run_dir" in results and any(Path(str(d)).is_dir() for d in results["run_dir"].dropna()))
+    figures, drawn = [], set()
+    for part in parts:
+        for builder in part.figures:
+            if builder not in drawn:
+                drawn.add(builder)
+                figures += builder(data, part.key)
     names = stand_in_names(profile) if profile is not None else {}
     for figure in figures if names else ():
         for axes in figure.axes:
@@ -54,75 +86,103 @@ def chapter_figures(chapter: int, results: pd.DataFrame, keys: Sequence[str] | N
     return figures
 
 
-def _chapter_figures(chapter: int, results: pd.DataFrame, keys: Sequence[str] | None, label: str) -> list:
-    wanted = (lambda key: True) if keys is None else (lambda key: key in keys)  # noqa: E731
-    group = lambda name: results[results["group"] == name]  # noqa: E731
-    suffix = f" ({label})" if label else ""
-    memory = _memory_metric(results)
-    has_folders = "run_dir" in results and any(Path(str(d)).is_dir() for d in results["run_dir"].dropna())
-    figures = []
-    if chapter in (1, 2):
-        what = "LoRA, data parallel" if chapter == 1 else "tensor (x expert) parallel"
-        for name, model in (("llama", "llama-3.1-8b"), ("mixtral", "mixtral-8x7b")):
-            if wanted(name) and len(group(name)) > 1:
-                shown = MODEL_NAMES[model]
-                if chapter == 1:
-                    figures.append(plots.speedup_plot(group(name), "total_time_s",
-                                                      f"{shown} ({what}): speedup of the total job time{suffix}"))
-                else:  # layouts, not GPU counts, are what differ (two of them use 4 GPUs)
-                    step = step_time_key(group(name).to_dict("records"))
-                    figures.append(plots.step_time_plot(group(name), step, layout_name,
-                                                        f"{shown} ({what}): step time per layout{suffix}"))
-        if wanted("memory"):
-            figures.append(plots.memory_plot(results, by="id", metric=memory[0],
-                                             title=f"Peak memory per process ({memory[1]}){suffix}", ylabel="MiB"))
-        if wanted("loss") and has_folders:
-            figures.append(plots.loss_curves(results, f"Training loss per run{suffix}"))
-    elif chapter == 3:
-        single = pd.concat([group("baseline"), group("single-gpu")])
-        if wanted("single-gpu"):
-            figures.append(plots.memory_plot(single, by="id", metric=memory[0],
-                                             title=f"One GPU: peak memory per ZeRO setup ({memory[1]}){suffix}",
-                                             ylabel="MiB"))
-            figures.append(plots.cpu_memory_plot(single, f"One GPU: CPU memory of the job (psrecord){suffix}"))
-            if has_folders:
-                figures.append(plots.loss_curves(single, f"Training loss, one GPU{suffix}"))
-        if wanted("two-gpus"):
-            figures.append(plots.memory_plot(group("two-gpus"), by="id", metric=memory[0],
-                                             title=f"Two GPUs: peak memory per GPU ({memory[1]}){suffix}",
-                                             ylabel="MiB"))
-            figures.append(plots.cpu_memory_plot(group("two-gpus"),
-                                                 f"Two GPUs: CPU memory of the job (psrecord){suffix}"))
-        if wanted("multi-gpu") or wanted("multi-node"):
-            one_gpu = single[single["id"] == "zero/single-gpu/zero0"]
-            series = {}
-            if wanted("multi-gpu"):
-                series["one node (ZeRO 0)"] = pd.concat([one_gpu, group("multi-gpu")])
-            if wanted("multi-node"):
-                series["2 GPUs per node, across nodes"] = group("multi-node")
-            figures.append(_throughput_plot(series, f"Weak scaling: training throughput{suffix}"))
-    else:
-        one_node = pd.concat([group("single-gpu"), group("multi-gpu")])
-        if wanted("multi-gpu"):
-            if ran_fixed_steps(one_node.to_dict("records")):
-                step = step_time_key(one_node.to_dict("records"))
-                figures.append(plots.efficiency_plot(one_node, step, "BLOOM-560m with FSDP on one node: weak "
-                                                     f"scaling efficiency from the step time{suffix}"))
-            else:
-                figures.append(plots.speedup_plot(one_node, "train_runtime_s", "BLOOM-560m with FSDP on one node: "
-                                                  f"speedup of the training runtime{suffix}"))
-        if wanted("strategies"):
-            figures.append(plots.memory_plot(group("strategies"), by="id", metric=memory[0],
-                                             title=f"Sharding strategies: peak memory per rank ({memory[1]}){suffix}",
-                                             ylabel="MiB"))
-        if wanted("weak-scaling"):
-            depth = group("weak-scaling")
-            step = step_time_key(depth.to_dict("records"))
-            figures.append(plots.efficiency_plot(depth, step, f"Custom GPT: weak scaling efficiency by depth{suffix}"))
-        if wanted("gpt") and has_folders:
-            figures.append(plots.loss_curves(pd.concat([group("baseline"), group("single-gpu"), group("gpt")]),
-                                             f"Training loss{suffix}"))
+# ---- chapters 1 and 2: one figure per model, and (parts of their own) memory and loss -------------------
+_MODELS = {"llama": "llama-3.1-8b", "mixtral": "mixtral-8x7b"}  # part key -> the model its runs train
+
+
+def data_parallel_speedup(data: FigureData, key: str) -> list:
+    """Chapter 1: the speedup of the total job time over the GPUs, for one model's LoRA runs."""
+    runs = data.group(key)
+    if len(runs) < 2:
+        return []
+    return [plots.speedup_plot(runs, "total_time_s", f"{MODEL_NAMES[_MODELS[key]]} (LoRA, data parallel): speedup "
+                                                     f"of the total job time{data.suffix}")]
+
+
+def step_time_per_layout(data: FigureData, key: str) -> list:
+    """Chapter 2: the step time per parallel layout (layouts, not GPU counts, differ: two use 4 GPUs)."""
+    runs = data.group(key)
+    if len(runs) < 2:
+        return []
+    step = step_time_key(runs.to_dict("records"))
+    return [plots.step_time_plot(runs, step, layout_name, f"{MODEL_NAMES[_MODELS[key]]} (tensor (x expert) "
+                                                          f"parallel): step time per layout{data.suffix}")]
+
+
+def memory_per_process(data: FigureData, key: str) -> list:
+    return [plots.memory_plot(data.results, by="id", metric=data.memory[0],
+                              title=f"Peak memory per process ({data.memory[1]}){data.suffix}", ylabel="MiB")]
+
+
+def loss_per_run(data: FigureData, key: str) -> list:
+    return [plots.loss_curves(data.results, f"Training loss per run{data.suffix}")] if data.has_folders else []
+
+
+# ---- chapter 3: ZeRO ------------------------------------------------------------------------------------
+def _zero_one_gpu_runs(data: FigureData) -> pd.DataFrame:
+    return pd.concat([data.group("baseline"), data.group("single-gpu")])
+
+
+def zero_one_gpu(data: FigureData, key: str) -> list:
+    """GPU and CPU memory of each ZeRO setup on one GPU, and their loss curves where the runs are here."""
+    single = _zero_one_gpu_runs(data)
+    figures = [plots.memory_plot(single, by="id", metric=data.memory[0],
+                                 title=f"One GPU: peak memory per ZeRO setup ({data.memory[1]}){data.suffix}",
+                                 ylabel="MiB"),
+               plots.cpu_memory_plot(single, f"One GPU: CPU memory of the job (psrecord){data.suffix}")]
+    if data.has_folders:
+        figures.append(plots.loss_curves(single, f"Training loss, one GPU{data.suffix}"))
     return figures
+
+
+def zero_two_gpus(data: FigureData, key: str) -> list:
+    runs = data.group("two-gpus")
+    return [plots.memory_plot(runs, by="id", metric=data.memory[0],
+                              title=f"Two GPUs: peak memory per GPU ({data.memory[1]}){data.suffix}", ylabel="MiB"),
+            plots.cpu_memory_plot(runs, f"Two GPUs: CPU memory of the job (psrecord){data.suffix}")]
+
+
+def zero_weak_scaling(data: FigureData, key: str) -> list:
+    """One throughput figure for the multi-gpu and multi-node parts: a series for each of them asked for."""
+    series = {}
+    if "multi-gpu" in data.keys:
+        single = _zero_one_gpu_runs(data)
+        series["one node (ZeRO 0)"] = pd.concat([single[single["id"] == "zero/single-gpu/zero0"],
+                                                 data.group("multi-gpu")])
+    if "multi-node" in data.keys:
+        series["2 GPUs per node, across nodes"] = data.group("multi-node")
+    return [_throughput_plot(series, f"Weak scaling: training throughput{data.suffix}")]
+
+
+# ---- chapter 4: FSDP ------------------------------------------------------------------------------------
+def fsdp_one_node(data: FigureData, key: str) -> list:
+    """Weak-scaling efficiency from the step time when the runs did equal work per GPU, else the speedup."""
+    one_node = pd.concat([data.group("single-gpu"), data.group("multi-gpu")])
+    if ran_fixed_steps(one_node.to_dict("records")):
+        step = step_time_key(one_node.to_dict("records"))
+        return [plots.efficiency_plot(one_node, step, "BLOOM-560m with FSDP on one node: weak scaling efficiency "
+                                                      f"from the step time{data.suffix}")]
+    return [plots.speedup_plot(one_node, "train_runtime_s", "BLOOM-560m with FSDP on one node: speedup of the "
+                                                            f"training runtime{data.suffix}")]
+
+
+def fsdp_strategies(data: FigureData, key: str) -> list:
+    return [plots.memory_plot(data.group("strategies"), by="id", metric=data.memory[0],
+                              title=f"Sharding strategies: peak memory per rank ({data.memory[1]}){data.suffix}",
+                              ylabel="MiB")]
+
+
+def gpt_depth(data: FigureData, key: str) -> list:
+    depth = data.group("weak-scaling")
+    step = step_time_key(depth.to_dict("records"))
+    return [plots.efficiency_plot(depth, step, f"Custom GPT: weak scaling efficiency by depth{data.suffix}")]
+
+
+def gpt_loss(data: FigureData, key: str) -> list:
+    if not data.has_folders:
+        return []
+    return [plots.loss_curves(pd.concat([data.group("baseline"), data.group("single-gpu"), data.group("gpt")]),
+                              f"Training loss{data.suffix}")]
 
 
 def _memory_metric(results: pd.DataFrame) -> tuple[str, str]:
