@@ -1,5 +1,6 @@
-"""The rule for one measured cell of a results table, shared by the seeds' tables (`tables`) and the
-predicted-vs-measured table (`predictions`), so neither imports the other.
+"""The rules for one cell of what a chapter shows, shared by the seeds' tables (`tables`), the
+predicted-vs-measured table (`predictions`), the page's HTML, the claims and the time plan: what counts as
+missing (`is_missing`), what a measured cell holds (`measured_cell`) and how a number is written (`format_cell`).
 
 A run that did not complete shows its state (MISSING, FAILED, TIMEOUT, …) in every measured cell; a value a
 completed run did not record shows as "n/a". Nothing is ever shown as 0.
@@ -15,13 +16,14 @@ NOT_RECORDED = "n/a"
 
 
 def is_missing(value) -> bool:
-    """True for None and NaN (a gap pandas left in a column)."""
-    return value is None or (isinstance(value, float) and pd.isna(value))
+    """True for None and for a value pandas counts as missing (NaN, NaT, pd.NA: a gap it left in a column).
+    The one rule every table, caption, sentence and plan of the book applies to a value a run may lack."""
+    return value is None or (pd.api.types.is_scalar(value) and bool(pd.isna(value)))
 
 
 def format_cell(value) -> str:
     """Numbers as a reader wants them: whole numbers without ".0", others to 5 significant digits."""
-    if value is None or (isinstance(value, float) and pd.isna(value)):
+    if is_missing(value):
         return ""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return str(value)

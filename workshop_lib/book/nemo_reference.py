@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from workshop_lib.book.cells import is_missing
 from workshop_lib.book.html import scrollable
 from workshop_lib.estimate.fit import check_fit
 from workshop_lib.experiments import chapter_experiments, large_gpu_experiments
@@ -189,7 +190,7 @@ def memory_sentences(table: pd.DataFrame) -> list[str]:
     sentences = []
     for _, row in table.iterrows():
         measured, predicted = row["stand-in: measured GiB/GPU"], row["stand-in: predicted GiB/GPU"]
-        if measured is None or pd.isna(measured):
+        if is_missing(measured):
             continue
         sentences.append(f"{row['experiment']} ({row['GPUs']} GPU{'s' if row['GPUs'] > 1 else ''}): "
                          f"{measured:.1f} GiB allocated at the peak per GPU, {predicted:.1f} GiB predicted "

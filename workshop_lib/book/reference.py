@@ -9,6 +9,7 @@ from typing import Sequence
 
 import pandas as pd
 
+from workshop_lib.book.cells import is_missing
 from workshop_lib.book.html import as_html, display, reference_missing, table_html
 from workshop_lib.book.tables import Table, drop_unrecorded, tables_from_results
 from workshop_lib.core.paths import repository_root
@@ -74,7 +75,7 @@ def _recipe_text(record: dict) -> str:
     """"seed recipe (fp16, batch 4 × accumulation 4)" for a Trainer run; the global batch for a NeMo run."""
     def known(key):
         value = record.get(key)
-        return None if value is None or (isinstance(value, float) and pd.isna(value)) else value
+        return None if is_missing(value) else value
 
     recipe, precision = known("recipe") or "seed", known("precision") or known("run_precision") or "precision as run"
     if known("per_device_batch") and known("grad_accum"):

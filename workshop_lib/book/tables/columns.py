@@ -31,7 +31,7 @@ GB = 2**20 / 1e9  # MiB → GB (10⁹ bytes), for the seeds' "(GB)" columns
 def field(key: str, scale: float = 1.0, digits: int | None = None) -> Callable[[dict], object]:
     def read(record: dict):
         value = record.get(key)
-        if value is None or (isinstance(value, float) and pd.isna(value)):
+        if is_missing(value):
             return None
         value = value * scale
         return round(value, digits) if digits is not None else value
@@ -42,15 +42,14 @@ def int_field(key: str) -> Callable[[dict], object]:
     """An integer field that pandas may have widened to float (a column with gaps)."""
     def read(record: dict):
         value = record.get(key)
-        return None if value is None or pd.isna(value) else int(value)
+        return None if is_missing(value) else int(value)
     return read
 
 
 def ratio(numerator: dict, denominator: dict, key: str, digits: int = 2) -> float | None:
     """numerator[key] / denominator[key] when both runs completed and recorded it."""
     top, bottom = numerator.get(key), denominator.get(key)
-    if not (completed(numerator) and completed(denominator)) or top is None or not bottom or pd.isna(top) \
-            or pd.isna(bottom):
+    if not (completed(numerator) and completed(denominator)) or is_missing(top) or is_missing(bottom) or not bottom:
         return None
     return round(top / bottom, digits)
 
@@ -82,7 +81,7 @@ def group_records(results: pd.DataFrame, group: str) -> list[dict]:
 
 def total_time_hms(record: dict):
     seconds = record.get("total_time_s")
-    return None if seconds is None or pd.isna(seconds) else format_duration(seconds)
+    return None if is_missing(seconds) else format_duration(seconds)
 
 
 def step_time_key(records: list[dict]) -> str:
@@ -139,7 +138,7 @@ def utilization_note(records: list[dict]) -> str:
 
 def present(record: dict, key: str) -> bool:
     value = record.get(key)
-    return value is not None and not (isinstance(value, float) and pd.isna(value))
+    return not is_missing(value)
 
 
 # Tensor bytes one rank holds, counted by the engine itself (workshop_lib.train.tensor_census): the model

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from workshop_lib.book.cells import completed
+from workshop_lib.book.cells import completed, is_missing
 from workshop_lib.book.tables.columns import (
     TENSOR_COLUMNS, Column, Table, field, group_records, present, ratio, row_table, total_time_hms, utilization,
     utilization_note,
@@ -42,7 +42,7 @@ def layout_name(record: dict) -> str:
     """The parallel layout of a NeMo run as chapter 2 names it: TP x PP x EP (+ SP), and the DP that is left."""
     tp, pp = int(record.get("tensor_parallel") or 1), int(record.get("pipeline_parallel") or 1)
     ep = record.get("expert_parallel")
-    ep = 1 if ep is None or pd.isna(ep) else int(ep)
+    ep = 1 if is_missing(ep) else int(ep)
     parts = [f"TP {tp}"] + ([f"PP {pp}"] if pp > 1 else []) + ([f"EP {ep}"] if ep > 1 else [])
     dp = record["gpus"] // (tp * pp)
     return " x ".join(parts + ([f"DP {dp}"] if dp > 1 else [])) + (" + SP" if record.get("sequence_parallel") else "")

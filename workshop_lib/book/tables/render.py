@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from workshop_lib.book.cells import NOT_RECORDED
+from workshop_lib.book.cells import NOT_RECORDED, is_missing
 from workshop_lib.book.tables.columns import Table
 from workshop_lib.book.tables.fsdp import chapter_4_tables
 from workshop_lib.book.tables.nemo import chapter_1_tables, chapter_2_tables
@@ -129,7 +129,7 @@ def render_tables(tables: list[Table], output_format: str = "md") -> str:
 def _markdown(frame: pd.DataFrame) -> str:
     """A GitHub table without the optional `tabulate` dependency."""
     def cell(value) -> str:
-        if value is None or (isinstance(value, float) and pd.isna(value)):
+        if is_missing(value):
             return ""
         if isinstance(value, float) and value.is_integer() and abs(value) >= 1:
             return str(int(value))  # MiB readings are whole numbers; 6251.0 reads as noise
