@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from workshop_lib.book.cells import NOT_RECORDED, is_missing
+from workshop_lib.book.cells import NOT_RECORDED, format_cell
 from workshop_lib.book.tables.columns import Table
 from workshop_lib.book.tables.fsdp import chapter_4_tables
 from workshop_lib.book.tables.nemo import chapter_1_tables, chapter_2_tables
@@ -127,14 +127,9 @@ def render_tables(tables: list[Table], output_format: str = "md") -> str:
 
 
 def _markdown(frame: pd.DataFrame) -> str:
-    """A GitHub table without the optional `tabulate` dependency."""
-    def cell(value) -> str:
-        if is_missing(value):
-            return ""
-        if isinstance(value, float) and value.is_integer() and abs(value) >= 1:
-            return str(int(value))  # MiB readings are whole numbers; 6251.0 reads as noise
-        return str(value)
+    """A GitHub table without the optional `tabulate` dependency, its numbers written as the chapter page writes
+    them (`format_cell`); CSV and JSON keep the raw values."""
     header = "| " + " | ".join(map(str, frame.columns)) + " |"
     rule = "|" + "|".join("---" for _ in frame.columns) + "|"
-    body = ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    body = ["| " + " | ".join(format_cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
     return "\n".join([header, rule, *body])
