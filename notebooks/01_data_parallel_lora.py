@@ -50,7 +50,7 @@ wait_timeout_s = 1800  # stop waiting after this long (jobs keep running; re-run
 runs_dir = None  # None: <repository>/runs (or $WORKSHOP_RUNS_DIR)
 
 # %%
-from workshop_lib import notebook as nb
+from workshop_lib.book import chapter as nb
 
 selection = nb.chapter_header(1, profile, experiments, runs_dir)
 nb.experiments_overview(selection);
@@ -105,7 +105,7 @@ nb.experiments_overview(selection);
 # GPUs, 12.9 B on 4, 7.2 B on 8).
 
 # %% tags=["hide-input"]
-from workshop_lib import plots
+from workshop_lib.book import plots
 
 mixtral_on_2 = plots.mixtral_layouts(2)
 nb.show_figure(plots.gpu_layout_diagram({name: mixtral_on_2[name] for name in ("DP 2", "EP 2")},
@@ -155,7 +155,7 @@ nb.show_reference_script("lora/mixtral/2-gpus", "ibex");
 # table for one of them.
 
 # %%
-from workshop_lib import nemo_reference
+from workshop_lib.book import nemo_reference
 
 nemo_reference.show_resolved(1, "lora/llama/2-gpus");
 

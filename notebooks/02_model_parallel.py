@@ -52,7 +52,7 @@ wait_timeout_s = 1800  # stop waiting after this long (jobs keep running; re-run
 runs_dir = None  # None: <repository>/runs (or $WORKSHOP_RUNS_DIR)
 
 # %%
-from workshop_lib import notebook as nb
+from workshop_lib.book import chapter as nb
 
 selection = nb.chapter_header(2, profile, experiments, runs_dir)
 nb.experiments_overview(selection);
@@ -102,7 +102,7 @@ nb.experiments_overview(selection);
 # 20 × the full fine-tune's, and drop the recipe's distributed optimizer).
 
 # %% tags=["hide-input"]
-from workshop_lib import plots
+from workshop_lib.book import plots
 
 nb.show_figure(plots.gpu_layout_diagram(plots.mixtral_layouts(4), "What each of 4 GPUs holds of Mixtral"));
 
@@ -138,7 +138,7 @@ nb.show_figure(plots.gpu_layout_diagram(plots.mixtral_layouts(4), "What each of 
 # recipe does (PP = 4). The alternative that fits one node is chapter 1's: keep LoRA.
 
 # %%
-from workshop_lib import nemo_reference
+from workshop_lib.book import nemo_reference
 
 nemo_reference.show(2);
 

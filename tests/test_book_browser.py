@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
 CHAPTERS = ("01_data_parallel_lora", "02_model_parallel", "03_deepspeed_zero", "04_fsdp")
 NUMBER = re.compile(r"^-?\d+(\.\d+)?(e-?\d+)?$|^\d{2}:\d{2}:\d{2}$")
-# What a cell shows instead of a number when its run did not complete (workshop_lib.tables).
+# What a cell shows instead of a number when its run did not complete (workshop_lib.book.tables).
 STATES = {"MISSING", "FAILED", "TIMEOUT", "CANCELLED", "INCOMPLETE", "NOT SUBMITTED", "UNKNOWN", "OUT_OF_MEMORY",
           "NODE_FAIL", "PENDING", "RUNNING"}
 # Tall enough for a whole chapter page, tables and plots included.

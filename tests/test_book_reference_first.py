@@ -3,7 +3,7 @@
 For every chapter page with reference data (book/reference/chapter<N>.json): in each section that shows
 result tables, the first one is a reference table with a provenance caption (or a note that this part has
 no reference measurement), the participant's tables come after it titled by their profile, and every
-sentence generated from the reference data (`workshop_lib.claims`, checked against the JSON in
+sentence generated from the reference data (`workshop_lib.book.claims`, checked against the JSON in
 tests/test_book_claims.py) is on the page. A book built without runs says so where the runs' tables
 would be; a book built after the tiny chapters ran names every tiny model as a stand-in.
 """
@@ -79,7 +79,7 @@ def check_reference_first(page: Path) -> int:
 def check_stand_ins(page: Path) -> int:
     """No table of a stand-in profile names a real model except as "stand-in for …"; returns tables seen."""
     from workshop_lib.sites.profiles import load_profile
-    from workshop_lib.tables import MODEL_NAMES, stand_in_names
+    from workshop_lib.book.tables import MODEL_NAMES, stand_in_names
 
     soup = _soup(page)
     tables = soup.select("div.workshop-participant")
@@ -97,8 +97,8 @@ def check_stand_ins(page: Path) -> int:
 
 def check_claims(page: Path, chapter: int) -> None:
     """Every generated sentence of the chapter is on the page, as generated from the reference JSON."""
-    from workshop_lib import claims
-    from workshop_lib.notebook import reference_results
+    from workshop_lib.book import claims
+    from workshop_lib.book.reference import reference_results
 
     generators = {3: [("chapter3", claims.zero_one_gpu), ("chapter3", claims.zero_two_gpus),
                       ("chapter3", claims.model_states_versus_peak), ("chapter3", claims.zero_weak_scaling),
@@ -154,8 +154,9 @@ def test_show_results_puts_the_reference_first_then_your_runs_by_profile(tmp_pat
 
     import matplotlib
 
-    from workshop_lib import notebook as nb
     from workshop_lib.results import chapter as results_module
+    from workshop_lib.book import chapter as nb
+    from workshop_lib.book import figures
 
     matplotlib.use("Agg")
     monkeypatch.setenv("WORKSHOP_SUBMIT", "0")
@@ -175,9 +176,9 @@ def test_show_results_puts_the_reference_first_then_your_runs_by_profile(tmp_pat
     read_run = results_module.read_run
     monkeypatch.setattr(results_module, "read_run",
                         lambda folder, *args: parsed.append(folder) or read_run(folder, *args))
-    titles, show_figures = [], nb.show_figures
-    monkeypatch.setattr(nb, "show_figures", lambda figures: titles.extend(f.axes[0].get_title() for f in figures)
-                        or show_figures(figures))
+    titles, show_figures = [], figures.show_figures
+    monkeypatch.setattr(figures, "show_figures", lambda shown: titles.extend(f.axes[0].get_title() for f in shown)
+                        or show_figures(shown))
     nb.show_results(selection, ["multi-gpu"], tmp_path)
     assert sorted(parsed) == sorted(tmp_path / e.id for e in selection.runnable), "each run folder parsed once"
     assert any(title.endswith("(your runs, tiny)") for title in titles), f"no plot of your runs in {titles}"

@@ -1,6 +1,6 @@
 """The memory calculator's Python side: the estimator's numbers, the linters' messages, the measured runs, the bundle.
 
-The page runs `workshop_lib.calculator.page` itself (Pyodide), so these tests are about that module and what
+The page runs `workshop_lib.book.calculator.page` itself (Pyodide), so these tests are about that module and what
 the build ships; tests/test_calculator_browser.py checks the page shows what this module computes.
 """
 
@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from workshop_lib.calculator import bundle
-from workshop_lib.calculator.page import (
+from workshop_lib.book.calculator import bundle
+from workshop_lib.book.calculator.page import (
     FIELDS, Calculator, cli_command, experiment_for_inputs, inputs_from_setup, read_inputs, setup_from_inputs,
 )
-from workshop_lib.calculator.references import chapter_presets, page_data, reference_runs
+from workshop_lib.book.calculator.references import chapter_presets, page_data, reference_runs
 from workshop_lib.cli import main
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.estimate import GIB, TrainingSetup, check_setup, estimate_memory, model_shape
@@ -184,7 +184,7 @@ def test_each_chapter_embeds_the_calculator_on_its_own_runs(stem, chapter):
 
 def test_the_page_imports_only_what_the_book_ships():
     """Pyodide has the standard library and the files of bundle.PAGE_MODULES, nothing else."""
-    script = ("import sys, json; before = set(sys.modules); import workshop_lib.calculator.page; "
+    script = ("import sys, json; before = set(sys.modules); import workshop_lib.book.calculator.page; "
               "print(json.dumps(sorted(set(sys.modules) - before)))")
     loaded = json.loads(subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
                                        cwd=ROOT).stdout)

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from browser_cdp import Browser
-from workshop_lib.calculator.page import Calculator
-from workshop_lib.calculator.references import page_data
+from workshop_lib.book.calculator.page import Calculator
+from workshop_lib.book.calculator.references import page_data
 
 pytestmark = pytest.mark.slow
 

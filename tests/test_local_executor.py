@@ -219,7 +219,7 @@ def test_hybrid_shard_on_emulated_nodes_shards_inside_each_node(tmp_path):
     assert summary.local_params_per_rank == [summary.total_params // 2] * 4
     assert (summary.settings["fsdp_shard_group"], summary.settings["fsdp_replicate_group"]) == (2, 2)
     # The chapter's strategy table reads the same record: HYBRID_SHARD split over one node's 2 ranks.
-    from workshop_lib.tables import chapter_tables
+    from workshop_lib.book.tables import chapter_tables
 
     table = {t.title: t.frame for t in chapter_tables(4, tmp_path / "runs")}["FSDP sharding strategies, 2 nodes x 2 GPUs"]
     row = table[table["Strategy"] == "HYBRID_SHARD"].iloc[0]

@@ -9,8 +9,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from workshop_lib.nemo_reference import (REFERENCE_DIR, chapter_rows, memory_sentences, provenance_line,
-                                         reference_table, resolved_table)
+from workshop_lib.book.nemo_reference import (
+    REFERENCE_DIR, chapter_rows, memory_sentences, provenance_line, reference_table, resolved_table,
+)
 
 
 @pytest.mark.parametrize("chapter", [1, 2])
@@ -62,7 +63,7 @@ def test_every_stored_row_says_what_ran_it():
 
 
 def test_nemo_and_the_stand_in_side_by_side_with_their_measured_ratios():
-    from workshop_lib.nemo_reference import engine_comparisons, nemo_run_line, stand_in_caveat
+    from workshop_lib.book.nemo_reference import engine_comparisons, nemo_run_line, stand_in_caveat
 
     rows = json.loads((REFERENCE_DIR / "chapter1.json").read_text())["results"]
     nemo = next(r for r in rows if r["id"] == "lora/llama/1-gpu" and r["run_engine"] == "nemo")
@@ -81,7 +82,7 @@ def test_nemo_and_the_stand_in_side_by_side_with_their_measured_ratios():
 
 
 def test_no_ratio_without_both_engines_on_the_same_card(tmp_path):
-    from workshop_lib.nemo_reference import engine_comparisons, stand_in_caveat
+    from workshop_lib.book.nemo_reference import engine_comparisons, stand_in_caveat
 
     data = json.loads((REFERENCE_DIR / "chapter1.json").read_text())
     for row in data["results"]:

@@ -1,20 +1,23 @@
 """What a built page prints: no folders of the machine that built it, no packages a run did not use, tables that scroll."""
 
-from workshop_lib import notebook as nb
+from workshop_lib.book import chapter as nb
+from workshop_lib.book.html import table_html
+from workshop_lib.book.reference import reference_caption
+from workshop_lib.book.your_runs import shown_path
 
 
 def test_a_runs_folder_inside_the_workshop_is_shown_relative(tmp_path, monkeypatch):
     monkeypatch.setenv("WORKSHOP_ROOT", str(tmp_path))
     (tmp_path / "runs").mkdir()
-    assert nb.shown_path(tmp_path / "runs") == "runs/"
+    assert shown_path(tmp_path / "runs") == "runs/"
 
 
 def test_a_runs_folder_chosen_by_the_variable_is_named_by_it(tmp_path, monkeypatch):
     monkeypatch.setenv("WORKSHOP_ROOT", str(tmp_path / "workshop"))
     monkeypatch.setenv("WORKSHOP_RUNS_DIR", str(tmp_path / "elsewhere"))
-    assert nb.shown_path(tmp_path / "elsewhere") == "$WORKSHOP_RUNS_DIR"
+    assert shown_path(tmp_path / "elsewhere") == "$WORKSHOP_RUNS_DIR"
     monkeypatch.delenv("WORKSHOP_RUNS_DIR")
-    assert nb.shown_path(tmp_path / "elsewhere") == str((tmp_path / "elsewhere").resolve())
+    assert shown_path(tmp_path / "elsewhere") == str((tmp_path / "elsewhere").resolve())
 
 
 def test_the_chapter_header_shows_the_relative_folder(tmp_path, monkeypatch, capsys):
@@ -28,16 +31,16 @@ def test_the_chapter_header_shows_the_relative_folder(tmp_path, monkeypatch, cap
 def test_reference_captions_list_only_software_the_reference_machine_had():
     data, results = nb.reference_results(1)
     assert "unavailable" in str(data["provenance"][0].get("deepspeed"))  # chapter 1's stand-in ran without it
-    caption = nb.reference_caption(data, results, "book/reference/chapter1.json")
+    caption = reference_caption(data, results, "book/reference/chapter1.json")
     assert "DeepSpeed" not in caption and "unavailable" not in caption and "torch 2.11" in caption
 
 
 def test_wide_tables_scroll_inside_the_text_column():
     import pandas as pd
 
-    from workshop_lib.tables import Table
+    from workshop_lib.book.tables import Table
 
-    html = nb.table_html(Table("wide", pd.DataFrame([{f"column {i}": i for i in range(40)}])))
+    html = table_html(Table("wide", pd.DataFrame([{f"column {i}": i for i in range(40)}])))
     assert 'class="workshop-scroll" style="overflow-x:auto' in html
 
 

@@ -11,11 +11,11 @@ import pytest
 
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.estimate import estimate_memory, parameter_tensors
-from workshop_lib.predictions import (
+from workshop_lib.book.predictions import (
     GOAL_MODEL_STATES, GOAL_PEAK, STEP_PEAK, compare_summary, model_of_summary, read_summary, reference_comparisons,
     reference_frame, setup_from_summary,
 )
-from workshop_lib.tables import chapter_tables
+from workshop_lib.book.tables import chapter_tables
 
 SMOKE = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "cuda_smoke"
 BLOOM_560M = 559_214_592  # parameters (the runs' own total_params)

@@ -221,7 +221,7 @@ def test_submit_from_a_subfolder_writes_where_the_chapter_reads(isolated, monkey
 
 
 def test_the_notebook_explains_a_failed_run_without_a_checks_passed_badge(isolated, capsys):
-    from workshop_lib.notebook import Selection, run_experiments
+    from workshop_lib.book.chapter import Selection, run_experiments
 
     failing = quick_profile(isolated, status=3)
     selection = Selection(4, failing, (EXPERIMENT,), (EXPERIMENT,), ())
@@ -237,7 +237,7 @@ def test_a_view_of_two_failed_runs_asks_sacct_once_for_both(isolated, monkeypatc
     with its earlier attempts, asking sacct once for the whole view, never again per run."""
     from workshop_lib.jobs import slurm as slurm_backend
     from workshop_lib.cli.experiments import _print_explanations
-    from workshop_lib.notebook import _show_run_table
+    from workshop_lib.book.your_runs import show_run_table
     from workshop_lib.runs import load_run
     from workshop_lib.jobs.slurm_output import JobInfo
 
@@ -264,7 +264,7 @@ def test_a_view_of_two_failed_runs_asks_sacct_once_for_both(isolated, monkeypatc
 
     runs = [load_run(experiment) for experiment in experiments]
     asked.clear()
-    _show_run_table(runs)
+    show_run_table(runs)
     assert asked == [["7", "8"]] and "earlier attempt: NODE_FAIL on node1" in capsys.readouterr().out
     asked.clear()
     _print_explanations(runs, [run.info() for run in runs])
@@ -365,7 +365,7 @@ def test_the_books_way_to_stop_a_chapter_is_the_real_one():
     import shlex
     from pathlib import Path
 
-    from workshop_lib import notebook
+    from workshop_lib.book import chapter as nb
     from workshop_lib.cli import build_parser
 
     page = (Path(__file__).resolve().parents[1] / "book" / "slurm_primer.md").read_text()
@@ -374,7 +374,7 @@ def test_the_books_way_to_stop_a_chapter_is_the_real_one():
     for line in commands:
         args = build_parser().parse_args(shlex.split(line)[1:])
         assert args.command == "cancel" and (args.chapter or args.experiment_ids or args.job)
-    assert "nb.cancel_experiments(selection, runs_dir)" in page and callable(notebook.cancel_experiments)
+    assert "nb.cancel_experiments(selection, runs_dir)" in page and callable(nb.cancel_experiments)
 
 
 def test_a_runs_folder_that_cannot_be_written_points_to_read_only_mode(isolated):

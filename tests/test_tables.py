@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from workshop_lib import notebook as nb
+from workshop_lib.book.your_runs import show_run_table
 from workshop_lib.cli import main
 from workshop_lib.experiments import get_experiment
 from workshop_lib.results.memory import memory_summary
 from workshop_lib.results import chapter_results, read_run
 from workshop_lib.runs import load_run
-from workshop_lib.tables import chapter_tables, drop_unrecorded, long_form, render_tables
+from workshop_lib.book.tables import chapter_tables, drop_unrecorded, long_form, render_tables
 
 SAMPLES = Path(__file__).parent / "samples"
 CH1_COLUMNS = ["GPUs", "Batch per GPU", "Total job time (HH:MM:SS)", "Train step time (s)", "Last reduced_train_loss",
@@ -228,7 +228,7 @@ def test_many_unreadable_lines_make_one_short_note(chapter_1_runs, capsys):
     for line in range(3, 23, 2):  # ten lines where the GPU answered [N/A]
         _damage(gpu_log, line, "2026/11/21 15:14:08.611, 0, NVIDIA H200, [N/A], 143771")
     runs = [load_run(get_experiment(i), chapter_1_runs) for i in ("lora/llama/1-gpu", "lora/llama/2-gpus")]
-    nb._show_run_table(runs, read_only=True)
+    show_run_table(runs, read_only=True)
     shown = [line for line in capsys.readouterr().out.splitlines() if "could not be read" in line]
     assert len(shown) == 1  # the undamaged run says nothing
     assert "lora/llama/1-gpu: 10 lines of gpu_memory_node1.csv could not be read: line 3: " in shown[0]
@@ -237,7 +237,7 @@ def test_many_unreadable_lines_make_one_short_note(chapter_1_runs, capsys):
 
 def test_chapter_2_rows_name_their_layouts():
     from workshop_lib.experiments import chapter_experiments
-    from workshop_lib.tables import layout_name
+    from workshop_lib.book.tables import layout_name
 
     names = [layout_name({**e.to_dict(), "gpus": e.gpus}) for e in chapter_experiments(2)]
     assert names == ["TP 2 x DP 2", "TP 4", "TP 8", "TP 2 x PP 4 x EP 2 x DP 2 + SP", "TP 4 x PP 2 x EP 2 x DP 2 + SP"]

@@ -252,7 +252,7 @@ def test_papermill_gets_the_static_fallback(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_screenshot_of_the_builder_in_jupyterlab():
-    from workshop_lib.notebook import repository_root
+    from workshop_lib.core.paths import repository_root
     from workshop_lib.widgets.screenshot import DEFAULT_OUTPUT, find_chromium, take_screenshot
 
     if find_chromium() is None:

@@ -44,7 +44,7 @@ REPOSITORY = Path(__file__).resolve().parents[2]
 USER_PREFIX = "wsr"  # workshop rehearsal participant
 SUBMISSION_RPCS_PER_JOB = 2  # REQUEST_SUBMIT_BATCH_JOB (sbatch --hold) + REQUEST_UPDATE_JOB (scontrol release)
 SDIAG_LINE = re.compile(r"^\s+(\S+)\s+\(\s*(\d+)\)\s+count:(\d+)")
-# What a table cell shows instead of a number when its run did not complete (workshop_lib.tables).
+# What a table cell shows instead of a number when its run did not complete (workshop_lib.book.tables).
 STATE_WORDS = {"MISSING", "FAILED", "TIMEOUT", "CANCELLED", "INCOMPLETE", "NOT SUBMITTED", "UNKNOWN",
                "OUT_OF_MEMORY", "NODE_FAIL", "PENDING", "RUNNING", "LOST"}
 # Run as each participant: import, wait for the common start, execute the chapter, say when it ended.
@@ -290,7 +290,7 @@ def table_cells(notebook_path: Path) -> tuple[int, list[str]]:
 
 
 def expected_experiments(chapter: int, profile: Path) -> list[str]:
-    from workshop_lib.notebook import select
+    from workshop_lib.book.chapter import select
 
     return [experiment.id for experiment in select(chapter, str(profile)).runnable]
 

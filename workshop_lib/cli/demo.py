@@ -222,7 +222,8 @@ def execute_and_account(path: Path, profile: str, output_dir: Path, runs_dir: Pa
                         parameters: dict | None = None, show_progress: bool = False) -> ChapterRun:
     """Execute a chapter and report which jobs it submitted or reused and how long each took; with
     `show_progress`, a line whenever one of its jobs moves on (JobProgress)."""
-    from workshop_lib.notebook import chapter_results_for, select
+    from workshop_lib.book.selection import select
+    from workshop_lib.book.your_runs import chapter_results_for
 
     chapter = chapter_number(path)
     before = run_snapshot(chapter, runs_dir)
@@ -266,7 +267,7 @@ def build_book(read_only: bool = True, output: Path | None = None) -> Path:
     """jupyter-book build with warnings as errors; the chapters it executes only read results. The book
     goes to `output`/_build/html (default: the checkout's _build/html, what `make demo` shows); the tests
     pass a temporary folder so that they never replace the book a user built. Returns the html folder."""
-    from workshop_lib.notebook import SUBMIT_VARIABLE
+    from workshop_lib.book.your_runs import SUBMIT_VARIABLE
 
     env = dict(os.environ)
     if read_only:
@@ -301,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print("not root: jobs run with the local executor (no SLURM). `sudo make demo` uses a real local cluster.")
         os.environ["WORKSHOP_BACKEND"] = "local"
-    from workshop_lib.notebook import resolve_runs_dir
+    from workshop_lib.book.your_runs import resolve_runs_dir
 
     runs_dir = resolve_runs_dir()
     chapters: list[ChapterRun] = []

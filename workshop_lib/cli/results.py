@@ -46,7 +46,7 @@ def run_memory(args: argparse.Namespace) -> int:
 def _register_collect(subparsers: argparse._SubParsersAction) -> None:
     """`collect` needs workshop_lib.experiments; it is added once that module exists."""
     try:
-        from workshop_lib import tables  # noqa: F401  (imports experiments)
+        from workshop_lib.book import tables  # noqa: F401  (imports experiments)
     except ImportError:
         return
     collect = subparsers.add_parser(
@@ -62,7 +62,7 @@ def _register_collect(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_collect(args: argparse.Namespace) -> int:
-    from workshop_lib.tables import render_tables, tables_from_results
+    from workshop_lib.book.tables import render_tables, tables_from_results
 
     from workshop_lib.core.errors import WorkshopError
     from workshop_lib.experiments import all_experiments, chapter_experiments

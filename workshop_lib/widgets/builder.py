@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from workshop_lib.book.your_runs import resolve_runs_dir, submitting_enabled
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.estimate import estimate_memory, format_estimate, setup_from_experiment
 from workshop_lib.experiments import CHAPTERS, Experiment, chapter_experiments, get_experiment
@@ -81,8 +82,6 @@ class ExperimentBuilder:
     def __init__(self, chapter: int = 3, start: str | None = None, profile: str | Profile | None = None,
                  runs_dir: Path | str | None = None, backend: str | None = None,
                  interactive: bool | None = None, **values):
-        from workshop_lib.notebook import resolve_runs_dir
-
         self.runs_dir = resolve_runs_dir(runs_dir)
         self.backend = backend
         self.interactive = frontend.live_widgets(interactive)
@@ -183,14 +182,10 @@ class ExperimentBuilder:
 
     @property
     def can_submit(self) -> bool:
-        from workshop_lib.notebook import submitting_enabled
-
         return self.valid and submitting_enabled()
 
     def submit(self) -> Run:
         """Submit the experiment (``runs.submit_experiment``: a completed equal run is reused) and watch it."""
-        from workshop_lib.notebook import submitting_enabled
-
         experiment = self.experiment
         if self.errors:
             raise ValidationError(f"experiment {experiment.id}", self.errors)

@@ -27,7 +27,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from workshop_lib.core.errors import WorkshopError
-from workshop_lib.notebook import repository_root
+from workshop_lib.core.paths import repository_root
 from workshop_lib.widgets.builder import BUILDER_CLASS
 
 DEFAULT_OUTPUT = Path("_build") / "screenshots" / "widget_builder.png"

@@ -18,7 +18,7 @@ from workshop_lib.estimate.fit import nemo_setup
 from workshop_lib.experiments import CHAPTERS, chapter_experiments, get_experiment, large_gpu_experiments
 from workshop_lib.core.vocabulary import NEMO
 from workshop_lib.core.paths import REFERENCE_DIR
-from workshop_lib.calculator.page import MODELS, inputs_from_setup
+from workshop_lib.book.calculator.page import MODELS, inputs_from_setup
 
 REFERENCE_FILES = ("chapter1.json", "chapter2.json", "chapter3.json", "chapter4.json", "engine_scaling.json")
 # Which chapters open the calculator on their experiments (chapters 1-2: layouts; 3: ZeRO; 4: FSDP).
@@ -36,7 +36,7 @@ def _known_model(model) -> str | None:
 
 def _setup_of_row(row: dict):
     """(model, TrainingSetup) of a measured row as it ran; NeMo layouts as the fit rule sees them."""
-    from workshop_lib.predictions import _model_for, setup_for_record
+    from workshop_lib.book.predictions import _model_for, setup_for_record
 
     if row.get("engine") == NEMO:
         experiment = get_experiment(row["id"])

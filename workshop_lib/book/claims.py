@@ -3,7 +3,7 @@
 Every ordering and figure the chapters state about real-GPU runs (which ZeRO stage has the lowest peak,
 what offload costs, efficiency at N GPUs, what sharding does per rank) is computed here from
 ``book/reference/*.json``, so re-running the references rewrites the text with them. Each function takes the
-results frame of `workshop_lib.notebook.reference_results` and returns Markdown; tests/test_book_claims.py
+results frame of `workshop_lib.book.reference.reference_results` and returns Markdown; tests/test_book_claims.py
 recomputes the same facts from the JSON and checks the sentences.
 """
 
@@ -13,6 +13,7 @@ import math
 
 import pandas as pd
 
+from workshop_lib.book.cells import is_missing
 from workshop_lib.results import COMPLETED
 
 MIB = 2**20
@@ -38,7 +39,7 @@ def _runs(results: pd.DataFrame) -> dict[str, dict]:
 
 def _stage_name(record: dict) -> str:
     stage = record.get("zero_stage")
-    name = "no DeepSpeed" if stage is None or pd.isna(stage) else f"ZeRO-{int(stage)}"
+    name = "no DeepSpeed" if is_missing(stage) else f"ZeRO-{int(stage)}"
     if record.get("offload"):
         name += " + offload" + (" (pinned)" if record.get("pin_memory") else "")
     return name
@@ -155,7 +156,7 @@ def zero_two_gpus(results: pd.DataFrame) -> str:
 
 def model_states_versus_peak(results: pd.DataFrame, experiment_id: str = "zero/two-gpus/zero3") -> str:
     """Why the measured peak is far above the formula's model states: the estimator's breakdown of one run."""
-    from workshop_lib.predictions import predict_record
+    from workshop_lib.book.predictions import predict_record
 
     record = _runs(results)[experiment_id]
     estimate = predict_record(record)
@@ -215,7 +216,7 @@ def losses_differ(results: pd.DataFrame) -> str:
     """The train losses of the same 30 steps under different engines, and what can and cannot explain them."""
     runs = _runs(results)
     single = sorted((r for r in runs.values() if r["group"] in ("baseline", "single-gpu") and not r["offload"]),
-                    key=lambda r: (-1 if pd.isna(r.get("zero_stage")) else r["zero_stage"]))
+                    key=lambda r: (-1 if is_missing(r.get("zero_stage")) else r["zero_stage"]))
     values = ", ".join(f"{_stage_name(r)} {r['train_loss']:.3f}" for r in single)
     return (f"The train losses after the same 30 steps on one GPU: {values}. The weights are random and the steps "
             "few, so these are not quality figures, but the same updates should give the same loss. ZeRO-1 and -2 "

@@ -1,6 +1,6 @@
 // The memory calculator's page script: it loads Pyodide and the workshop's own Python modules (served with
 // the book), builds the form from what Python says it is, and draws what Python computes. It does no
-// arithmetic of its own: every number, verdict and message comes from workshop_lib.calculator.page.
+// arithmetic of its own: every number, verdict and message comes from workshop_lib.book.calculator.page.
 
 const here = new URL(".", import.meta.url);
 const root = document.getElementById("calculator");
@@ -261,7 +261,7 @@ async function start() {
     fetchChecked("calculator-data.json", "text"),
   ]);
   pyodide.unpackArchive(modules, "zip");
-  const Calculator = pyodide.pyimport("workshop_lib.calculator.page").Calculator;
+  const Calculator = pyodide.pyimport("workshop_lib.book.calculator.page").Calculator;
   calculator = Calculator(data);
   options = JSON.parse(calculator.options_json());
   buildForm();

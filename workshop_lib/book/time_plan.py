@@ -21,6 +21,7 @@ from typing import Sequence
 
 import pandas as pd
 
+from workshop_lib.book.cells import is_missing
 from workshop_lib.core.durations import format_duration, parse_duration
 from workshop_lib.core.gpu_cards import CARDS, Card, card_of
 from workshop_lib.experiments import Experiment
@@ -115,7 +116,7 @@ def _sibling_for(experiment: Experiment, rows: list[dict]) -> dict | None:
 
     def same(row: dict, key: str) -> bool:
         value = row.get(key)
-        return (value is None or pd.isna(value)) if wanted[key] is None else value == wanted[key]
+        return is_missing(value) if wanted[key] is None else value == wanted[key]
 
     candidates = [row for row in rows if row.get("engine") == experiment.engine and row.get("model") == experiment.model]
     if not candidates:
@@ -131,7 +132,7 @@ def _reference_steps(row: dict) -> int | None:
         return int(settings["max_steps"])
     profile = NEMO_REFERENCE_PROFILE if row.get("run_engine") == NEMO else row.get("reference_profile")
     cap = load_profile(profile).training.max_steps if profile else None
-    if row.get("max_steps") and not pd.isna(row["max_steps"]):
+    if row.get("max_steps") and not is_missing(row["max_steps"]):
         return min(int(row["max_steps"]), cap) if cap else int(row["max_steps"])
     return cap
 
@@ -139,7 +140,7 @@ def _reference_steps(row: dict) -> int | None:
 def _step_time(row: dict) -> float | None:
     for key in ("median_step_time_s", "mean_step_time_s"):
         value = row.get(key)
-        if value is not None and not pd.isna(value):
+        if not is_missing(value):
             return float(value)
     return None
 
@@ -183,7 +184,7 @@ def estimate_job(experiment: Experiment, profile: Profile, rows: list[dict]) -> 
     if row is None or card is None or step is None or ref_steps is None or steps is None:
         return JobEstimate(experiment, steps, "not measured", None, None, None, None, None, limit)
     total = row.get("total_time_s")
-    overhead = max(0.0, float(total) - ref_steps * step) if total is not None and not pd.isna(total) else 0.0
+    overhead = max(0.0, float(total) - ref_steps * step) if not is_missing(total) else 0.0
     bandwidth, compute = a100_factors(card)
     return JobEstimate(experiment, steps, basis, row.get("run_gpu"), step, overhead,
                        overhead + steps * step * bandwidth, overhead + steps * step * compute, limit,

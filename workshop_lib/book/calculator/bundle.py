@@ -3,7 +3,7 @@
 Everything the page loads is served with the book (no CDN), so it works offline once loaded:
 
     _static/memory-calculator/
-        calculator.html, calculator.js, calculator.css   the page (workshop_lib/calculator/static)
+        calculator.html, calculator.js, calculator.css   the page (workshop_lib/book/calculator/static)
         pyodide/                                          Pyodide from npm (package.json pins it; `npm ci`)
         workshop_lib.zip                                  PAGE_MODULES, the files of this checkout as they are
         calculator-data.json                              measured runs and chapter presets (references.py)
@@ -20,7 +20,7 @@ from pathlib import Path
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.core.paths import SOURCE_ROOT
 
-PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # workshop_lib/
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # workshop_lib/
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 PYODIDE_DIR = SOURCE_ROOT / "node_modules" / "pyodide"
 # What the browser needs of the npm package: the loader, the interpreter and its standard library.
@@ -28,11 +28,12 @@ PYODIDE_FILES = ("pyodide.mjs", "pyodide.asm.mjs", "pyodide.asm.wasm", "python_s
                  "package.json")
 
 
-def page_modules(start: str = "calculator/page.py") -> tuple[str, ...]:
+def page_modules(start: str = "book/calculator/page.py") -> tuple[str, ...]:
     """The library's files the page imports when it loads (module-level imports followed from page.py, with the
     package __init__s they run): shipped as they are, so the page runs the same code as `workshop estimate`.
     tests/test_calculator.py checks they are standard library only and that Python loads no other."""
-    found, todo = {"__init__.py"}, [start, str(Path(start).parent / "__init__.py")]
+    # Importing the page runs the __init__ of every package above it (workshop_lib.book, .book.calculator).
+    found, todo = {"__init__.py"}, [start, *(str(folder / "__init__.py") for folder in Path(start).parents[:-1])]
     while todo:
         relative = todo.pop()
         if relative in found:
@@ -97,7 +98,7 @@ def write_bundle(target: Path, data: dict | None = None, pyodide_dir: Path = PYO
             raise
         has_pyodide = False
     if data is None:
-        from workshop_lib.calculator.references import page_data
+        from workshop_lib.book.calculator.references import page_data
 
         data = page_data()
     target = Path(target)

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from workshop_lib.book.cells import is_missing
+from workshop_lib.book.html import scrollable
 from workshop_lib.estimate.fit import check_fit
 from workshop_lib.experiments import chapter_experiments, large_gpu_experiments
 from workshop_lib.core.paths import REFERENCE_DIR
@@ -187,7 +189,7 @@ def memory_sentences(table: pd.DataFrame) -> list[str]:
     sentences = []
     for _, row in table.iterrows():
         measured, predicted = row["stand-in: measured GiB/GPU"], row["stand-in: predicted GiB/GPU"]
-        if measured is None or pd.isna(measured):
+        if is_missing(measured):
             continue
         sentences.append(f"{row['experiment']} ({row['GPUs']} GPU{'s' if row['GPUs'] > 1 else ''}): "
                          f"{measured:.1f} GiB allocated at the peak per GPU, {predicted:.1f} GiB predicted "
@@ -203,8 +205,6 @@ def show(chapter: int) -> pd.DataFrame:
 
     table = reference_table(chapter)
     display(Markdown(provenance_line(chapter) + " " + stand_in_caveat(chapter)))
-    from workshop_lib.notebook import scrollable
-
     display(HTML(scrollable(table.to_html(index=False, na_rep="—"))))
     sentences = memory_sentences(table)
     nemo_line = nemo_run_line(chapter)
@@ -245,8 +245,6 @@ def show_resolved(chapter: int, example: str) -> pd.DataFrame:
     from IPython.display import HTML, Markdown, display
 
     table = resolved_table(chapter)
-    from workshop_lib.notebook import scrollable
-
     display(HTML(scrollable(table.to_html(index=False))))
     display(Markdown(f"NeMo's dry run of `{example}` (`nemo llm finetune ... --dryrun`):"))
     display(Markdown("```text\n" + dry_run_text(example) + "\n```"))

@@ -43,7 +43,7 @@ from typing import Iterable
 
 import pandas as pd
 
-from workshop_lib.cells import measured_cell
+from workshop_lib.book.cells import is_missing, measured_cell
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.estimate import (
     KNOWN_CONFIGS, MemoryEstimate, TrainingSetup, estimate_memory, model_shape, setup_from_experiment,
@@ -124,10 +124,6 @@ def _model_for(record: dict):
     return name if name in KNOWN_CONFIGS else None
 
 
-def _present(value) -> bool:
-    return value is not None and not (isinstance(value, float) and pd.isna(value))
-
-
 def _as_run(setup: TrainingSetup, model, settings: dict, device: str | None, trainer: bool) -> TrainingSetup:
     """What the setup leaves to the engine, as it ran: DeepSpeed's buffer sizes from the config ("auto": the
     HF Trainer's hidden² bucket and 10·hidden persistence threshold), and the one-process DDP wrapper the
@@ -158,19 +154,19 @@ def predicted_bytes(estimate: MemoryEstimate, device: str | None) -> tuple[float
 
 def setup_for_record(record: dict) -> TrainingSetup:
     """The TrainingSetup of a results record (a row of `results.chapter_results`), realised as it ran."""
-    fields = {key: (value if _present(value) else None) for key, value in record.items()}
+    fields = {key: (value if not is_missing(value) else None) for key, value in record.items()}
     setup = setup_from_experiment(SimpleNamespace(**fields))
     settings = record.get("run_settings") or {}
     changes = {}
-    if _present(record.get("run_precision")):
+    if not is_missing(record.get("run_precision")):
         changes["precision"] = record["run_precision"]
-    if _present(record.get("run_seq_len")):
+    if not is_missing(record.get("run_seq_len")):
         changes["seq_len"] = int(record["run_seq_len"])
-    if _present(record.get("run_batch")):
+    if not is_missing(record.get("run_batch")):
         changes["batch"] = int(record["run_batch"])
     if settings.get("offload_applied") is False:  # FSDP offload recorded but not applied (CPU)
         changes["offload"] = "none"
-    device = record.get("run_device") if _present(record.get("run_device")) else None
+    device = record.get("run_device") if not is_missing(record.get("run_device")) else None
     return _as_run(replace(setup, **changes), _model_for(record), settings, device, record.get("engine") == "hf")
 
 
@@ -206,13 +202,13 @@ def prediction_frame(results: pd.DataFrame, reference_id: str) -> pd.DataFrame:
         if record.get("engine") not in ("hf", "gpt"):
             continue
         estimate = predict_record(record)
-        device = record.get("run_device") if _present(record.get("run_device")) else None
+        device = record.get("run_device") if not is_missing(record.get("run_device")) else None
         predicted_states, predicted_peak = predicted_bytes(estimate, device) if estimate else (None, None)
         measured, kind = _measured_peak(record)
         states = record.get("rank0_model_state_mib")
-        states = float(states) if _present(states) else None
+        states = float(states) if not is_missing(states) else None
         row = {"Run": record["id"], "GPUs": record["gpus"],
-               "Model as run": record.get("run_model") if _present(record.get("run_model")) else record["model"]}
+               "Model as run": record.get("run_model") if not is_missing(record.get("run_model")) else record["model"]}
         values = {
             "Predicted model states (MiB)": _mib(predicted_states) if estimate else None,
             "Measured model states (MiB)": round(states, 2) if states is not None else None,
@@ -239,9 +235,9 @@ def prediction_frame(results: pd.DataFrame, reference_id: str) -> pd.DataFrame:
 
 def _measured_peak(record: dict) -> tuple[float | None, str | None]:
     """Rank 0's peak and what it measured: CUDA allocations, else the step's live tensor bytes, else RSS."""
-    kind = record.get("allocated_kind") if _present(record.get("allocated_kind")) else None
+    kind = record.get("allocated_kind") if not is_missing(record.get("allocated_kind")) else None
     step_peak = record.get("rank0_step_peak_mib")
-    if kind != "cuda_max_allocated" and _present(step_peak):
+    if kind != "cuda_max_allocated" and not is_missing(step_peak):
         return float(step_peak), STEP_PEAK
     return _rank0(record), kind
 
@@ -252,7 +248,7 @@ def _percent(error: float | None) -> float | None:
 
 def _rank0(record: dict | None) -> float | None:
     value = (record or {}).get("rank0_peak_mib")
-    return float(value) if _present(value) else None
+    return float(value) if not is_missing(value) else None
 
 
 def _mib(value: float) -> float:

@@ -1,4 +1,4 @@
-// On every book page (added by workshop_lib.calculator.sphinx_extension): an embedded memory calculator says
+// On every book page (added by workshop_lib.book.calculator.sphinx_extension): an embedded memory calculator says
 // how tall it is, and its iframe grows to fit, so the reader scrolls the page, not a box inside it.
 window.addEventListener("message", (event) => {
   const height = event.data && event.data.memoryCalculatorHeight;
