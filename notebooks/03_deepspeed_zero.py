@@ -344,7 +344,7 @@ nb.show_recipe_benchmark();
 # of time in which at least one kernel ran on the GPU. It is a coarse signal (a GPU that runs one small
 # kernel at a time reads 100 %), but a low figure during training is a clear sign of a GPU waiting for its
 # host: data loading, Python launching kernels, or offload. This workshop's monitor records it too, in
-# the same `gpu_memory_<node>.csv` (the query is `GPU_QUERY` in `workshop_lib/scripts.py`, started by
+# the same `gpu_memory_<node>.csv` (the query is `GPU_QUERY` in `workshop_lib/core/run_directory.py`, started by
 # `slurm/templates/blocks/gpu_monitor_start.j2`). The tables above show it as *GPU Utilization (%)*
 # beside the GPU memory: GPU 0's mean over the samples taken while training (memory at or above half its
 # peak, so the idle minutes of start-up and shutdown do not pull it down); the baseline summary adds its
@@ -357,7 +357,7 @@ nb.show_recipe_benchmark();
 # ## Exercise: change the model size or the data subset
 #
 # The original material's exercise, with this workshop's knobs. Every experiment is a frozen dataclass
-# in `workshop_lib/experiments.py`: copy one with another sample count (or per-GPU batch), give it its own
+# in `workshop_lib/experiments/matrix.py`: copy one with another sample count (or per-GPU batch), give it its own
 # id, and run it. For example, twice the data for the stage-2 offload run, in a new cell:
 #
 # ```python
