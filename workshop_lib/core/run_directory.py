@@ -50,23 +50,8 @@ class RunDirectory:
         """runs_dir: the argument, else $WORKSHOP_RUNS_DIR, else <repository>/runs (core.paths.runs_root)."""
         return cls(runs_root(runs_dir) / experiment_id)
 
-    @property
-    def script(self) -> Path:
-        return self.path / SCRIPT_NAME
-
-    @property
-    def record(self) -> Path:
-        return self.path / RECORD_NAME
-
-    @property
-    def deepspeed_config(self) -> Path:
-        return self.path / DEEPSPEED_CONFIG_NAME
-
-    def stdout(self, job_id: str) -> Path:
-        return self.path / STDOUT_PATTERN.replace("%j", str(job_id))
-
     def stdout_logs(self) -> list[Path]:
-        """Every job's log in the folder, oldest job first (a resubmitted run has several)."""
+        """Every job's log in the folder, sorted by name (a resubmitted run has several)."""
         return sorted(self.path.glob(STDOUT_GLOB))
 
     @property
@@ -92,19 +77,3 @@ class RunDirectory:
     @property
     def nccl_log(self) -> Path:
         return self.path / NCCL_LOG
-
-    @property
-    def attempts(self) -> Path:
-        return self.path / ATTEMPTS_DIR
-
-    @property
-    def staging(self) -> Path:
-        return self.path / STAGING_DIR
-
-    @property
-    def lock(self) -> Path:
-        return self.path / LOCK_NAME
-
-    @property
-    def reservation(self) -> Path:
-        return self.path / RESERVATION_NAME
