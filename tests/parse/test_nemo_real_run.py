@@ -64,3 +64,17 @@ def test_the_run_folder_reads_into_one_row(tmp_path):
     assert result.mean_step_time_s == pytest.approx(sum(timings[1:]) / 59)
     assert result.gpu_peak_max_mib == max(used) == 21943
     assert result.total_time_s == 177  # the footer's 00:02:57
+
+
+def test_nemo_checkpoint_save_lines_are_not_the_jobs_footer():
+    # NeMo prints "Global Checkpoint Save : … Start time: 1795613081.807s" at each save (3 in this run); only the
+    # job's own footer lines (" Start time : YYYY-MM-DD …" at the start of a line) are footer lines.
+    from workshop_lib.jobs.footer import parse_footer
+
+    text = read_text(LOG)
+    saves = [line for line in text.splitlines() if "Global Checkpoint Save" in line and "Start time:" in line]
+    assert len(saves) == 3
+    footer = parse_footer(text)
+    assert footer.problems == []
+    assert str(footer.start_time) == "2026-11-25 13:23:13" and footer.total_time_s == 177
+    assert footer.exit_status == 0

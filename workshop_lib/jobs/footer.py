@@ -16,7 +16,9 @@ _START = re.compile(r"Start time\s*:\s*" + _TIMESTAMP)
 _END = re.compile(r"End time\s*:\s*" + _TIMESTAMP)
 # HH:MM:SS, hours may pass 24; SLURM-style D-HH:MM:SS also accepted (durations.parse_duration reads it).
 _TOTAL = re.compile(r"Total time\s*:\s*(?:\d+-)?\d+:\d{2}:\d{2}\b")
-_HINT = re.compile(r"(Start time|End time|Total time)\s*:")
+# The footer's words open their line (after the template's indent): a program's own line that carries them
+# further on, like NeMo's "Global Checkpoint Save : … Start time: 1795613081.807s", is not the job's footer.
+_HINT = re.compile(r"^\s*(Start time|End time|Total time)\s*:")
 # The whole line, so a program's own "exit status: ..." sentence is not taken for the job's.
 _EXIT_STATUS = re.compile(r"^\s*Exit status\s*:\s*(\d+)\s*$")
 
@@ -66,7 +68,7 @@ def parse_footer(text: str) -> JobFooter:
         if match := _EXIT_STATUS.match(line):
             exit_status = int(match.group(1))
             continue
-        if not _HINT.search(line):
+        if not _HINT.match(line):
             continue
         read_something = False
         if (match := _START.search(line)) and (stamp := _timestamp(match["stamp"])):
