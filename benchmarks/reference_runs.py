@@ -75,12 +75,13 @@ def nemo_version() -> str | None:
         return None
 
 
-def engine_fields(row: dict, engine: str, gpu: str) -> dict:
-    """What ran the row and on which card: `run_engine` (nemo, stand-in, hf, gpt), `nemo_version` where
-    NeMo ran, `run_gpu` (the card's name as nvidia-smi gives it)."""
+def engine_fields(row: dict, engine: str, gpu: str, date: str | None = None) -> dict:
+    """What ran the row, on which card and when: `run_engine` (nemo, stand-in, hf, gpt), `nemo_version` where
+    NeMo ran, `run_gpu` (the card's name as nvidia-smi gives it), `run_date` (its provenance record's date)."""
     row["run_engine"] = engine
     row["nemo_version"] = nemo_version() if engine == "nemo" else None
     row["run_gpu"] = gpu
+    row["run_date"] = date
     return row
 
 
@@ -92,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     import pandas as pd
 
     from workshop_lib.experiments import (
-        chapter_experiments, engine_scaling_experiments, large_gpu_experiments, with_recipe,
+        chapter_experiments, engine_scaling_experiments, large_gpu_experiments, nemo_lesson_experiments, with_recipe,
     )
     from workshop_lib.sites.profiles import load_profile
     from workshop_lib.results import run_record
@@ -124,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     sets = {f"chapter{chapter}": chapter_experiments(chapter) for chapter in args.chapter}
     if 2 in args.chapter:  # the layout that needs more than 80 GB per GPU: measured where it fits
         sets["chapter2"] += large_gpu_experiments()
+    for chapter in args.chapter:  # NeMo's own lessons (packing, reduced depth): profiles with NeMo only
+        sets[f"chapter{chapter}"] += [e for e in nemo_lesson_experiments() if e.chapter == chapter]
     max_gpus = args.max_gpus if args.max_gpus is not None else len(provenance()["gpus"]) or None
     if args.engine_scaling:
         sets["engine_scaling"] = engine_scaling_experiments()
@@ -150,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         if not rows:  # nothing of this set ran now: its file stays as it is
             continue
         gpu = (record.get("gpus") or ["unknown GPU"])[0].split(",")[0].strip()
-        measured = pd.DataFrame([engine_fields(run_record(e, args.runs), run_engine(e, profile), gpu) for e in rows])
+        measured = pd.DataFrame([engine_fields(run_record(e, args.runs), run_engine(e, profile), gpu, record["date"]) for e in rows])
         if "run_dir" in measured:  # relative to --runs: this machine's folders mean nothing elsewhere
             measured["run_dir"] = [os.path.relpath(path, args.runs) if isinstance(path, str) and os.path.isabs(path)
                                    else path for path in measured["run_dir"]]

@@ -108,6 +108,11 @@ def _reference_for(experiment: Experiment, rows: list[dict]) -> dict | None:
 _SAME_WORK = ("peft", "zero_stage", "fsdp", "offload", "pin_memory", "per_device_batch")
 
 
+def _same_work_shape(row: dict, wanted: dict) -> bool:
+    return all((is_missing(row.get(key)) or not row.get(key)) if not wanted[key] else row.get(key) == wanted[key]
+               for key in ("num_layers", "packed_sequence"))
+
+
 def _sibling_for(experiment: Experiment, rows: list[dict]) -> dict | None:
     """For an experiment nobody measured: a measured run of the same engine and model, preferring the same
     table, then the same knobs (per-GPU batch, ZeRO stage, FSDP strategy, offload), then the nearest GPU
@@ -118,7 +123,9 @@ def _sibling_for(experiment: Experiment, rows: list[dict]) -> dict | None:
         value = row.get(key)
         return is_missing(value) if wanted[key] is None else value == wanted[key]
 
-    candidates = [row for row in rows if row.get("engine") == experiment.engine and row.get("model") == experiment.model]
+    # A run of other work never stands in: the packed twin, or the model at reduced depth (num_layers).
+    candidates = [row for row in rows if row.get("engine") == experiment.engine and row.get("model") == experiment.model
+                  and _same_work_shape(row, wanted)]
     if not candidates:
         return None
     return min(candidates, key=lambda row: (row.get("group") != experiment.group,

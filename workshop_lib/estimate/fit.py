@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from workshop_lib.core.reference import MissingResolvedRecipes, load_resolved
 from workshop_lib.estimate.memory import GIB, MemoryEstimate, TrainingSetup, estimate_memory
 from workshop_lib.estimate.report import setup_from_experiment
+from workshop_lib.estimate.shapes import ModelShape, model_shape
 
 MARGIN = 0.10  # share of the GPU kept for what the estimate leaves out
 RECIPE_DEFAULTS = {"micro_batch": 1, "seq_length": 2048}  # NeMo's finetune recipes (SquadDataModule)
@@ -73,8 +74,17 @@ def _micro_batches(setup: TrainingSetup, experiment) -> int:
     return max((experiment.global_batch or 8) // (setup.batch * max(dp, 1)), 1)
 
 
+def experiment_shape(experiment) -> ModelShape:
+    """The model's shape as the experiment trains it: fewer layers where it asks for fewer (num_layers)."""
+    shape = model_shape(experiment.model)
+    layers = getattr(experiment, "num_layers", None)
+    if layers is None or layers == shape.num_layers:
+        return shape
+    return replace(shape, num_layers=layers, name=f"{shape.name} ({layers} of {shape.num_layers} layers)")
+
+
 def predict(experiment, stand_in: bool = False) -> MemoryEstimate:
-    return estimate_memory(experiment.model, nemo_setup(experiment, stand_in))
+    return estimate_memory(experiment_shape(experiment), nemo_setup(experiment, stand_in))
 
 
 def describe(setup: TrainingSetup) -> str:
@@ -89,7 +99,7 @@ def describe(setup: TrainingSetup) -> str:
 
 def check_fit(experiment, gpu_memory_gib: float, stand_in: bool = False) -> FitVerdict:
     setup = nemo_setup(experiment, stand_in)
-    estimate = estimate_memory(experiment.model, setup)
+    estimate = estimate_memory(experiment_shape(experiment), setup)
     usable = gpu_memory_gib * (1 - MARGIN)
     verdict = FitVerdict(experiment.id, estimate.total / GIB, gpu_memory_gib, usable, describe(setup))
     if verdict.fits:

@@ -11,11 +11,11 @@ from workshop_lib.experiments.experiment import (
 )
 from workshop_lib.experiments.matrix import (
     SCALING_ENGINES, all_experiments, chapter_experiments, engine_scaling_experiments, get_experiment,
-    large_gpu_experiments, select_experiments,
+    large_gpu_experiments, nemo_lesson_experiments, select_experiments,
 )
 
 __all__ = [
     "CHAPTERS", "Experiment", "RECIPE_LORA_RANK", "SCALING_ENGINES", "all_experiments", "chapter_experiments",
-    "engine_scaling_experiments", "field_names", "get_experiment", "large_gpu_experiments", "select_experiments",
+    "engine_scaling_experiments", "field_names", "get_experiment", "large_gpu_experiments", "nemo_lesson_experiments", "select_experiments",
     "summary_row", "with_recipe",
 ]

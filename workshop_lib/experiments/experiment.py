@@ -46,6 +46,12 @@ class Experiment:
     warmup_steps: int | None = None
     limit_val_batches: int | None = None
     lora_rank: int | None = None
+    # NeMo's packed sequences: SQuAD records packed into sequences of the recipe's length (the recipe's
+    # `packed_sequence=True`), instead of one record per micro-batch.
+    packed_sequence: bool = False
+    # Fewer transformer layers than the model has, at its full width: a layout measured where the whole
+    # model does not fit (the lent GPUs); never shown as the full model's layout.
+    num_layers: int | None = None
 
     # Hugging Face Trainer (chapters 3-4)
     zero_stage: int | None = None  # None: no DeepSpeed at all
@@ -67,6 +73,11 @@ class Experiment:
     nccl_check: bool = False  # nccl-tests all_reduce_perf before training, abort when slow
 
     def __post_init__(self):
+        if (self.packed_sequence or self.num_layers is not None) and self.engine != NEMO:
+            raise WorkshopError(f"{self.id}: packed_sequence and num_layers are NeMo settings (engine is "
+                                f"{self.engine!r}); leave them at their defaults")
+        if self.num_layers is not None and self.num_layers < 1:
+            raise WorkshopError(f"{self.id}: num_layers={self.num_layers} must be a positive number of layers")
         if self.recipe not in RECIPES:
             raise WorkshopError(f"{self.id}: recipe={self.recipe!r} is not one of {', '.join(RECIPES)}; "
                                 "use 'seed' (the seeds' recipe) or 'tuned'")
@@ -107,10 +118,16 @@ class Experiment:
     def content_hash(self) -> str:
         """Stable across processes and machines: sha256 of the canonical JSON of every field."""
         fields_ = self.to_dict()
-        if fields_["recipe"] == DEFAULT_RECIPE:  # hashes from before the recipe field stay valid
-            del fields_["recipe"]
+        # Fields added after runs existed leave the hash when at their default, so those runs keep theirs.
+        for name in HASH_OMITS_AT_DEFAULT:
+            if fields_[name] == _DEFAULTS[name]:
+                del fields_[name]
         canonical = json.dumps(fields_, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+# Fields added after the first runs were recorded: at their default they are not part of the content hash.
+HASH_OMITS_AT_DEFAULT = ("recipe", "packed_sequence", "num_layers")
+_DEFAULTS = {field_.name: field_.default for field_ in fields(Experiment)}
+
 # The recipes' LoRA rank (`llama31_8b`: LoRA(dim=8, alpha=16) on q/k/v, output, both MLP matrices;
 # `mixtral_8x7b`: dim=32 on linear_qkv and linear_proj). Not rendered: the recipe's default is used.
 RECIPE_LORA_RANK = {"llama-3.1-8b": 8, "mixtral-8x7b": 32}

@@ -74,6 +74,35 @@ def large_gpu_experiments() -> list[Experiment]:
         gpus_per_node=2, memory="256G", tensor_parallel=2, **_NEMO_SHORT_RUN)]
 
 
+# Mixtral's reduced-depth layouts: the chapter's TP x EP (+SP) and PP x EP factors on 4 GPUs, at Mixtral
+# 8x7B's full width with 4 of its 32 layers. All 32 layers need 16 GPUs for a full fine-tune (46.7 B
+# parameters x 18 bytes of model states); 4 layers keep every kind of communication (tensor-parallel
+# all-reduce, expert all-to-all, pipeline send/receive) at the real tensor sizes, and keep the model states
+# of one GPU (~29 GiB by the estimator) inside an 80 GB card with room for the activations.
+MIXTRAL_REDUCED_LAYERS = 4
+
+
+def nemo_lesson_experiments() -> list[Experiment]:
+    """Beyond the matrix: NeMo lessons measured on the lent GPUs. The packed-sequence twin of chapter 1's
+    1-GPU run, and chapter 2's Mixtral parallel factors at reduced depth (clearly not the 16-GPU layouts)."""
+    rows = [Experiment(
+        id="lora/llama/1-gpu-packed", chapter=1, group="llama-packing", engine=NEMO, model="llama-3.1-8b",
+        title="Llama 3.1 8B + LoRA on 1 GPU, SQuAD packed into 2,048-token sequences", gpus_per_node=1,
+        memory="256G", peft="lora", lora_rank=RECIPE_LORA_RANK["llama-3.1-8b"], packed_sequence=True,
+        **_NEMO_SHORT_RUN)]
+    layers = MIXTRAL_REDUCED_LAYERS
+    for tp, pp, ep, sp in ((2, 1, 2, True), (1, 2, 2, False)):
+        name = f"tp{tp}-" * (tp > 1) + f"pp{pp}-" * (pp > 1) + f"ep{ep}" + "-sp" * sp
+        rows.append(Experiment(
+            id=f"model-parallel/mixtral-{layers}-layers/{name}", chapter=2, group="mixtral-reduced", engine=NEMO,
+            model="mixtral-8x7b",
+            title=(f"Mixtral 8x7B width, {layers} of 32 layers, full fine-tune, TP={tp} x PP={pp} x EP={ep}"
+                   + (" + SP" if sp else "") + " on 4 GPUs"),
+            gpus_per_node=4, memory="256G", tensor_parallel=tp, pipeline_parallel=pp, expert_parallel=ep,
+            sequence_parallel=sp, num_layers=layers, **_NEMO_SHORT_RUN))
+    return rows
+
+
 # ---------------------------------------------------------------------------------------------
 # Chapter 3: DeepSpeed ZeRO with the HF Trainer (seed 002): BLOOM-560m on SQuAD, fp16,
 # batch 4 x accumulation 4, 3 epochs. CPU memory is recorded everywhere: the seed's tables ask for it.
@@ -227,7 +256,8 @@ def chapter_experiments(chapter: int) -> list[Experiment]:
 def get_experiment(experiment_id: str) -> Experiment:
     """The experiment with this id; the error lists close matches."""
     by_id = {experiment.id: experiment
-             for experiment in all_experiments() + engine_scaling_experiments() + large_gpu_experiments()}
+             for experiment in all_experiments() + engine_scaling_experiments() + large_gpu_experiments()
+             + nemo_lesson_experiments()}
     if experiment_id in by_id:
         return by_id[experiment_id]
     prefix = experiment_id.split("/")[0]

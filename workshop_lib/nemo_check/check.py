@@ -29,9 +29,9 @@ HERE = Path(__file__).resolve().parent  # this package's own files (resolve.py)
 
 def nemo_experiments():
     from workshop_lib.core.vocabulary import NEMO
-    from workshop_lib.experiments import all_experiments, large_gpu_experiments
+    from workshop_lib.experiments import all_experiments, large_gpu_experiments, nemo_lesson_experiments
 
-    return [e for e in all_experiments() + large_gpu_experiments() if e.engine == NEMO]
+    return [e for e in all_experiments() + large_gpu_experiments() + nemo_lesson_experiments() if e.engine == NEMO]
 
 
 def commands_for(experiments, profile: str = "ibex") -> list[dict]:

@@ -58,6 +58,10 @@ class RunResult:
     step_samples_per_s: float | None = None  # mean of the per-step figures (seed 003's "callback")
     eval_samples_per_s: float | None = None
     train_runtime_s: float | None = None
+    # NeMo run without the container: real (unpadded) tokens of one optimizer step, and per second of mean step
+    tokens_per_step: float | None = None
+    tokens_per_s: float | None = None
+    loss_by_step: dict[int, float] = field(default_factory=dict)  # NeMo's reduced_train_loss per global step
     steps_per_epoch: int | None = None
     trainable_params: int | None = None
     total_params: int | None = None
@@ -141,6 +145,11 @@ def read_run(folder: str | Path, experiment_id: str | None = None) -> RunResult:
         values["train_step_time_s"] = nemo.last_step.train_step_timing_s
         _fill(values, "mean_step_time_s", nemo.mean_step_time_s)  # a job's own metrics, when written, win
         values["last_loss"] = nemo.last_step.reduced_train_loss
+        values["loss_by_step"] = {step.global_step: step.reduced_train_loss for step in nemo.steps}
+        if nemo.tokens_per_step is not None:
+            values["tokens_per_step"] = nemo.tokens_per_step
+            if values.get("mean_step_time_s"):
+                values["tokens_per_s"] = nemo.tokens_per_step / values["mean_step_time_s"]
         if nemo.after_lora:
             _fill(values, "trainable_params", nemo.after_lora.trainable_params)
     state_path = run.trainer_state

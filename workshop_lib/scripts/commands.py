@@ -71,10 +71,18 @@ def nemo_context(experiment: Experiment, profile: Profile) -> dict:
             "command": " ".join(shlex.quote(word) for word in profile.nemo.command.split())}
 
 
+# The recipes' sequence length for SQuAD (unpacked); packing fills sequences of this length.
+RECIPE_SEQ_LENGTH = 2048
+
+
 def nemo_factory(experiment: Experiment, factory: str) -> str:
     """The recipe: LoRA is the factories' default; a full fine-tune asks for the recipe's own
-    (peft_scheme=None: learning rate 5e-6, distributed optimizer), not LoRA's recipe with `peft=none`."""
-    return factory if experiment.peft == "lora" else f"{factory}(peft_scheme=None)"
+    (peft_scheme=None: learning rate 5e-6, distributed optimizer), not LoRA's recipe with `peft=none`.
+    Packing is the recipe's own option too; it would pack to 4,096 tokens unless told the unpacked length."""
+    arguments = [] if experiment.peft == "lora" else ["peft_scheme=None"]
+    if experiment.packed_sequence:
+        arguments += ["packed_sequence=True", f"seq_length={RECIPE_SEQ_LENGTH}"]
+    return f"{factory}({', '.join(arguments)})" if arguments else factory
 
 
 def nemo_overrides(experiment: Experiment, max_steps_cap: int | None = None) -> list[str]:
@@ -102,6 +110,8 @@ def nemo_overrides(experiment: Experiment, max_steps_cap: int | None = None) -> 
         overrides.append(f"trainer.strategy.expert_model_parallel_size={experiment.expert_parallel}")
     if experiment.sequence_parallel:
         overrides.append("trainer.strategy.sequence_parallel=True")
+    if experiment.num_layers is not None:
+        overrides.append(f"model.config.num_layers={experiment.num_layers}")
     if full_finetune:
         overrides += NO_CHECKPOINTS
     # LoRA is the recipe's default PEFT scheme (Llama: rank 8 on q/k/v, output and MLP; Mixtral: rank 32

@@ -174,6 +174,9 @@ class Profile:
         if self.limits.max_nodes is not None and experiment.nodes > self.limits.max_nodes:
             return (f"{experiment.id} needs {experiment.nodes} nodes; profile {self.name!r} runs at most "
                     f"{self.limits.max_nodes}")
+        if (experiment.packed_sequence or experiment.num_layers is not None) and not self.nemo.enabled:
+            return (f"{experiment.id} is a lesson of NeMo itself (packed sequences, reduced depth); profile "
+                    f"{self.name!r} runs the PyTorch stand-in, which has neither")
         return None
 
     def require(self, experiment: Experiment) -> None:

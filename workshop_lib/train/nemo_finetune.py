@@ -134,6 +134,31 @@ def mean_sample_tokens(squad: Path, tokenizer_dir: Path, limit: int = 2000) -> f
     return sum(lengths) / len(lengths)
 
 
+def restore_numpy_aliases() -> list[str]:
+    """Megatron-core 0.13.1 (NeMo 2.4.1's) calls `numpy.product`, which NumPy 2 removed, when it saves a
+    checkpoint with data parallel > 1 (dist_checkpointing/exchange_utils.py). NeMo's requirements pin NumPy < 2;
+    a machine whose other packages need NumPy 2 gets the alias back instead."""
+    import numpy
+
+    restored = []
+    for old, new in (("product", "prod"), ("cumproduct", "cumprod"), ("alltrue", "all"), ("sometrue", "any")):
+        if not hasattr(numpy, old):
+            setattr(numpy, old, getattr(numpy, new))
+            restored.append(f"numpy.{old} = numpy.{new}")
+    return restored
+
+
+def packed_tokens_per_pack(datasets_cache: Path) -> float | None:
+    """Mean real tokens of one packed sequence, from the packed training file NeMo wrote (None if none)."""
+    import numpy
+
+    files = sorted((datasets_cache / "squad" / "packed").glob("*/training_*.npy"))
+    if not files:
+        return None
+    packs = numpy.load(files[-1], allow_pickle=True)
+    return sum(len(pack["input_ids"]) for pack in packs) / len(packs) if len(packs) else None
+
+
 def transformer_engine_available() -> bool:
     try:
         import transformer_engine  # noqa: F401
@@ -171,6 +196,13 @@ def localise(task, factory: str, tokenizer_dir: Path) -> list[str]:
         notes.append("Transformer Engine not installed: Megatron's local layer spec, fusions off (" +
                      ", ".join(switched) + ")")
         notes += _lora_without_transformer_engine()
+        notes += _moe_and_sequence_parallel_without_transformer_engine(task)
+        if getattr(task.data, "packed_sequence_specs", None) is not None:
+            from workshop_lib.train.packed_attention import install_on_megatron_local_attention
+
+            install_on_megatron_local_attention()
+            notes.append("packed sequences: Megatron's local attention takes them through PyTorch's "
+                         "scaled_dot_product_attention with a per-record causal mask (the container uses TE's kernel)")
     return notes
 
 
@@ -190,6 +222,45 @@ def _lora_without_transformer_engine() -> list[str]:
     return ["LoRA: NeMo's Transformer Engine checks answered 'not installed' (peft.utils.HAVE_TE, te.Linear)"]
 
 
+def _moe_and_sequence_parallel_without_transformer_engine(task) -> list[str]:
+    # Megatron-core 0.13.1 without TE: moe_utils names `te_general_gemm` (and the fused permutes) only when TE
+    # imports, then asks `te_general_gemm is not None` in every MoE router step (NameError); and its local norm
+    # (WrappedTorchNorm) refuses sequence parallelism, because it does not mark its weights for the all-reduce
+    # across the tensor-parallel group that Apex's and TE's norms get. Define the names as absent, and build the
+    # norm with that mark, as Apex's FusedLayerNorm does (finalize_model_grads then all-reduces its gradients).
+    notes = []
+    from megatron.core.transformer.moe import moe_utils
+
+    missing = [name for name in ("te_general_gemm", "fused_permute", "fused_permute_with_probs",
+                                 "fused_sort_chunks_by_index", "fused_sort_chunks_by_index_with_probs",
+                                 "fused_unpermute") if not hasattr(moe_utils, name)]
+    for name in missing:
+        setattr(moe_utils, name, None)
+    if missing:
+        notes.append("MoE: megatron-core's TE-only names defined as absent (" + ", ".join(missing) + ")")
+    if getattr(task.trainer.strategy, "sequence_parallel", False):
+        from megatron.core.transformer import torch_norm
+
+        original = torch_norm.WrappedTorchNorm.__new__
+
+        def new(cls, config, hidden_size, eps=1e-5, *args, **kwargs):
+            if not config.sequence_parallel:
+                return original(cls, config, hidden_size, eps, *args, **kwargs)
+            config.sequence_parallel = False  # only for the norm's own assertion; restored at once
+            try:
+                norm = original(cls, config, hidden_size, eps, *args, **kwargs)
+            finally:
+                config.sequence_parallel = True
+            for parameter in norm.parameters():
+                parameter.sequence_parallel = True
+            return norm
+
+        torch_norm.WrappedTorchNorm.__new__ = new
+        notes.append("sequence parallel: Megatron's local norm built with its weights marked for the "
+                     "tensor-parallel all-reduce, as Apex's FusedLayerNorm marks them (the container uses TE's)")
+    return notes
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
@@ -199,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     home = nemo_home()
     squad = prepare_squad(Path(os.environ["NEMO_DATASETS_CACHE"]))
     tokenizer_dir = prepare_tokenizer(home, squad)
+    restored = restore_numpy_aliases()
 
     import nemo
     from nemo.collections import llm
@@ -209,13 +281,43 @@ def main(argv: list[str] | None = None) -> int:
     print(f"== nemo-local: NeMo {nemo.__version__}, factory {factory}, overrides {' '.join(overrides)}", flush=True)
     task = RunContext(name="finetune", factory=factory).parse_fn(llm.finetune, overrides)
     dryrun_fn(task)  # the "Resolved Arguments" table, as the CLI prints it before running
-    for note in localise(task, factory, tokenizer_dir):
+    notes = localise(task, factory, tokenizer_dir)
+    if restored:
+        notes.append("NumPy 2 without the aliases Megatron-core 0.13.1 calls: " + ", ".join(restored))
+    for note in notes:
         print(f"== nemo-local: {note}", flush=True)
+    record_tokens = mean_sample_tokens(squad, tokenizer_dir)
     print(f"== nemo-local: SQuAD records in {squad}"
           f"{' (generated)' if (squad / GENERATED_MARKER).exists() else ''}, "
-          f"mean {mean_sample_tokens(squad, tokenizer_dir):.0f} tokens per record", flush=True)
+          f"mean {record_tokens:.0f} tokens per record", flush=True)
     run.run(task, direct=True)
+    if _rank() == 0:
+        print_tokens_per_step(task, record_tokens)
     return 0
+
+
+def _rank() -> int:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank()
+    return int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0")))
+
+
+def print_tokens_per_step(task, record_tokens: float) -> None:
+    """The real (unpadded) tokens one optimizer step trains on, for tokens/s: global batch x a record's mean
+    tokens, or x a pack's mean real tokens when the records were packed (read from NeMo's packed file)."""
+    global_batch = getattr(task.data, "global_batch_size", None)
+    if not global_batch:
+        return
+    packed = getattr(task.data, "packed_sequence_specs", None) is not None
+    per_sample = packed_tokens_per_pack(Path(os.environ["NEMO_DATASETS_CACHE"])) if packed else record_tokens
+    if per_sample is None:
+        print("== nemo-local: no packed training file found; tokens per step unknown", flush=True)
+        return
+    what = "pack" if packed else "record"
+    print(f"== nemo-local: real tokens per optimizer step: {global_batch * per_sample:.0f} "
+          f"({global_batch} x mean {per_sample:.1f} tokens per {what})", flush=True)
 
 
 if __name__ == "__main__":

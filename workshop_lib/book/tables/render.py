@@ -13,6 +13,7 @@ from workshop_lib.book.cells import NOT_RECORDED, format_cell
 from workshop_lib.book.tables.columns import Table
 from workshop_lib.book.tables.fsdp import chapter_4_tables
 from workshop_lib.book.tables.nemo import chapter_1_tables, chapter_2_tables
+from workshop_lib.book.tables.nemo_lessons import lesson_tables
 from workshop_lib.book.tables.zero import chapter_3_tables
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.results import COMPLETED, chapter_results
@@ -92,7 +93,7 @@ def chapter_tables(chapter: int, runs_dir: str | Path | None = None) -> list[Tab
 def tables_from_results(chapter: int, results: pd.DataFrame) -> list[Table]:
     """Every seed table of a chapter, filled from results already read (`results.chapter_results`)."""
     _check_chapter(chapter)
-    return _BUILDERS[chapter](results)
+    return _BUILDERS[chapter](results) + lesson_tables(chapter, results)
 
 
 def _check_chapter(chapter: int) -> None:

@@ -11,6 +11,9 @@ from dataclasses import dataclass, field
 from workshop_lib.core.log_text import LogProblem, SkippedLines, log_lines
 
 STEP_MARKER = "Training epoch"
+# Printed by workshop_lib.train.nemo_finetune where NeMo runs without the container (the lent GPU machine):
+# the real, unpadded tokens of one optimizer step, so that packed and unpacked runs compare in tokens/s.
+_TOKENS_PER_STEP = re.compile(r"== nemo-local: real tokens per optimizer step: (?P<tokens>\d+(?:\.\d+)?)\b")
 _STEP_HEAD = re.compile(r"Training epoch (?P<epoch>\d+), iteration (?P<iteration>\d+)/(?P<last_iteration>\d+)\s*$")
 # A value may be followed by junk another process or a person appended ("1.916 <<< note"), never glued to it.
 _FIELD = re.compile(r"^\s*(?P<key>[A-Za-z_][A-Za-z_ ]*?)\s*:\s*"
@@ -73,6 +76,7 @@ class NemoLog(SkippedLines):
     resolved_arguments: dict[str, str] = field(default_factory=dict)
     parameter_summaries: list[ParameterSummary] = field(default_factory=list)
     problems: list[LogProblem] = field(default_factory=list)
+    tokens_per_step: float | None = None  # real tokens of one optimizer step, where the job printed them
 
     @property
     def last_step(self) -> NemoStep | None:
@@ -219,7 +223,11 @@ def parse_nemo_log(text: str) -> NemoLog:
     steps_by_step: dict[int, NemoStep] = {}
     summaries: list[dict[str, float | int]] = []
     problems: list[LogProblem] = []
+    tokens_per_step = None
     for number, line in numbered:
+        if (tokens := _TOKENS_PER_STEP.search(line)) is not None:
+            tokens_per_step = float(tokens["tokens"])
+            continue
         if STEP_MARKER in line:
             for segment in _step_segments(line):
                 step = parse_step(segment)
@@ -245,4 +253,5 @@ def parse_nemo_log(text: str) -> NemoLog:
         resolved_arguments=parse_resolved_arguments([line for _, line in numbered]),
         parameter_summaries=[ParameterSummary(**values) for values in summaries],
         problems=problems,
+        tokens_per_step=tokens_per_step,
     )
