@@ -11,6 +11,7 @@ from typing import Callable
 import pandas as pd
 
 from workshop_lib.book.cells import completed, is_missing, measured_cell
+from workshop_lib.book.series import same_series
 from workshop_lib.core.durations import format_duration
 
 
@@ -47,10 +48,12 @@ def int_field(key: str) -> Callable[[dict], object]:
 
 
 def ratio(numerator: dict, denominator: dict, key: str, digits: int = 2) -> float | None:
-    """numerator[key] / denominator[key] when both runs completed and recorded it."""
+    """numerator[key] / denominator[key] when both runs completed and recorded it; raises MixedSeriesError
+    where the two are of different engines or cards (`book.series`)."""
     top, bottom = numerator.get(key), denominator.get(key)
     if not (completed(numerator) and completed(denominator)) or is_missing(top) or is_missing(bottom) or not bottom:
         return None
+    same_series(numerator, denominator)
     return round(top / bottom, digits)
 
 
@@ -202,6 +205,8 @@ _STRONG_OR_WEAK = ["Parallel Efficiency (%)", *_STEP_TIMES, "Weak Scaling Effici
 
 
 ADDED_COLUMNS = {"nemo": ["GPU 0 Utilization (%)", *_TENSORS],
+                 # chapter 2, where two layouts share the baseline's GPU count: a layout comparison, not scaling
+                 "nemo-same-gpus": ["Step time vs {layout} (same GPUs)", "Peak memory vs {layout} (same GPUs)"],
                  "zero-single-gpu": ["GPU Utilization (%)", ALLOCATED_COLUMN[0], *_TENSORS],
                  "fsdp-scaling": ["GPU Utilization (%)", *_STRONG_OR_WEAK, *_TENSORS],
                  "gpt-scaling": ["Speedup", *_STRONG_OR_WEAK, *_TENSORS],
