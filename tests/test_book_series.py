@@ -127,3 +127,14 @@ def test_the_time_plan_estimates_a_table_from_one_series(tmp_path):
         assert (estimate.reference_engine, estimate.card.name) == ("nemo", "H100 SXM"), experiment_id
     assert estimates["lora/llama/4-gpus"].basis == "like lora/llama/2-gpus"  # NeMo's, not the stand-in's 4-GPU row
     assert estimates["lora/mixtral/4-gpus"].reference_engine == "stand-in"  # NeMo never ran Mixtral here
+
+
+def test_no_generated_sentence_divides_rows_of_two_cards():
+    from workshop_lib.book import claims
+    from workshop_lib.book.reference import reference_results
+
+    results = reference_results(4)[1].copy()
+    assert claims.fsdp_one_node(results)  # one card today: the sentence is written
+    results.loc[results["id"] == "fsdp/multi-gpu/4-gpus", "run_gpu"] = H100
+    with pytest.raises(MixedSeriesError):
+        claims.fsdp_one_node(results)
