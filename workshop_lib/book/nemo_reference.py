@@ -78,7 +78,10 @@ def engine_comparisons(chapter: int, folder: Path = REFERENCE_DIR) -> list[dict]
                       "nemo_peak_mib": peak[1], "stand_in_peak_mib": peak[0],
                       "nemo_busy_pct": nemo.get("gpu0_util_busy_avg_pct"),
                       "stand_in_busy_pct": stand_in.get("gpu0_util_busy_avg_pct"),
-                      "stand_in_seq_len": stand_in.get("run_seq_len")})
+                      "stand_in_seq_len": stand_in.get("run_seq_len"),
+                      "nemo_trainable": nemo.get("trainable_params"), "stand_in_trainable": stand_in.get("trainable_params"),
+                      "nemo_modules": (stand_in.get("run_settings") or {}).get("nemo_target_modules"),
+                      "stand_in_modules": (stand_in.get("run_settings") or {}).get("target_modules")})
     return pairs
 
 
@@ -104,7 +107,20 @@ def stand_in_caveat(chapter: int, folder: Path = REFERENCE_DIR) -> str:
             "the stand-in moves about {length / NEMO_RECORD_TOKENS:.0f} times the tokens; NeMo ran without Transformer Engine and kept the GPU "
             "mostly idle, waiting on the CPU to launch its many small kernels. Under other conditions (another "
             "experiment, Transformer Engine, packed sequences) the two compare differently, so this pair is no "
-            "factor to read other stand-in numbers by.")
+            "factor to read other stand-in numbers by." + "".join(_adapter_sentence(pair) for pair in pairs[:1]))
+
+
+def _adapter_sentence(pair: dict) -> str:
+    """Why the two engines train different numbers of LoRA parameters at the same rank (NeMo's fused QKV)."""
+    nemo, stand_in = pair["nemo_trainable"], pair["stand_in_trainable"]
+    if is_missing(nemo) or is_missing(stand_in) or not nemo:
+        return ""
+    modules = (f" ({', '.join(pair['stand_in_modules'])} against NeMo's {', '.join(pair['nemo_modules'])})"
+               if pair.get("nemo_modules") and pair.get("stand_in_modules") else "")
+    return (f" At the same LoRA rank the stand-in trains {stand_in / 1e6:.1f} M parameters, NeMo {nemo / 1e6:.1f} M "
+            f"(as its model summary prints it), {(stand_in - nemo) / 1e6:.1f} M more: it puts separate adapters, each with its own A matrix, "
+            f"on the query, key and value projections (and on Llama's gate and up projections) where NeMo adapts one "
+            f"fused projection of each{modules}.")
 
 
 def _resolved():
