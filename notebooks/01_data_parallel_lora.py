@@ -36,9 +36,10 @@
 #
 # ```{admonition} The hyperparameters are deliberately small
 # :class: note
-# Every run here stops after 250 optimizer steps with a global batch of 8 sequences, a short warm-up and a
+# On Ibex every run stops after 250 optimizer steps with a global batch of 8 sequences, a short warm-up and a
 # few validation batches, so that the chapter's jobs fit a workshop day (the plan before submitting gives
-# each job's time). That is enough to see how time and memory change with the layout, which is the lesson. It is not a fine-tune worth
+# each job's time). The measurements on real GPUs shown first in each section stopped earlier still (30 or 60
+# steps, as each table's caption says). That is enough to see how time and memory change with the layout, which is the lesson. It is not a fine-tune worth
 # keeping: a useful one of an 8-billion-parameter model runs over a whole data set, with global batches of
 # hundreds of sequences and a learning-rate schedule tuned to them, for hours or days.
 # ```
@@ -66,20 +67,22 @@ nb.experiments_overview(selection);
 # is divided, every GPU still holds all weights, gradients and optimizer states. A model that does not
 # fit on one GPU does not fit on eight either.
 #
-# **The global batch.** NeMo's recipe fixes the *global* batch (8 sequences per optimizer step) and
-# the *micro* batch (1 sequence per forward pass). With *N* data-parallel GPUs each GPU gets
+# **The global batch.** NeMo's recipe sets the *global* batch (its default is 128 sequences per optimizer step;
+# the workshop's commands override it to 8 with `data.global_batch_size=8`, to keep the jobs short) and the
+# *micro* batch (1 sequence per forward pass). With *N* data-parallel GPUs each GPU gets
 # 8 / *N* sequences per step, and runs that many micro-batches, accumulating gradients, before the
 # all-reduce. So adding GPUs does not change what the model learns per step; it changes how long a
 # step takes.
 #
-# **LoRA.** Fine-tuning all 8 B parameters of Llama with Adam in mixed precision needs about 16 bytes
-# per parameter (16-bit weights and gradients, fp32 master weights, two fp32 Adam moments), over
-# 120 GB before any activation: more than an 80 GB A100. LoRA freezes the pretrained weight *W* and
+# **LoRA.** Fine-tuning all 8 B parameters of Llama with Adam in mixed precision needs about 18 bytes
+# per parameter as Megatron keeps them (bf16 weights 2, fp32 gradients 4, fp32 master weights and two fp32
+# Adam moments 12; chapter 2 counts the same), over 140 GB before any activation: more than an 80 GB A100. LoRA freezes the pretrained weight *W* and
 # learns a low-rank correction: for a layer *y = Wx* it trains *A* (*r × k*) and *B* (*d × r*) and
 # computes *y = Wx + (α/r)·BAx*. NeMo's Llama recipe uses rank *r* = 8 (α = 16) on the fused Q/K/V
 # projection, the attention output and both MLP matrices; its Mixtral recipe rank 32 on the attention
 # projections only. Either way that is a few tens of millions of trainable parameters, a fraction of a
-# percent of the model. The frozen weights cost
+# percent of the model (NeMo's log prints the count; "Predict, then run" below compares it with the stand-in's,
+# which adapts the query, key and value projections separately and so trains a few million more). The frozen weights cost
 # only their 2 bytes each (about 16 GB for Llama), the adapters' gradients and Adam states are tiny,
 # and the whole fine-tune fits on one GPU. Because *B* starts at zero, training starts exactly from
 # the pretrained model.
@@ -96,7 +99,8 @@ nb.experiments_overview(selection);
 # out of the data-parallel ones, so these runs are data parallel *and* expert parallel.
 #
 # **What the tables measure.** The *total job time* (from the job's footer) includes starting the
-# container, loading the checkpoint and saving the adapters; the *train step time* is the mean of
+# container, loading the checkpoint and saving the adapters (NeMo saves adapter checkpoints; the PyTorch
+# stand-in and the Hugging Face and GPT runs of chapters 3-4 save none, so their job times leave that out); the *train step time* is the mean of
 # NeMo's own per-step timings (`train_step_timing`), the first step left out because it carries the
 # one-off set-up (one step alone is too noisy to compare). *Time scaling* is time(baseline) / time(*N* GPUs): 2.0 on 2 GPUs would be
 # perfect. *Peak memory scaling* divides the baseline's GPU 0 peak by the *N*-GPU one. For Llama, pure
@@ -167,13 +171,14 @@ nemo_reference.show_resolved(1, "lora/llama/2-gpus");
 # the real models' shapes (random weights, synthetic data) on the GPUs named below. Rows no run has
 # measured yet say "not measured yet" and how many GPUs they need.
 #
-# Two engines ran these rows, and every row says which (`run_engine`). NeMo 2.4.1 itself trained
-# `lora/llama/1-gpu` from this chapter's own `nemo llm finetune` words, on one H100, with random weights and
-# without Transformer Engine (the Ibex container has it, so NeMo there is faster). The other rows are the
-# PyTorch stand-in: no Megatron kernels, every sample padded to 2,048 tokens, and for Mixtral every GPU holds
-# all experts. Where both engines ran the same experiment on the same card, the text under the table gives the
-# stand-in's step time and peak memory as multiples of NeMo's: read every other stand-in number with that ratio
-# in mind, never as NeMo's own.
+# Two engines ran these rows, and the second table names the engine and the card of each. NeMo 2.4.1 itself
+# trained the chapter's own `nemo llm finetune` words with random weights and without Transformer Engine (the
+# Ibex container has it; how fast NeMo runs there has not been measured). The other rows are the PyTorch
+# stand-in: no Megatron kernels, every sample padded to 2,048 tokens, and for Mixtral every GPU holds all
+# experts. Where both engines ran the same experiment on the same card, the text above the table puts them
+# side by side with the conditions each ran under: one observation, not a factor that turns stand-in numbers
+# into NeMo's. The results tables further down show one engine on one card each: NeMo's rows where NeMo ran
+# that table.
 
 # %%
 nemo_reference.show(1);
@@ -183,8 +188,9 @@ nemo_reference.show(1);
 #
 # Before anything is submitted: how many GPUs this chapter's jobs ask for on Ibex, how they queue under
 # KAUST's limit of 24 GPUs per user in running jobs, and about how long each job runs on an A100. The
-# times come from the reference runs (H100/H200), scaled by the datasheet ratios named under the table,
-# and the sentence is written from the same numbers. Whatever profile runs here, this is the Ibex plan.
+# times come from the reference runs (H100/H200), each table's jobs from one engine on one card (NeMo's own
+# runs where NeMo ran that table), scaled by the datasheet ratios named under the table, and the sentence is
+# written from the same numbers. Whatever profile runs here, this is the Ibex plan.
 
 # %% tags=["hide-input"]
 nb.show_time_plan(selection);
@@ -208,8 +214,9 @@ runs = nb.run_experiments(selection, runs_dir, wait_timeout_s)
 # TIMEOUT, …) instead of a number when the run did not complete, and `n/a` when the run did not
 # record that value. The tiny profile has no `nvidia-smi`: there the memory columns hold each
 # process's own peak (its resident set size), as the note under each table says, and the memory
-# plot does the same. Each part shows first what the stand-ins measured on real GPUs (the same runs as
-# "Predict, then run" above, in the original material's table), then your runs, titled by profile.
+# plot does the same. Each part shows first what was measured on real GPUs (one engine on one card per
+# table, NeMo's own runs where NeMo ran it; the caption says which, and which rows of
+# `book/reference/chapter1.json` it leaves out), then your runs, titled by profile.
 
 # %% [markdown]
 # ## Results: Llama 3.1 8B + LoRA
@@ -222,6 +229,22 @@ nb.show_results(selection, ["llama"], runs_dir)
 
 # %% tags=["hide-input"]
 nb.show_results(selection, ["mixtral"], runs_dir)
+
+# %% [markdown]
+# ## Read the log yourself
+#
+# The original exercise filled the tables by hand from each job's log, and it is worth doing once. Open
+# `runs/lora/llama/2-gpus/slurm-<job id>.out` and find: the step lines, where NeMo prints
+# `train_step_timing in s` (and `reduced_train_loss`) for every optimizer step; the job's footer, whose
+# `Total time` is the job time the scaling columns divide; and the memory summary at the end, one line per GPU
+# with GPU 0's `Peak`, `Avg` and `Mode` in MiB. The cells below pick those lines out of your run. The tiny
+# profile's stand-in prints no NeMo step line (its steps are in `train/metrics.jsonl`); the footer and the
+# memory summary are there on every profile. {doc}`../book/reading_logs` explains each line.
+
+# %% tags=["hide-input"]
+nb.show_log_lines("lora/llama/2-gpus", "train_step_timing", runs_dir)
+nb.show_log_lines("lora/llama/2-gpus", "Total time", runs_dir)
+nb.show_log_lines("lora/llama/2-gpus", "Peak =", runs_dir, limit=4);
 
 # %% [markdown]
 # **Reading the tiny results.** The stand-in models are so small that a training step takes a few
@@ -238,6 +261,15 @@ nb.show_results(selection, ["mixtral"], runs_dir)
 # is large enough for the step time to fall as GPUs are added.
 
 # %% [markdown]
+# **Why NeMo keeps the GPU mostly idle here.** The GPU utilisation column of NeMo's rows is low (its note says
+# how it is measured). Each optimizer step runs 8 micro-batches one after another, and each micro-batch is one
+# SQuAD record of a couple of hundred tokens: far too little arithmetic per kernel to keep an H100 or an A100
+# busy. The GPU then waits on the CPU, which launches the thousands of small kernels of 32 layers (unfused here,
+# without Transformer Engine) one by one: the step is *launch-bound*. Packing several records into one
+# sequence of the recipe's length gives each kernel more work for the same launches; NeMo's fine-tuning data
+# module has a packed-sequence option for that (`packed_sequence_specs`).
+
+# %% [markdown]
 # ## Questions
 #
 # Answer them from your own tables first; the answers are folded in {doc}`../book/answers`
@@ -250,7 +282,8 @@ nb.show_results(selection, ["mixtral"], runs_dir)
 # 5. Why can Llama 3.1 8B be fine-tuned on one 80 GB A100 with LoRA, but not without it?
 # 6. Why does Mixtral start at 2 GPUs, and why must the expert-parallel size be set? What is the
 #    data-parallel size for attention and for the experts with EP = 2 on 2 GPUs?
-# 7. Why is GPU 0's mode 1 MiB, and its average so far below the peak?
+# 7. Why is GPU 0's average so far below its peak, and when would its mode be the idle GPU's ~1 MiB rather than
+#    the peak (as in the reference tables)?
 # 8. Should the last `reduced_train_loss` be the same on every GPU count?
 #
 # ## Where the original material was wrong
