@@ -271,3 +271,13 @@ def test_pinned_memory_is_explained_by_stage_2s_gradient_round_trips():
     without_stage_1 = _frame("chapter3")
     without_stage_1 = without_stage_1[without_stage_1["id"] != "zero/single-gpu/zero1-offload"]
     assert "ZeRO-1 + offload" not in claims.pinned_memory(without_stage_1)
+
+
+def test_fsdp_on_one_gpu_states_its_cost_and_what_it_does_not_save():
+    runs = _records("chapter4")
+    plain, fsdp = runs["fsdp/baseline"], runs["fsdp/single-gpu/full-shard"]
+    text = claims.fsdp_single_gpu(_frame("chapter4"))
+    assert f"{100 * (1 - fsdp['train_samples_per_s'] / plain['train_samples_per_s']):.0f} % fewer" in text
+    assert fsdp["rank0_model_state_mib"] == plain["rank0_model_state_mib"]  # nothing is sharded on one GPU
+    assert f"{_gib(fsdp['allocated_peak_mib'])} against {_gib(plain['allocated_peak_mib'])}" in text
+    assert "not in the model states" in text

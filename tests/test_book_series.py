@@ -138,3 +138,19 @@ def test_no_generated_sentence_divides_rows_of_two_cards():
     results.loc[results["id"] == "fsdp/multi-gpu/4-gpus", "run_gpu"] = H100
     with pytest.raises(MixedSeriesError):
         claims.fsdp_one_node(results)
+
+
+def test_each_chapter_4_table_has_its_own_caption_naming_the_fsdp_that_ran():
+    from workshop_lib.book.reference import reference_caption, reference_results, reference_series
+
+    data, results = reference_results(4)
+    captions = {}
+    for choice, frame in reference_series(4, (data, results)):
+        for group, rows in frame.groupby("group"):
+            captions[group] = reference_caption(data, rows, "book/reference/chapter4.json", choice)
+    assert "FSDP2 (FULL_SHARD, SHARD_GRAD_OP)" in captions["strategies"] and "2 nodes × 2 GPUs" in captions["strategies"]
+    assert "FSDP1 (FULL_SHARD)" in captions["gpt"] and "FSDP2" not in captions["gpt"]
+    assert "FSDP" not in captions["baseline"] and "DeepSpeed" not in captions["baseline"]
+    tables = ("baseline", "strategies", "multi-gpu", "gpt", "weak-scaling")  # the table keys of the parts
+    assert len({captions[key] for key in tables}) == len(tables)  # no one caption pasted under every table
+    assert not any("emulated" in text or "local executor" in text for text in captions.values())

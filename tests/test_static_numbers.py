@@ -182,7 +182,7 @@ REGISTRY: list[Registered] = [
                "the original material's baseline log"),
     # seed_corrections.md
     Registered("book/seed_corrections.md", "78 GiB", "Llama TP 2 on", "estimate", _estimate("model-parallel/llama/tp2")),
-    Registered("book/seed_corrections.md", "209 GiB", "on 4 GPUs at about", "estimate",
+    Registered("book/seed_corrections.md", "209 GiB", "on 4 GPUs is estimated at about", "estimate",
                _estimate(MIXTRAL, **SEED_MIXTRAL_TP2)),
     Registered("book/seed_corrections.md", "105 GiB", "on 8 at about", "estimate", _estimate(MIXTRAL, **SEED_MIXTRAL_TP4)),
     Registered("book/seed_corrections.md", "780 GiB", "states alone", "arithmetic", _model_states_gib("mixtral-8x7b", 18)),

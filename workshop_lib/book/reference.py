@@ -100,13 +100,28 @@ def reference_caption(data: dict, results: pd.DataFrame, source: str, choice: Se
     dates = sorted({p.get("date", "")[:10] for p in provenance if p.get("date")})
     steps_text = f"{' / '.join(map(str, steps))} optimizer steps" if steps else "full epochs"
     software = _software(provenance, done, series)
+    nodes = _emulated_nodes(provenance, done)
     why = " ".join(part for part in ((f"Series: {choice.reason}." if choice and choice.reason else ""),
                                      choice.left_out_text(source) if choice else "") if part)
-    return (f"Reference, measured on real GPUs: {where} (profile {', '.join(profiles) or 'not recorded'}); "
+    return (f"Reference, measured on real GPUs: {where} (profile {', '.join(profiles) or 'not recorded'}){nodes}; "
             f"trained by {engine_text(done if not done.empty else results)}; "
             f"{'; '.join(recipes) or 'recipe as declared'}; {steps_text}; {weights}; {data_kind}; "
             f"{software or 'software versions not recorded'}; measured {', '.join(dates)}. "
             + (why + " " if why else "") + f"Source: {source}.")
+
+
+def _emulated_nodes(provenance: list[dict], rows: pd.DataFrame) -> str:
+    """How rows of several nodes ran where the reference machine was one: said in the caption, since their
+    "nodes" talked over the machine's NVLink, not a network."""
+    if not any(p.get("nodes") for p in provenance) or "nodes" not in rows:
+        return ""
+    several = rows[rows["nodes"].fillna(1) > 1]
+    if several.empty:
+        return ""
+    first = several.iloc[0]
+    return (f"; its {int(first['nodes'])}-node rows ran as {int(first['nodes'])} nodes × {int(first['gpus_per_node'])} "
+            "GPUs inside that one machine, each group of GPUs one node (NCCL between them over NVLink, not a "
+            "network)")
 
 
 def _steps_run(row: dict, profile) -> int | None:
@@ -134,7 +149,9 @@ def _software(provenance: list[dict], rows: pd.DataFrame, series: Series) -> str
         head = [f"NeMo {', '.join(versions)}"] if versions else []
     else:
         head = []
-        keys += [("deepspeed", "DeepSpeed"), ("peft", "peft")] if series.engine != "stand-in" else [("peft", "peft")]
+        stages = rows.get("zero_stage", pd.Series(dtype=object)).dropna()
+        keys += ([("deepspeed", "DeepSpeed")] if not stages.empty else []) + (
+            [("peft", "peft")] if series.engine == "stand-in" else [])
     return ", ".join(head + [f"{name} {first[key]}" for key, name in keys if _installed(first.get(key))])
 
 
@@ -178,8 +195,11 @@ def show_reference_tables(chapter: int, keys: Sequence[str] | None = None,
         tables = [table for table in tables if not table.frame.empty and len(table.frame.columns) > 1]
         if not tables:
             continue
-        caption = reference_caption(data, frame, source, choice)
         for table in tables:
+            # Each table's caption reads its own rows' sessions, recipes and steps (all of them where the
+            # table gathers several groups or none of its own, as the memory prediction does).
+            rows = frame[frame["group"] == table.key] if "group" in frame else frame
+            caption = reference_caption(data, rows if not rows.empty else frame, source, choice)
             titled = replace(table, title=f"{table.title} — on real GPUs, {series_title(choice.series)}")
             display(as_html(table_html(titled, kind="reference", caption=caption, profile=data.get("profile", ""))))
         shown += tables
@@ -204,8 +224,26 @@ def engine_text(results: pd.DataFrame) -> str:
     if engines == {"stand-in"}:
         return ("the PyTorch stand-in at the real model's shape, not NeMo (the chapter's 'Predict, then run' "
                 "section puts it beside NeMo's own run)")
-    names = {"hf": "the Hugging Face Trainer (DeepSpeed / FSDP as each row says)", "gpt": "the custom GPT's FSDP loop"}
-    return "; ".join(names.get(engine, engine) for engine in sorted(engines)) or "as declared by each experiment"
+    names = {"hf": "the Hugging Face Trainer", "gpt": "the custom GPT's own training loop"}
+    text = "; ".join(names.get(engine, engine) for engine in sorted(engines)) or "as declared by each experiment"
+    return text + _fsdp_text(results)
+
+
+def _fsdp_text(results: pd.DataFrame) -> str:
+    """Which FSDP the rows ran: the Trainer's FULL_SHARD and SHARD_GRAD_OP are FSDP2 (Transformers 5's default),
+    its HYBRID_SHARD FSDP1 (FSDP2 has none); the custom GPT wraps itself with FSDP1."""
+    found = set()
+    for row in results.to_dict("records"):
+        strategy = row.get("fsdp")
+        if is_missing(strategy) or not strategy:
+            continue
+        implementation = "FSDP1" if row_engine(row) == "gpt" or strategy == "HYBRID_SHARD" else "FSDP2"
+        found.add((implementation, str(strategy)))
+    if not found:
+        return ""
+    parts = [f"{name} ({', '.join(sorted(s for i, s in found if i == name))})"
+             for name in ("FSDP2", "FSDP1") if any(i == name for i, _ in found)]
+    return ", with PyTorch's " + " and ".join(parts)
 
 
 def show_recipe_benchmark() -> list[Table]:
