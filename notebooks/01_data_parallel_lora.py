@@ -21,26 +21,18 @@
 #
 # ```{admonition} Where this runs
 # :class: important
-# On Ibex (`profile = "ibex"`) each run is NeMo Factory's `nemo llm finetune` inside the NeMo
-# container on A100 GPUs, exactly as in the scripts shown below; every one of those commands has been
-# resolved by NeMo 2.4.1 itself (the NeMo 25.07 container's version) with its dry run. Everywhere else
-# the chapter runs on the **tiny profile**: CPU processes stand in for GPUs, and **NeMo is replaced by
-# a small PyTorch/PEFT stand-in** (`workshop_lib.train.lora`) that trains tiny, randomly initialised
-# Llama and Mixtral models on synthetic question–answer data. The stand-in takes the recipe NeMo
-# resolved for the same experiment (LoRA rank, alpha and target modules, micro-batch 1 × 2048 tokens,
-# learning rate, global batch split over DDP ranks with gradient accumulation) and drops what needs
-# real hardware: no container, no Megatron kernels, no checkpoint download, no GPU memory monitor, and
-# only a few steps. Unlike NeMo it keeps all of Mixtral's experts on every GPU (no EP). Its times and
-# losses show the *shape* of the results, not the numbers an A100 gives.
+# On Ibex (`profile = "ibex"`) each run is NeMo Factory's `nemo llm finetune` in the NeMo container on A100
+# GPUs, exactly as in the scripts below. Anywhere else the **tiny profile** runs the same chapter on CPUs,
+# with a small PyTorch stand-in for NeMo; the section *Results* says what it keeps and what it drops.
 # ```
 #
 # ```{admonition} The hyperparameters are deliberately small
 # :class: note
 # On Ibex every run stops after 250 optimizer steps with a global batch of 8 sequences, a short warm-up and a
 # few validation batches, so that the chapter's jobs fit a workshop day (the plan before submitting gives
-# each job's time). The measurements on real GPUs shown first in each section stopped earlier still (30 or 60
-# steps, as each table's caption says). That is enough to see how time and memory change with the layout, which is the lesson. It is not a fine-tune worth
-# keeping: a useful one of an 8-billion-parameter model runs over a whole data set, with global batches of
+# each job's time). The measurements on real GPUs shown first in each section stopped earlier still, as each
+# table's caption says. That is enough to see how time and memory change with the layout, which is the
+# lesson. It is not a fine-tune worth keeping: a useful one of an 8-billion-parameter model runs over a whole data set, with global batches of
 # hundreds of sequences and a learning-rate schedule tuned to them, for hours or days.
 # ```
 
@@ -146,7 +138,24 @@ nb.show_scripts(selection);
 # On Ibex the same experiment becomes a NeMo Factory run in the Singularity container. Read it even if
 # you run the tiny profile: the overrides (`trainer.devices`, the batch sizes, and for Mixtral
 # `trainer.strategy.expert_model_parallel_size`) are what this chapter is about; LoRA is the factory's
-# default, so no `peft` override appears.
+# default, so no `peft` override appears. The training line has four layers, from the outside in:
+#
+# - `srun` starts one task per GPU on every node (`--ntasks-per-node` = `--gpus-per-node`); Lightning turns
+#   each task into one rank.
+# - `singularity exec --nv --bind "/ibex/user/$USER" "$NEMO_IMAGE"` runs the rest inside the NeMo container:
+#   `--nv` makes the node's GPUs and driver visible inside it, `--bind` mounts your project storage (the
+#   caches, the prepared data and the imported checkpoint) at the same path.
+# - `nemo llm finetune --factory mixtral_8x7b` is NeMo Factory's command line: `finetune` is the task, and
+#   the *factory* (a *recipe*) builds the whole default configuration for that model: model, data module,
+#   optimizer, trainer, parallel strategy, and LoRA unless told otherwise (`mixtral_8x7b(peft_scheme=None)`
+#   asks for the full fine-tune, chapter 2).
+# - Each `key.subkey=value` after it is a *dot-notation override* of one field of that configuration:
+#   `trainer.devices=2` sets the trainer's `devices`, `data.global_batch_size=8` the data module's global
+#   batch, `trainer.strategy.expert_model_parallel_size=2` a field of the strategy inside the trainer.
+#
+# The "What NeMo will run" table below shows each of those fields after the overrides, as NeMo resolved
+# them: `trainer.devices` in the `trainer` row, `data.global_batch_size` in the `data` row, the strategy's
+# sizes in the `strategy` row. A key NeMo does not know stops the dry run with "No parameter named …".
 
 # %%
 nb.show_reference_script("lora/mixtral/2-gpus", "ibex");
@@ -209,6 +218,18 @@ runs = nb.run_experiments(selection, runs_dir, wait_timeout_s)
 
 # %% [markdown]
 # ## Results
+#
+# :::{dropdown} What the tiny profile runs instead of NeMo
+# On the tiny profile CPU processes stand in for GPUs, and **NeMo is replaced by a small PyTorch/PEFT
+# stand-in** (`workshop_lib.train.lora`) that trains tiny, randomly initialised Llama and Mixtral models on
+# synthetic question–answer data. The stand-in takes the recipe NeMo resolved for the same experiment (LoRA
+# rank, alpha and target modules, micro-batch 1 × 2048 tokens, learning rate, global batch split over DDP
+# ranks with gradient accumulation) and drops what needs real hardware: no container, no Megatron kernels,
+# no checkpoint download, no GPU memory monitor, and only a few steps. Unlike NeMo it keeps all of
+# Mixtral's experts on every GPU (no EP). Its times and losses show the *shape* of the results, not the
+# numbers an A100 gives. Every command of the chapter has been resolved by NeMo 2.4.1 itself (the NeMo
+# 25.07 container's version) with its dry run.
+# :::
 #
 # The tables of the original material, filled from the logs. A cell shows the run's state (FAILED,
 # TIMEOUT, …) instead of a number when the run did not complete, and `n/a` when the run did not

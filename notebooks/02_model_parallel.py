@@ -24,26 +24,19 @@
 #
 # ```{admonition} Where this runs
 # :class: important
-# On Ibex (`profile = "ibex"`) these are NeMo Factory runs with the recipe's own full fine-tune
-# (`--factory "llama31_8b(peft_scheme=None)"`: learning rate 5e-6, distributed optimizer) and
-# Megatron's tensor/pipeline/expert/sequence parallelism, in the NeMo container on A100s. Every command
-# below has been resolved by NeMo 2.4.1 itself (the NeMo 25.07 container's version) with its dry run.
-# On the **tiny profile**, and in the reference rows the tables mark as the stand-in's, NeMo is replaced by a
-# **PyTorch stand-in**
-# (`workshop_lib.train.parallel`): the same Megatron split of every matrix with PyTorch's DTensor
-# (column-parallel Q/K/V and MLP inputs, row-parallel outputs, vocabulary-parallel embedding and LM head),
-# with the micro-batch, sequence length and learning rate NeMo resolved. It has no pipeline stages,
-# no distributed optimizer and no fused kernels, keeps fp32 weights (16 bytes per parameter instead of
-# NeMo's 18), and passes sequence parallelism along without applying it. Its memory is the stand-in's,
-# not NeMo's: the tables below show both predictions next to what was measured.
+# On Ibex (`profile = "ibex"`) these are NeMo Factory runs with the recipe's own full fine-tune and
+# Megatron's tensor, pipeline, expert and sequence parallelism, in the NeMo container on A100s. Anywhere
+# else the **tiny profile** runs a PyTorch stand-in for NeMo on CPUs; the section *Results* says what it
+# keeps and what it drops.
 # ```
 #
 # ```{admonition} The hyperparameters are deliberately small
 # :class: note
 # On Ibex every run stops after 250 optimizer steps with a global batch of 8 sequences, a short warm-up and a
 # few validation batches, so that the chapter's jobs fit a workshop day (the plan before submitting gives
-# each job's time). The measurements on real GPUs shown first stopped earlier still, as each caption says. That is enough to see how time and memory change with the layout, which is the lesson. It is not a fine-tune worth
-# keeping: a useful one of an 8-billion-parameter model runs over a whole data set, with global batches of
+# each job's time). The measurements on real GPUs shown first stopped earlier still, as each caption says.
+# That is enough to see how time and memory change with the layout, which is the lesson. It is not a
+# fine-tune worth keeping: a useful one of an 8-billion-parameter model runs over a whole data set, with global batches of
 # hundreds of sequences and a learning-rate schedule tuned to them, for hours or days.
 # ```
 
@@ -212,8 +205,21 @@ runs = nb.run_experiments(selection, runs_dir, wait_timeout_s)
 # %% [markdown]
 # ## Results
 #
-# The original material's tables: first what was measured on real GPUs, then this profile's own runs.
-# Ratios compare with the smallest layout of each model that ran.
+# :::{dropdown} What the tiny profile runs instead of NeMo
+# On Ibex the commands use the recipe's own full fine-tune (`--factory "llama31_8b(peft_scheme=None)"`:
+# learning rate 5e-6, distributed optimizer); every command has been resolved by NeMo 2.4.1 itself (the NeMo
+# 25.07 container's version) with its dry run. On the **tiny profile**, and in reference rows marked as the
+# stand-in's, NeMo is replaced by a **PyTorch stand-in** (`workshop_lib.train.parallel`): the same Megatron
+# split of every matrix with PyTorch's DTensor (column-parallel Q/K/V and MLP inputs, row-parallel outputs,
+# vocabulary-parallel embedding and LM head), with the micro-batch, sequence length and learning rate NeMo
+# resolved. It has no pipeline stages, no distributed optimizer and no fused kernels, keeps fp32 weights (16
+# bytes per parameter instead of NeMo's 18), and passes sequence parallelism along without applying it. Its
+# memory is the stand-in's, not NeMo's.
+# :::
+#
+# The original material's tables: first what was measured on real GPUs (one engine on one card per
+# table, NeMo's own runs where NeMo ran it), then this profile's own runs. Ratios compare with the smallest
+# layout of each model that ran; two layouts on as many GPUs are compared as layouts, not as scaling.
 
 # %% [markdown]
 # ## Results: Llama 3.1 8B, tensor parallel
@@ -228,6 +234,21 @@ nb.show_results(selection, ["llama"], runs_dir,
 # %% tags=["hide-input"]
 nb.show_results(selection, ["mixtral"], runs_dir,
                 missing="needs 2 nodes of 8 GPUs, more than the one machine of at most 4 GPUs the references ran on")
+
+# %% [markdown]
+# ## Read the log yourself
+#
+# As in chapter 1, find the table's numbers by hand once, in `runs/model-parallel/llama/tp4/slurm-<job id>.out`:
+# on Ibex, the `strategy` row of NeMo's "Resolved Arguments" table (is `tensor_model_parallel_size` the
+# TP you asked for?), the step lines' `train_step_timing in s`, the footer's `Total time`, and GPU 0's
+# `Peak`, `Avg` and `Mode` in the memory summary. The cells below pick them out of your run (the tiny
+# profile's stand-in prints no NeMo line; its footer and memory summary are the same).
+
+# %% tags=["hide-input"]
+nb.show_log_lines("model-parallel/llama/tp4", "MegatronStrategy", runs_dir, limit=1)
+nb.show_log_lines("model-parallel/llama/tp4", "train_step_timing", runs_dir)
+nb.show_log_lines("model-parallel/llama/tp4", "Total time", runs_dir)
+nb.show_log_lines("model-parallel/llama/tp4", "Peak =", runs_dir, limit=4);
 
 # %% [markdown]
 # **Reading the tiny results.** A tiny model split over more CPU ranks gets slower: there is almost no
