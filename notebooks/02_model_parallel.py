@@ -239,13 +239,13 @@ nb.show_results(selection, ["mixtral"], runs_dir,
 # ## Read the log yourself
 #
 # As in chapter 1, find the table's numbers by hand once, in `runs/model-parallel/llama/tp4/slurm-<job id>.out`:
-# on Ibex, the `strategy` row of NeMo's "Resolved Arguments" table (is `tensor_model_parallel_size` the
-# TP you asked for?), the step lines' `train_step_timing in s`, the footer's `Total time`, and GPU 0's
+# on Ibex, the `strategy=MegatronStrategy(` entry of NeMo's "Resolved Arguments" table (is its
+# `tensor_model_parallel_size` the TP you asked for?), the step lines' `train_step_timing in s`, the footer's `Total time`, and GPU 0's
 # `Peak`, `Avg` and `Mode` in the memory summary. The cells below pick them out of your run (the tiny
 # profile's stand-in prints no NeMo line; its footer and memory summary are the same).
 
 # %% tags=["hide-input"]
-nb.show_log_lines("model-parallel/llama/tp4", "MegatronStrategy", runs_dir, limit=1)
+nb.show_log_lines("model-parallel/llama/tp4", "tensor_model_parallel_size", runs_dir, limit=1)
 nb.show_log_lines("model-parallel/llama/tp4", "train_step_timing", runs_dir)
 nb.show_log_lines("model-parallel/llama/tp4", "Total time", runs_dir)
 nb.show_log_lines("model-parallel/llama/tp4", "Peak =", runs_dir, limit=4);
