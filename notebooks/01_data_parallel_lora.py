@@ -32,7 +32,8 @@
 # few validation batches, so that the chapter's jobs fit a workshop day (the plan before submitting gives
 # each job's time). The measurements on real GPUs shown first in each section stopped earlier still, as each
 # table's caption says. That is enough to see how time and memory change with the layout, which is the
-# lesson. It is not a fine-tune worth keeping: a useful one of an 8-billion-parameter model runs over a whole data set, with global batches of
+# lesson. It is not a fine-tune worth keeping: a useful one of an 8-billion-parameter model runs over a whole
+# data set, with global batches of
 # hundreds of sequences and a learning-rate schedule tuned to them, for hours or days.
 # ```
 
@@ -68,13 +69,15 @@ nb.experiments_overview(selection);
 #
 # **LoRA.** Fine-tuning all 8 B parameters of Llama with Adam in mixed precision needs about 18 bytes
 # per parameter as Megatron keeps them (bf16 weights 2, fp32 gradients 4, fp32 master weights and two fp32
-# Adam moments 12; chapter 2 counts the same), over 140 GB before any activation: more than an 80 GB A100. LoRA freezes the pretrained weight *W* and
+# Adam moments 12; chapter 2 counts the same), over 140 GB before any activation: more than an 80 GB A100.
+# LoRA freezes the pretrained weight *W* and
 # learns a low-rank correction: for a layer *y = Wx* it trains *A* (*r × k*) and *B* (*d × r*) and
 # computes *y = Wx + (α/r)·BAx*. NeMo's Llama recipe uses rank *r* = 8 (α = 16) on the fused Q/K/V
 # projection, the attention output and both MLP matrices; its Mixtral recipe rank 32 on the attention
 # projections only. Either way that is a few tens of millions of trainable parameters, a fraction of a
 # percent of the model (NeMo's log prints the count; "Predict, then run" below compares it with the stand-in's,
-# which adapts the query, key and value projections separately and so trains a few million more). The frozen weights cost
+# which adapts the query, key and value projections separately and so trains a few million more). The frozen
+# weights cost
 # only their 2 bytes each (about 16 GB for Llama), the adapters' gradients and Adam states are tiny,
 # and the whole fine-tune fits on one GPU. Because *B* starts at zero, training starts exactly from
 # the pretrained model.
@@ -85,16 +88,19 @@ nb.experiments_overview(selection);
 # 2 GPUs and spreads the experts over them with *expert parallelism* (EP): with EP = *N* each GPU
 # keeps 8/*N* experts of every layer, and tokens travel to the GPU that holds their expert
 # (an all-to-all exchange) and back. NeMo's Mixtral recipe uses EP = 8 unless told otherwise, which
-# cannot be laid out on 2 or 4 GPUs (NeMo stops at start-up), so every Mixtral run here sets EP to its
+# cannot be laid out on 2 or 4 GPUs (NeMo stops at start-up), so every Mixtral run of this chapter sets EP to
+# its
 # GPU count. Everything that is not an expert (attention, norms, router, embeddings) is still
 # replicated, and each GPU takes its own share of the batch: Megatron carves the expert-parallel ranks
 # out of the data-parallel ones, so these runs are data parallel *and* expert parallel.
 #
 # **What the tables measure.** The *total job time* (from the job's footer) includes starting the
 # container, loading the checkpoint and saving the adapters (NeMo saves adapter checkpoints; the PyTorch
-# stand-in and the Hugging Face and GPT runs of chapters 3-4 save none, so their job times leave that out); the *train step time* is the mean of
+# stand-in and the Hugging Face and GPT runs of chapters 3-4 save none, so their job times leave that out);
+# the *train step time* is the mean of
 # NeMo's own per-step timings (`train_step_timing`), the first step left out because it carries the
-# one-off set-up (one step alone is too noisy to compare). *Time scaling* is time(baseline) / time(*N* GPUs): 2.0 on 2 GPUs would be
+# one-off set-up (one step alone is too noisy to compare). *Time scaling* is time(baseline) / time(*N* GPUs):
+# 2.0 on 2 GPUs would be
 # perfect. *Peak memory scaling* divides the baseline's GPU 0 peak by the *N*-GPU one. For Llama, pure
 # data parallelism, expect about 1.0: nothing is sharded. For Mixtral expect it to *grow* with the GPU
 # count, because EP = *N* leaves each GPU 8/*N* of the experts (about 24.2 B parameters per GPU on 2

@@ -36,7 +36,8 @@
 # few validation batches, so that the chapter's jobs fit a workshop day (the plan before submitting gives
 # each job's time). The measurements on real GPUs shown first stopped earlier still, as each caption says.
 # That is enough to see how time and memory change with the layout, which is the lesson. It is not a
-# fine-tune worth keeping: a useful one of an 8-billion-parameter model runs over a whole data set, with global batches of
+# fine-tune worth keeping: a useful one of an 8-billion-parameter model runs over a whole data set, with
+# global batches of
 # hundreds of sequences and a learning-rate schedule tuned to them, for hours or days.
 # ```
 
@@ -240,7 +241,8 @@ nb.show_results(selection, ["mixtral"], runs_dir,
 #
 # As in chapter 1, find the table's numbers by hand once, in `runs/model-parallel/llama/tp4/slurm-<job id>.out`:
 # on Ibex, the `strategy=MegatronStrategy(` entry of NeMo's "Resolved Arguments" table (is its
-# `tensor_model_parallel_size` the TP you asked for?), the step lines' `train_step_timing in s`, the footer's `Total time`, and GPU 0's
+# `tensor_model_parallel_size` the TP you asked for?), the step lines' `train_step_timing in s`, the footer's
+# `Total time`, and GPU 0's
 # `Peak`, `Avg` and `Mode` in the memory summary. The cells below pick them out of your run (the tiny
 # profile's stand-in prints no NeMo line; its footer and memory summary are the same).
 

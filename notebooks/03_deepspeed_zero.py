@@ -107,7 +107,7 @@ nb.show_file("slurm/ds_configs/zero2_offload_pinned.json");
 # | `train_micro_batch_size_per_gpu` | `"auto"` | samples in one forward and backward pass on one GPU: the Trainer's `--per-device-batch` (4). |
 # | `gradient_accumulation_steps` | `"auto"` | micro-batches summed before each optimizer step: the Trainer's `--grad-accum` (4). DeepSpeed's engine, not the Trainer, decides where a step ends, and ZeRO-2 with offload copies gradients at every one of these micro-batches. |
 # | `gradient_clipping` | `1.0` | rescales the gradients when their global L2 norm exceeds 1.0, before the update. With ZeRO the norm is computed over all partitions (one extra reduction). |
-# | `fp16.enabled` / `bf16.enabled` | `"auto"` | mixed precision as the Trainer's `--precision` says (fp16 here, as the seeds). With fp16 DeepSpeed adds dynamic loss scaling: it multiplies the loss before backward and skips a step whose gradients overflow. |
+# | `fp16.enabled` / `bf16.enabled` | `"auto"` | mixed precision as the Trainer's `--precision` says (fp16 in these runs, as in the seeds). With fp16 DeepSpeed adds dynamic loss scaling: it multiplies the loss before backward and skips a step whose gradients overflow. |
 # | `zero_allow_untested_optimizer` | `true` | accepts an optimizer DeepSpeed did not create (the Trainer's `torch.optim.AdamW`). Without it DeepSpeed refuses any optimizer it has not tested with ZeRO. |
 # | `zero_force_ds_cpu_optimizer` | `false` | with offload, lets that torch AdamW step on the host copy instead of requiring DeepSpeed's compiled `DeepSpeedCPUAdam`. |
 # | `steps_per_print` / `wall_clock_breakdown` | `1000000` / `false` | keep DeepSpeed's own progress and timing lines out of the log; the Trainer logs the metrics. |
@@ -419,7 +419,7 @@ nb.show_recipe_benchmark();
 # - It read "steps per epoch" from the progress bar's total, which counts all three epochs, and its
 #   samples/s formula left out gradient accumulation.
 # - It said `LOCAL_RANK` comes from SLURM; `torchrun` sets it (SLURM's equivalent is
-#   `SLURM_LOCALID`). The multi-node run here keeps 250 samples per GPU, as the text said (the code
+#   `SLURM_LOCALID`). The multi-node run of this chapter keeps 250 samples per GPU, as the text said (the code
 #   said 10 000, more than SQuAD has at 16 GPUs).
 #
 # Details: {doc}`../book/seed_corrections`.

@@ -88,7 +88,7 @@ reference = nb.reference_results(4)[1]
 # | `FULL_SHARD` | parameters, gradients, optimizer states over all GPUs | ZeRO-3 | all-gather in forward and backward, reduce-scatter: about 1.5× DDP |
 # | `SHARD_GRAD_OP` | gradients and optimizer states; parameters stay gathered between forward and backward | ZeRO-2 | one all-gather, one reduce-scatter: about DDP's |
 # | `HYBRID_SHARD` | `FULL_SHARD` inside each node, replicated across nodes | ZeRO-3 within a node + DDP across | heavy traffic on fast intra-node links, only a gradient all-reduce between nodes |
-# | `NO_SHARD` | nothing: every GPU keeps everything | DDP (ZeRO-0) | one gradient all-reduce; not run here, since it is DDP under FSDP's API and chapter 3's DDP rows measure it |
+# | `NO_SHARD` | nothing: every GPU keeps everything | DDP (ZeRO-0) | one gradient all-reduce; not run in this chapter, since it is DDP under FSDP's API and chapter 3's DDP rows measure it |
 
 # %% tags=["hide-input"]
 nb.show_figure(plots.memory_layout_diagram(plots.fsdp_layouts(2, 2),
@@ -331,7 +331,7 @@ nb.show_results(selection, ["prediction"], runs_dir, plots=False)
 #   most of the rest.
 # - Its multi-node launch gave every node `--node_rank=$SLURM_NODEID` expanded once by the batch shell
 #   (so all nodes claimed rank 0). It ran anyway because its rendezvous backend, c10d, assigns node ranks
-#   itself and ignores `--node_rank`; with a static rendezvous, as here, every node must expand its own. Several
+#   itself and ignores `--node_rank`; with a static rendezvous, as in the scripts above, every node must expand its own. Several
 #   scripts reserved 8 GPUs to use 1 or 2. The scripts above ask for exactly the GPUs they use.
 #
 # Details: {doc}`../book/seed_corrections`.

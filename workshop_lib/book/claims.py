@@ -323,7 +323,7 @@ def gpt_architecture(results: pd.DataFrame, experiment_id: str = "fsdp/gpt/1-gpu
     shape = {key: int(record["run_settings"][key]) for key in ("layers", "hidden", "heads", "ffn", "vocab", "seq_len")}
     parts = gpt_parameter_counts(shape["hidden"], shape["ffn"], shape["vocab"], shape["seq_len"], shape["layers"])
     block = parts["blocks"] // shape["layers"]
-    return (f"As run here: {shape['layers']} blocks of width {shape['hidden']} with {shape['heads']} attention heads "
+    return (f"As the reference ran it: {shape['layers']} blocks of width {shape['hidden']} with {shape['heads']} attention heads "
             f"and a feed-forward layer of {shape['ffn']}, a vocabulary of {shape['vocab']:,} and {shape['seq_len']} "
             f"positions: {parts['total'] / 1e6:.1f} M parameters ({int(record['total_params']) / 1e6:.1f} M counted "
             f"by the run). The token embedding holds {parts['token embedding'] / 1e6:.1f} M of them, each block "

@@ -205,7 +205,7 @@ def show_reference_tables(chapter: int, keys: Sequence[str] | None = None,
         shown += tables
     if not shown:
         reference_missing(f"No reference measurement for this part: it {missing}. Your runs below are the only "
-                          "numbers here.")
+                          "numbers for this part.")
     return shown
 
 

@@ -160,7 +160,7 @@ class SeriesChoice:
             counts[series_of(row)] = counts.get(series_of(row), 0) + 1
         parts = [f"{count} row{'s' if count > 1 else ''} by {describe(series)}"
                  for series, count in sorted(counts.items(), key=lambda item: (str(item[0].engine), str(item[0].card)))]
-        return (f"Not shown here, and kept in {source}: {', '.join(parts)}; a table compares rows of one engine on "
+        return (f"Not shown, and kept in {source}: {', '.join(parts)}; a table compares rows of one engine on "
                 "one kind of card.")
 
 
