@@ -67,44 +67,40 @@ nb.experiments_overview(selection);
 # all-reduce. So adding GPUs does not change what the model learns per step; it changes how long a
 # step takes.
 #
-# **LoRA.** Fine-tuning all 8 B parameters of Llama with Adam in mixed precision needs about 18 bytes
-# per parameter as Megatron keeps them (bf16 weights 2, fp32 gradients 4, fp32 master weights and two fp32
-# Adam moments 12; chapter 2 counts the same), over 140 GB before any activation: more than an 80 GB A100.
-# LoRA freezes the pretrained weight *W* and
-# learns a low-rank correction: for a layer *y = Wx* it trains *A* (*r × k*) and *B* (*d × r*) and
-# computes *y = Wx + (α/r)·BAx*. NeMo's Llama recipe uses rank *r* = 8 (α = 16) on the fused Q/K/V
-# projection, the attention output and both MLP matrices; its Mixtral recipe rank 32 on the attention
-# projections only. Either way that is a few tens of millions of trainable parameters, a fraction of a
-# percent of the model (NeMo's log prints the count; "Predict, then run" below compares it with the stand-in's,
-# which adapts the query, key and value projections separately and so trains a few million more). The frozen
-# weights cost
-# only their 2 bytes each (about 16 GB for Llama), the adapters' gradients and Adam states are tiny,
-# and the whole fine-tune fits on one GPU. Because *B* starts at zero, training starts exactly from
-# the pretrained model.
+# **LoRA.** Fine-tuning all 8 B parameters of Llama with Adam in mixed precision needs about 18 bytes per
+# parameter as Megatron keeps them (bf16 weights 2, fp32 gradients 4, fp32 master weights and two fp32 Adam
+# moments 12; chapter 2 counts the same), over 140 GB before any activation: more than an 80 GB A100. LoRA
+# freezes the pretrained weight *W* and learns a low-rank correction: for a layer *y = Wx* it trains *A* (*r ×
+# k*) and *B* (*d × r*) and computes *y = Wx + (α/r)·BAx*. NeMo's Llama recipe uses rank *r* = 8 (α = 16) on
+# the fused Q/K/V projection, the attention output and both MLP matrices; its Mixtral recipe rank 32 on the
+# attention projections only. Either way that is a few tens of millions of trainable parameters, a fraction of
+# a percent of the model (NeMo's log prints the count; "Predict, then run" below compares it with the
+# stand-in's, which adapts the query, key and value projections separately and so trains a few million more).
+# The frozen weights cost only their 2 bytes each (about 16 GB for Llama), the adapters' gradients and Adam
+# states are tiny, and the whole fine-tune fits on one GPU. Because *B* starts at zero, training starts
+# exactly from the pretrained model.
 #
-# **Mixtral and expert parallelism.** Mixtral replaces each feed-forward block by 8 *experts* and a
-# router that sends every token to 2 of them: about 46.7 B parameters in total, about 12.9 B used per
-# token. Its bf16 weights alone (about 93 GB) exceed one A100, even with LoRA, so Mixtral starts at
-# 2 GPUs and spreads the experts over them with *expert parallelism* (EP): with EP = *N* each GPU
-# keeps 8/*N* experts of every layer, and tokens travel to the GPU that holds their expert
-# (an all-to-all exchange) and back. NeMo's Mixtral recipe uses EP = 8 unless told otherwise, which
-# cannot be laid out on 2 or 4 GPUs (NeMo stops at start-up), so every Mixtral run of this chapter sets EP to
-# its
-# GPU count. Everything that is not an expert (attention, norms, router, embeddings) is still
-# replicated, and each GPU takes its own share of the batch: Megatron carves the expert-parallel ranks
-# out of the data-parallel ones, so these runs are data parallel *and* expert parallel.
+# **Mixtral and expert parallelism.** Mixtral replaces each feed-forward block by 8 *experts* and a router
+# that sends every token to 2 of them: about 46.7 B parameters in total, about 12.9 B used per token. Its bf16
+# weights alone (about 93 GB) exceed one A100, even with LoRA, so Mixtral starts at 2 GPUs and spreads the
+# experts over them with *expert parallelism* (EP): with EP = *N* each GPU keeps 8/*N* experts of every layer,
+# and tokens travel to the GPU that holds their expert (an all-to-all exchange) and back. NeMo's Mixtral
+# recipe uses EP = 8 unless told otherwise, which cannot be laid out on 2 or 4 GPUs (NeMo stops at start-up),
+# so every Mixtral run of this chapter sets EP to its GPU count. Everything that is not an expert (attention,
+# norms, router, embeddings) is still replicated, and each GPU takes its own share of the batch: Megatron
+# carves the expert-parallel ranks out of the data-parallel ones, so these runs are data parallel *and* expert
+# parallel.
 #
-# **What the tables measure.** The *total job time* (from the job's footer) includes starting the
-# container, loading the checkpoint and saving the adapters (NeMo saves adapter checkpoints; the PyTorch
-# stand-in and the Hugging Face and GPT runs of chapters 3-4 save none, so their job times leave that out);
-# the *train step time* is the mean of
-# NeMo's own per-step timings (`train_step_timing`), the first step left out because it carries the
-# one-off set-up (one step alone is too noisy to compare). *Time scaling* is time(baseline) / time(*N* GPUs):
-# 2.0 on 2 GPUs would be
-# perfect. *Peak memory scaling* divides the baseline's GPU 0 peak by the *N*-GPU one. For Llama, pure
-# data parallelism, expect about 1.0: nothing is sharded. For Mixtral expect it to *grow* with the GPU
-# count, because EP = *N* leaves each GPU 8/*N* of the experts (about 24.2 B parameters per GPU on 2
-# GPUs, 12.9 B on 4, 7.2 B on 8).
+# **What the tables measure.** The *total job time* (from the job's footer) includes starting the container,
+# loading the checkpoint and saving the adapters (NeMo saves adapter checkpoints; the PyTorch stand-in and the
+# Hugging Face and GPT runs of chapters 3-4 save none, so their job times leave that out); the *train step
+# time* is the mean of NeMo's own per-step timings (`train_step_timing`), the first step left out because it
+# carries the one-off set-up (one step alone is too noisy to compare). *Time scaling* is time(baseline) /
+# time(*N* GPUs): 2.0 on 2 GPUs would be perfect. *Peak memory scaling* divides the baseline's GPU 0 peak by
+# the *N*-GPU one, both as `nvidia-smi` reads them (memory the process holds on the card: the CUDA context and
+# PyTorch's cache included, more than the tensors PyTorch has allocated). For Llama, pure data parallelism,
+# expect about 1.0: nothing is sharded. For Mixtral expect it to *grow* with the GPU count, because EP = *N*
+# leaves each GPU 8/*N* of the experts (about 24.2 B parameters per GPU on 2 GPUs, 12.9 B on 4, 7.2 B on 8).
 
 # %% tags=["hide-input"]
 from workshop_lib.book import plots

@@ -147,11 +147,11 @@ from workshop_lib.book import nemo_reference
 nemo_reference.show(2);
 
 # %% [markdown]
-# The stand-in's prediction counts Megatron's bytes per parameter; the stand-in itself keeps fp32 weights
-# and trains them under autocast, which also holds bf16 copies of the weights for the backward pass and
-# keeps the residual stream in fp32, so its measured peak sits above that prediction. NeMo on an A100 is
-# what the fit check judges; the H200 row shows that the layout the check refuses there does run where
-# the GPU is larger.
+# The stand-in's prediction counts Megatron's bytes per parameter; the stand-in itself keeps fp32 weights and
+# trains them under autocast, which also holds bf16 copies of the weights for the backward pass and keeps the
+# residual stream in fp32, so its peak allocated by PyTorch sits above that prediction. NeMo on an A100 is
+# what the fit check judges; the H200 row shows that the layout the check refuses there does run where the GPU
+# is larger.
 
 # %% [markdown]
 # ## What NeMo will run
@@ -239,12 +239,12 @@ nb.show_results(selection, ["mixtral"], runs_dir,
 # %% [markdown]
 # ## Read the log yourself
 #
-# As in chapter 1, find the table's numbers by hand once, in `runs/model-parallel/llama/tp4/slurm-<job id>.out`:
-# on Ibex, the `strategy=MegatronStrategy(` entry of NeMo's "Resolved Arguments" table (is its
-# `tensor_model_parallel_size` the TP you asked for?), the step lines' `train_step_timing in s`, the footer's
-# `Total time`, and GPU 0's
-# `Peak`, `Avg` and `Mode` in the memory summary. The cells below pick them out of your run (the tiny
-# profile's stand-in prints no NeMo line; its footer and memory summary are the same).
+# As in chapter 1, find the table's numbers by hand once, in
+# `runs/model-parallel/llama/tp4/slurm-<job id>.out`: on Ibex, the `strategy=MegatronStrategy(` entry of
+# NeMo's "Resolved Arguments" table (is its `tensor_model_parallel_size` the TP you asked for?), the step
+# lines' `train_step_timing in s`, the footer's `Total time`, and GPU 0's `Peak`, `Avg` and `Mode` in the
+# memory summary. The cells below pick them out of your run (the tiny profile's stand-in prints no NeMo line;
+# its footer and memory summary are the same).
 
 # %% tags=["hide-input"]
 nb.show_log_lines("model-parallel/llama/tp4", "tensor_model_parallel_size", runs_dir, limit=1)

@@ -20,7 +20,7 @@ from workshop_lib.book.cells import is_missing
 from workshop_lib.book.html import scrollable
 from workshop_lib.book.series import Series, card_name, series_provenance
 from workshop_lib.book.tables.nemo import layout_text
-from workshop_lib.estimate.fit import check_fit
+from workshop_lib.estimate.fit import MARGIN, check_fit
 from workshop_lib.experiments import chapter_experiments, large_gpu_experiments
 from workshop_lib.core.paths import REFERENCE_DIR
 
@@ -277,7 +277,8 @@ def resolved_table(chapter: int) -> pd.DataFrame:
         refused = record.get("refused_by_workshop")
         verdict = "accepted" if record["accepted"] else "refused: " + "; ".join(record["errors"])
         if refused:
-            verdict += " by NeMo; refused by `workshop validate` on Ibex (does not fit an 80 GB A100)"
+            verdict += (" by NeMo; refused by `workshop validate` on Ibex (at the recipe's maximum length its "
+                        f"estimate exceeds an 80 GB A100 less the {MARGIN:.0%} margin)")
         rows.append({"experiment": experiment.id, "factory": record["factory"], "NeMo's dry run": verdict,
                      "micro-batch x tokens": f"{record['layout']['micro_batch']} x {recipe.get('seq_length')}",
                      "learning rate": recipe.get("learning_rate"), "precision": recipe.get("precision"),

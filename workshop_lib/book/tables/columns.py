@@ -27,6 +27,8 @@ Column = tuple[str, Callable[[dict], object]]
 
 
 GB = 2**20 / 1e9  # MiB → GB (10⁹ bytes), for the seeds' "(GB)" columns
+GB_NOTE = (" Memory in GB is 10⁹ bytes, as in the original material's columns; the sentences under the tables "
+           f"use GiB (2³⁰ bytes, {2**30 / 1e9:.3f} GB).")
 
 
 def field(key: str, scale: float = 1.0, digits: int | None = None) -> Callable[[dict], object]:
