@@ -325,22 +325,26 @@ nb.say(claims.engine_scaling(nb.reference_results("engine_scaling")[1]));
 # to `workshop_lib.train.hf`) and the Trainer runs get their own `…-tuned` ids and run folders.
 #
 # :::{dropdown} What the tuned recipe changes, and why
-# bf16 instead of fp16 (no loss scaler); the four accumulated micro-batches as one batch of 16 (same global
-# batch and optimizer steps, larger matrix products, a quarter of the kernel launches); each batch padded
-# to its longest sample instead of to 512 tokens, with samples of similar length batched together, so most
-# computed tokens are real; Liger's fused linear cross-entropy, so the batch × length × 250,880 logits
-# never exist at once (memory, not speed); BLOOM's attention as one `scaled_dot_product_attention` call
-# with the ALiBi bias as its mask; BLOOM's tanh-GELU as PyTorch's single kernel; fused AdamW; the
-# objects alive at the start of training frozen out of Python's garbage collector; and the 24 transformer
-# blocks of each training step replayed as CUDA graphs, one graph per batch length (`workshop_lib/train/graphs.py`).
+# - **bf16** instead of fp16: no loss scaler.
+# - **One batch of 16** instead of four accumulated micro-batches of 4: the same global batch and optimizer
+#   steps, larger matrix products, a quarter of the kernel launches.
+# - **Padding to the longest sample** of each batch instead of to 512 tokens, with samples of similar length
+#   batched together, so most computed tokens are real.
+# - **Liger's fused linear cross-entropy**: the batch × length × 250,880 logits never exist at once (memory,
+#   not speed).
+# - **Fused kernels**: BLOOM's attention as one `scaled_dot_product_attention` call with the ALiBi bias as its
+#   mask, BLOOM's tanh-GELU as PyTorch's single kernel, fused AdamW; and the objects alive at the start of
+#   training frozen out of Python's garbage collector.
+# - **CUDA graphs**: the 24 transformer blocks of each training step replayed as one graph per batch length
+#   (`workshop_lib/train/graphs.py`). Without them the step is bound by the host CPU launching kernels one by
+#   one, which also makes the seed's own speed depend on the host: compare recipes only within one run. A
+#   graph is recorded the first time a batch length appears (a fraction of a second each; lengths are padded
+#   to a multiple of 64 so a job sees only a handful) and then replayed with one launch, so the GPU sets the
+#   pace.
+#
 # There is **no `torch.compile`**: it makes the steps faster, but compiling takes longer than these short
-# jobs run, so end to end it is slower than the seed. Without the graphs
-# the step is bound by the host CPU launching kernels one by one, which also makes the seed's own speed
-# depend on the host: compare recipes only within one run. A graph is recorded the first time a batch
-# length appears (a fraction of a second each; lengths are padded to a multiple of 64 so a job sees only a
-# handful) and then replayed with one launch, so the GPU sets the pace. What each change was predicted to
-# do and did is in `benchmarks/NOTES.md`; the tables
-# below give the measured figures and the reason for each gain.
+# jobs run, so end to end it is slower than the seed. The tables below give the measured figures and the
+# reason for each gain.
 # :::
 
 # %% tags=["hide-input"]
