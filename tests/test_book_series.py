@@ -154,3 +154,17 @@ def test_each_chapter_4_table_has_its_own_caption_naming_the_fsdp_that_ran():
     tables = ("baseline", "strategies", "multi-gpu", "gpt", "weak-scaling")  # the table keys of the parts
     assert len({captions[key] for key in tables}) == len(tables)  # no one caption pasted under every table
     assert not any("emulated" in text or "local executor" in text for text in captions.values())
+
+
+def test_a_second_run_on_the_baselines_gpus_is_no_scaling_step_in_chapter_1_either():
+    from workshop_lib.book.tables.nemo import chapter_1_tables
+
+    packed = {**row("lora/llama/1-gpu", "nemo", H200, 60, 0.5, 25000), "id": "lora/llama/1-gpu-packed"}
+    rows = [row("lora/llama/1-gpu", "nemo", H200, 180, 1.8, 22000), packed,
+            row("lora/llama/2-gpus", "nemo", H200, 110, 1.1, 22000)]
+    table = chapter_1_tables(pd.DataFrame(rows))[0]
+    frame = table.frame.set_index("Run")
+    assert frame.loc["lora/llama/1-gpu-packed", "Time scaling vs 1 GPU"] == "—"  # not 3.0 "on 1 GPU"
+    assert frame.loc["lora/llama/1-gpu-packed", "Step time vs lora/llama/1-gpu (same GPUs)"] == round(0.5 / 1.8, 2)
+    assert frame.loc["lora/llama/2-gpus", "Time scaling vs 1 GPU"] == round(180 / 110, 2)
+    assert "not a step of scaling" in table.note and "warm-up" not in table.note

@@ -207,8 +207,9 @@ _STRONG_OR_WEAK = ["Parallel Efficiency (%)", *_STEP_TIMES, "Weak Scaling Effici
 
 
 ADDED_COLUMNS = {"nemo": ["GPU 0 Utilization (%)", *_TENSORS],
-                 # chapter 2, where two layouts share the baseline's GPU count: a layout comparison, not scaling
-                 "nemo-same-gpus": ["Step time vs {layout} (same GPUs)", "Peak memory vs {layout} (same GPUs)"],
+                 # where a run shares the baseline's GPU count (chapter 2's layouts, chapter 1's packed run): a
+                 # comparison of two ways to use those GPUs, not scaling; chapter 1 then names its rows ("Run")
+                 "nemo-same-gpus": ["Run", "Step time vs {run} (same GPUs)", "Peak memory vs {run} (same GPUs)"],
                  "zero-single-gpu": ["GPU Utilization (%)", ALLOCATED_COLUMN[0], *_TENSORS],
                  "fsdp-scaling": ["GPU Utilization (%)", *_STRONG_OR_WEAK, *_TENSORS],
                  "gpt-scaling": ["Speedup", *_STRONG_OR_WEAK, *_TENSORS],

@@ -98,22 +98,29 @@ def nemo_scaling_table(records: list[dict], baseline_gpus: int | None = None, la
     ]
 
     def scaling(record: dict, value):
-        # Two layouts on the same GPUs are not a scaling step: their comparison has columns of its own.
-        if layout and _same_gpus_as_base(base, record):
+        # Two runs on the same GPUs (two layouts, or one run packed and one not) are not a scaling step:
+        # their comparison has columns of its own.
+        if _same_gpus_as_base(base, record):
             return NOT_APPLICABLE
         return value() if base else None
 
     if layout:  # chapter 2: two layouts share a GPU count, so the rows need their names
         columns.insert(0, ("Layout", layout_name))
-        if any(_same_gpus_as_base(base, record) for record in records):
-            name = layout_name(base)
-            at = [name for name, _ in columns].index("GPU 0 Utilization (%)")
-            columns[at:at] = [
-                (f"Step time vs {name} (same GPUs)",
-                 lambda r: ratio(r, base, "mean_step_time_s") if r["gpus"] == base["gpus"] else NOT_APPLICABLE),
-                (f"Peak memory vs {name} (same GPUs)",
-                 lambda r: ratio(r, base, "gpu0_peak_mib") if r["gpus"] == base["gpus"] else NOT_APPLICABLE)]
-    return row_table(records, columns, fixed=("Layout", "GPUs", "Batch per GPU"))
+    if any(_same_gpus_as_base(base, record) for record in records):
+        if not layout:  # chapter 1's rows are named by their GPUs alone: name the ones that share a count
+            columns.insert(0, ("Run", lambda r: r["id"]))
+        name = _run_name(base, layout)
+        at = [column for column, _ in columns].index("GPU 0 Utilization (%)")
+        columns[at:at] = [
+            (f"Step time vs {name} (same GPUs)",
+             lambda r: ratio(r, base, "mean_step_time_s") if r["gpus"] == base["gpus"] else NOT_APPLICABLE),
+            (f"Peak memory vs {name} (same GPUs)",
+             lambda r: ratio(r, base, "gpu0_peak_mib") if r["gpus"] == base["gpus"] else NOT_APPLICABLE)]
+    return row_table(records, columns, fixed=("Run", "Layout", "GPUs", "Batch per GPU"))
+
+
+def _run_name(record: dict, layout: bool) -> str:
+    return layout_name(record) if layout else record["id"]
 
 
 _CPU_PEAK_NOTE = (" Runs without an nvidia-smi log (the tiny profile on CPUs) show rank 0's peak resident set "
@@ -136,11 +143,13 @@ def _baseline_note(records: list[dict], layout: bool = False) -> str:
             f"{'s' if base['gpus'] > 1 else ''}). Time scaling = time(baseline) / time(N GPUs), from the total job "
             "time; memory scaling = GPU 0 peak(baseline) / GPU 0 peak(N GPUs).")
     same = [r for r in records if _same_gpus_as_base(base, r)]
-    if layout and same:
-        text += (f" {', '.join(layout_name(r) for r in same)} ran on as many GPUs as {layout_name(base)}: that is a "
-                 "choice of layout, not a step of scaling, so its scaling cells stay empty and the 'same GPUs' "
-                 f"columns give its mean step time and GPU 0 peak as multiples of {layout_name(base)}'s (below 1: "
-                 "faster, or less memory).")
+    if same:
+        base_name = _run_name(base, layout)
+        what = "a choice of layout" if layout else "another way to run the same GPUs"
+        text += (f" {', '.join(_run_name(r, layout) for r in same)} ran on as many GPUs as {base_name}: that is "
+                 f"{what}, not a step of scaling, so its scaling cells stay empty and the 'same GPUs' columns give "
+                 f"its mean step time and GPU 0 peak as multiples of {base_name}'s (below 1: faster, or less "
+                 "memory).")
     return text + step
 
 
