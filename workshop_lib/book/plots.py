@@ -33,8 +33,11 @@ def _completed(results: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 
 def _one_series(done: pd.DataFrame) -> pd.DataFrame:
-    """The rows a ratio plot divides: refused where they are of two engines or cards (`book.series`)."""
+    """The rows a ratio plot divides: refused where they are of two engines or cards (`book.series`), and one
+    per GPU count (the first by id, as the tables' baseline): a second run on the same GPUs is no scaling step."""
     same_series(*done.to_dict("records"))
+    if "id" in done:
+        done = done.sort_values(["gpus", "id"]).drop_duplicates("gpus")
     return done
 
 
