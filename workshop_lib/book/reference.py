@@ -167,13 +167,30 @@ def _recipe_text(record: dict) -> str:
         value = record.get(key)
         return None if is_missing(value) else value
 
-    recipe, precision = known("recipe") or "seed", known("precision") or known("run_precision") or "precision as run"
+    declared = known("precision") if known("precision") != "auto" else None  # "auto": the recipe's own choice
+    precision = known("run_precision") or declared or "the recipe's precision"
+    if record.get("engine") == "nemo" and known("global_batch"):  # NeMo's recipe with the workshop's overrides
+        if not known("run_precision") and not declared:
+            precision = _resolved_precision(record.get("id")) or precision
+        return f"NeMo's recipe ({precision}, global batch {int(record['global_batch'])})"
+    recipe = known("recipe") or "seed"
     if known("per_device_batch") and known("grad_accum"):
         return (f"{recipe} recipe ({precision}, batch {int(record['per_device_batch'])} × accumulation "
                 f"{int(record['grad_accum'])})")
     if known("global_batch"):
         return f"{recipe} recipe ({precision}, global batch {int(record['global_batch'])})"
     return ""
+
+
+def _resolved_precision(experiment_id) -> str | None:
+    """The precision NeMo resolved for an experiment (book/reference/nemo/resolved.json), where stored."""
+    from workshop_lib.core.reference import MissingResolvedRecipes, load_resolved
+
+    try:
+        record = load_resolved().get(str(experiment_id)) or {}
+    except MissingResolvedRecipes:
+        return None
+    return (record.get("resolved") or {}).get("precision")
 
 
 def show_reference_tables(chapter: int, keys: Sequence[str] | None = None,
