@@ -96,7 +96,7 @@ def stand_in_caveat(chapter: int, folder: Path = REFERENCE_DIR) -> str:
     if not pairs:
         return ("No experiment has been run by both NeMo and the stand-in on the same card yet: read every stand-in "
                 "number as the stand-in's alone, not as NeMo's.")
-    parts = [f"{pair['experiment']} on one {pair['gpu']}: NeMo {pair['nemo_version'] or ''} took "
+    parts = [f"{pair['experiment']} on one {card_name(pair['gpu'])}: NeMo {pair['nemo_version'] or ''} took "
              f"{pair['nemo_step_s']:.2f} s per step at {pair['nemo_peak_mib'] / MIB:.1f} GiB (nvidia-smi peak"
              f"{_busy(pair['nemo_busy_pct'])}), the stand-in {pair['stand_in_step_s']:.2f} s at "
              f"{pair['stand_in_peak_mib'] / MIB:.1f} GiB{_busy(pair['stand_in_busy_pct'])}" for pair in pairs]
