@@ -281,3 +281,22 @@ def test_fsdp_on_one_gpu_states_its_cost_and_what_it_does_not_save():
     assert fsdp["rank0_model_state_mib"] == plain["rank0_model_state_mib"]  # nothing is sharded on one GPU
     assert f"{_gib(fsdp['allocated_peak_mib'])} against {_gib(plain['allocated_peak_mib'])}" in text
     assert "not in the model states" in text
+
+
+def test_pages_name_what_the_scripts_and_profiles_really_say():
+    """The primer's trainer.devices and chapter 4's NCCL settings key, checked against the rendered script and
+    the Ibex profile."""
+    import yaml
+
+    from workshop_lib.experiments import get_experiment
+    from workshop_lib.scripts import render_script
+
+    script = render_script(get_experiment("lora/mixtral/2-gpus"), "ibex")
+    assert "trainer.devices=2" in script and "SLURM_GPUS_PER_NODE" not in script
+    primer = _page("book/slurm_primer.md")
+    assert 'The scripts here pass `trainer.devices="$SLURM_GPUS_PER_NODE"`' not in primer
+    assert "trainer.devices=2" in primer
+    profile = yaml.safe_load((ROOT / "slurm" / "profiles" / "ibex.yml").read_text())
+    assert "environment" in profile["bandwidth_check"] and "nccl_tests" not in profile
+    chapter_4 = _markdown_of("notebooks/04_fsdp.py")
+    assert "nccl_tests.environment" not in chapter_4 and "bandwidth_check.environment" in chapter_4
