@@ -300,3 +300,16 @@ def test_pages_name_what_the_scripts_and_profiles_really_say():
     assert "environment" in profile["bandwidth_check"] and "nccl_tests" not in profile
     chapter_4 = _markdown_of("notebooks/04_fsdp.py")
     assert "nccl_tests.environment" not in chapter_4 and "bandwidth_check.environment" in chapter_4
+
+
+def test_pages_no_longer_state_what_the_seeds_and_recipes_do_not_say():
+    answers, corrections = _page("book/answers.md"), _page("book/seed_corrections.md")
+    # The seed's scaling tables are empty: nothing was "printed" in them.
+    assert "table printed 4" not in answers and "as its own table printed" not in corrections
+    assert "whole global batch of 8" not in corrections
+    # NeMo's recipe default is 128; the 8 is the workshop's override.
+    chapter_1 = _markdown_of("notebooks/01_data_parallel_lora.py")
+    assert "fixes the *global* batch (8" not in chapter_1 and "data.global_batch_size=8" in chapter_1
+    # Llama TP 2 on 2 A100s is refused by the margin at the recipe's length, not "over 80 GB".
+    for text in (answers, corrections, _markdown_of("notebooks/02_model_parallel.py")):
+        assert "over an 80 GB A100 once the CUDA context" not in text and "over an A100's 80 GB" not in text
