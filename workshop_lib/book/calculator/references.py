@@ -44,9 +44,10 @@ def _setup_of_row(row: dict):
         setup = nemo_setup(experiment, stand_in=row.get("run_engine") != NEMO)
         if row.get("run_seq_len"):
             setup = replace(setup, seq_len=int(row["run_seq_len"]))
-        elif row.get("run_engine") == NEMO:
+        elif row.get("run_engine") == NEMO and not _packs_sequences(experiment):
             # NeMo's micro-batch is one SQuAD record, padded only to its own length, not the recipe's 2,048:
             # the run as it ran, so the calculator never calls a 2,048-token layout "this configuration".
+            # (A packed run fills the recipe's length: it keeps it.)
             setup = replace(setup, seq_len=NEMO_RECORD_TOKENS)
         return experiment.model, setup
     setup = setup_for_record(row)
@@ -54,6 +55,11 @@ def _setup_of_row(row: dict):
     whole = {name: int(getattr(setup, name)) for name in _INTEGER_FIELDS
              if isinstance(getattr(setup, name), float) and getattr(setup, name).is_integer()}
     return _model_for(row), replace(setup, **whole)
+
+
+def _packs_sequences(experiment) -> bool:
+    """Whether the experiment packs SQuAD records into sequences of the recipe's length (any packing knob set)."""
+    return any(value for name, value in experiment.to_dict().items() if "pack" in name)
 
 
 _INTEGER_FIELDS = ("gpus", "nodes", "zero_stage", "batch", "seq_len", "lora_rank", "tensor_parallel",
