@@ -38,6 +38,11 @@ from workshop_lib.core.vocabulary import NEMO  # noqa: E402  (the engine names h
 from workshop_lib.scripts import STAND_IN  # noqa: E402
 
 
+def packs_sequences(experiment) -> bool:
+    """Whether the experiment packs SQuAD records into sequences of the recipe's length (any packing knob set)."""
+    return any(value for name, value in experiment.to_dict().items() if "pack" in name)
+
+
 def row_engine(row: dict) -> str:
     """What ran a stored row; rows written before the field existed were the stand-in's."""
     return row.get("run_engine") or STAND_IN
@@ -196,12 +201,14 @@ def nemo_run_line(chapter: int, folder: Path = REFERENCE_DIR) -> str | None:
                      f"{experiment.gpus} × {card_name(run.get('run_gpu'))}: {run['mean_step_time_s']:.2f} s per "
                      f"step, {measured:.1f} GiB at the nvidia-smi peak, against {predicted:.1f} GiB predicted for "
                      f"NeMo ({(measured - predicted) / predicted:+.0%})")
-    return ("; ".join(parts) + ". The prediction assumes every micro-batch is the recipe's full 2,048 tokens; NeMo's "
-            "SQuAD records are ~170 tokens, so its activations and logits are a fraction of that: the prediction "
-            "is an upper bound at the recipe's maximum length, not an estimate of this run. These runs used the "
-            "chapter's own `nemo llm finetune` words with Megatron's local layers (no Transformer Engine on the "
-            "measuring machine; the Ibex container has it, and NeMo's step time there has not been measured) and "
-            "random weights (benchmarks/NOTES.md).")
+    unpacked = [experiment.id for experiment, _ in done if not packs_sequences(experiment)]
+    lengths = ((f" The prediction assumes every micro-batch is the recipe's full 2,048 tokens; without packing "
+                f"({', '.join(unpacked)}) NeMo's micro-batch is one SQuAD record of ~{NEMO_RECORD_TOKENS} tokens, so "
+                "its activations and logits are a fraction of that: there the prediction is an upper bound at the "
+                "recipe's maximum length, not an estimate of the run.") if unpacked else "")
+    return ("; ".join(parts) + "." + lengths + " These runs used the chapter's own `nemo llm finetune` words "
+            "with Megatron's local layers (no Transformer Engine on the measuring machine; the Ibex container has "
+            "it, and NeMo's step time there has not been measured) and random weights (benchmarks/NOTES.md).")
 
 
 def provenance_line(chapter: int, folder: Path = REFERENCE_DIR) -> str:

@@ -19,7 +19,7 @@ from workshop_lib.experiments import CHAPTERS, chapter_experiments, get_experime
 from workshop_lib.core.vocabulary import NEMO
 from workshop_lib.core.paths import REFERENCE_DIR
 from workshop_lib.book.calculator.page import MODELS, inputs_from_setup
-from workshop_lib.book.nemo_reference import NEMO_RECORD_TOKENS
+from workshop_lib.book.nemo_reference import NEMO_RECORD_TOKENS, packs_sequences
 
 REFERENCE_FILES = ("chapter1.json", "chapter2.json", "chapter3.json", "chapter4.json", "engine_scaling.json")
 # Which chapters open the calculator on their experiments (chapters 1-2: layouts; 3: ZeRO; 4: FSDP).
@@ -44,7 +44,7 @@ def _setup_of_row(row: dict):
         setup = nemo_setup(experiment, stand_in=row.get("run_engine") != NEMO)
         if row.get("run_seq_len"):
             setup = replace(setup, seq_len=int(row["run_seq_len"]))
-        elif row.get("run_engine") == NEMO and not _packs_sequences(experiment):
+        elif row.get("run_engine") == NEMO and not packs_sequences(experiment):
             # NeMo's micro-batch is one SQuAD record, padded only to its own length, not the recipe's 2,048:
             # the run as it ran, so the calculator never calls a 2,048-token layout "this configuration".
             # (A packed run fills the recipe's length: it keeps it.)
@@ -55,11 +55,6 @@ def _setup_of_row(row: dict):
     whole = {name: int(getattr(setup, name)) for name in _INTEGER_FIELDS
              if isinstance(getattr(setup, name), float) and getattr(setup, name).is_integer()}
     return _model_for(row), replace(setup, **whole)
-
-
-def _packs_sequences(experiment) -> bool:
-    """Whether the experiment packs SQuAD records into sequences of the recipe's length (any packing knob set)."""
-    return any(value for name, value in experiment.to_dict().items() if "pack" in name)
 
 
 _INTEGER_FIELDS = ("gpus", "nodes", "zero_stage", "batch", "seq_len", "lora_rank", "tensor_parallel",
