@@ -125,7 +125,8 @@ nb.show_figure(plots.memory_layout_diagram(plots.fsdp_layouts(2, 2),
 # the slowest is done (`synced_gpus`).
 #
 # **Throughput, two ways.** The Trainer reports `train_samples_per_second` over the whole run,
-# including the first steps, evaluation and saving; the custom GPT's callback also times each
+# including the first steps and evaluation (the runs of this chapter save no checkpoint; the original
+# material saved one every epoch, inside its runtime); the custom GPT's callback also times each
 # training step on its own. The two disagree, and the tables show both.
 #
 # **The custom GPT** (`workshop_lib/train/gpt_model.py`) is a decoder-only transformer written out in
