@@ -168,3 +168,16 @@ def test_a_second_run_on_the_baselines_gpus_is_no_scaling_step_in_chapter_1_eith
     assert frame.loc["lora/llama/1-gpu-packed", "Step time vs lora/llama/1-gpu (same GPUs)"] == round(0.5 / 1.8, 2)
     assert frame.loc["lora/llama/2-gpus", "Time scaling vs 1 GPU"] == round(180 / 110, 2)
     assert "not a step of scaling" in table.note and "warm-up" not in table.note
+
+
+def test_a_caption_lists_only_the_rows_its_own_table_left_out():
+    from workshop_lib.book.reference import reference_caption, reference_series
+
+    data, _ = mixed_chapter_1()
+    data["results"].append(row("lora/mixtral/2-gpus", "nemo", H100, 90, 1.5))  # NeMo ran Mixtral too
+    frame = pd.DataFrame(data["results"])
+    [(choice, rows)] = [(c, r) for c, r in reference_series(1, (data, frame)) if c.series == Series("nemo", "H100")]
+    llama = reference_caption(data, rows[rows["group"] == "llama"], "book/reference/chapter1.json", choice)
+    mixtral = reference_caption(data, rows[rows["group"] == "mixtral"], "book/reference/chapter1.json", choice)
+    assert "2 rows by the PyTorch stand-in (not NeMo) on H200" in llama  # Llama's own, not Mixtral's
+    assert "1 row by the PyTorch stand-in (not NeMo) on H200" in mixtral and "NeMo on H200" not in mixtral

@@ -78,7 +78,8 @@ def engine_comparisons(chapter: int, folder: Path = REFERENCE_DIR) -> list[dict]
         peak = (stand_in.get("gpu_peak_max_mib"), nemo.get("gpu_peak_max_mib"))
         if None in step or None in peak:
             continue
-        pairs.append({"experiment": experiment_id, "gpu": nemo["run_gpu"], "nemo_version": nemo.get("nemo_version"),
+        pairs.append({"experiment": experiment_id, "gpu": nemo["run_gpu"], "gpus": int(nemo.get("gpus") or 1),
+                      "nemo_version": nemo.get("nemo_version"),
                       "nemo_step_s": step[1], "stand_in_step_s": step[0],
                       "nemo_peak_mib": peak[1], "stand_in_peak_mib": peak[0],
                       "nemo_busy_pct": nemo.get("gpu0_util_busy_avg_pct"),
@@ -88,6 +89,10 @@ def engine_comparisons(chapter: int, folder: Path = REFERENCE_DIR) -> list[dict]
                       "nemo_modules": (stand_in.get("run_settings") or {}).get("nemo_target_modules"),
                       "stand_in_modules": (stand_in.get("run_settings") or {}).get("target_modules")})
     return pairs
+
+
+def _cards(count: int, gpu: str) -> str:
+    return f"one {card_name(gpu)}" if count == 1 else f"{count} × {card_name(gpu)}"
 
 
 def _busy(value) -> str:
@@ -101,7 +106,7 @@ def stand_in_caveat(chapter: int, folder: Path = REFERENCE_DIR) -> str:
     if not pairs:
         return ("No experiment has been run by both NeMo and the stand-in on the same card yet: read every stand-in "
                 "number as the stand-in's alone, not as NeMo's.")
-    parts = [f"{pair['experiment']} on one {card_name(pair['gpu'])}: NeMo {pair['nemo_version'] or ''} took "
+    parts = [f"{pair['experiment']} on {_cards(pair['gpus'], pair['gpu'])}: NeMo {pair['nemo_version'] or ''} took "
              f"{pair['nemo_step_s']:.2f} s per step at {pair['nemo_peak_mib'] / MIB:.1f} GiB (nvidia-smi peak"
              f"{_busy(pair['nemo_busy_pct'])}), the stand-in {pair['stand_in_step_s']:.2f} s at "
              f"{pair['stand_in_peak_mib'] / MIB:.1f} GiB{_busy(pair['stand_in_busy_pct'])}" for pair in pairs]

@@ -83,6 +83,9 @@ def reference_caption(data: dict, results: pd.DataFrame, source: str, choice: Se
     other series the file holds. ``results`` must be one series (`same_series` refuses two)."""
     records = results.to_dict("records")
     series = choice.series if choice else (same_series(*records) or Series(None, None))
+    if choice and "group" in results:  # what this table left out, not what the chapter's other tables did
+        groups = set(results["group"])
+        choice = replace(choice, left_out=[row for row in choice.left_out if row.get("group") in groups])
     ids = {str(row.get("id")) for row in records}
     provenance = series_provenance(provenance_records(data), series, ids)
     # One machine per session of the reference driver; name each machine size once ("2 × H200 and 4 × H200").
