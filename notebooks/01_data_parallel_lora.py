@@ -280,8 +280,9 @@ nb.show_log_lines("lora/llama/2-gpus", "Peak =", runs_dir, limit=4);
 # and the plot name such rows; the step times, which leave each run's first step out, are the fairer
 # comparison. The loss, on the other hand, behaves as it should on any hardware: with the same global batch,
 # learning rate and seed, the last loss is nearly the same on every GPU count, because data
-# parallelism changes who computes the gradient, not the gradient itself. On A100s the training part
-# is large enough for the step time to fall as GPUs are added.
+# parallelism changes who computes the gradient, not the gradient itself. On real GPUs the training part
+# is large enough for the step time to fall as GPUs are added; the reference tables above show by how
+# much wherever one engine was measured on more than one GPU count of one card.
 
 # %% [markdown]
 # **Why NeMo keeps the GPU mostly idle here.** The GPU utilisation column of NeMo's rows is low (its note says
