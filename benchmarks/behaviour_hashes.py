@@ -67,7 +67,7 @@ CANDIDATES = {
     "nemo_reference": ["workshop_lib.nemo_reference:", "workshop_lib.book.nemo_reference:"],
 }
 CLAIMS = {3: ["zero_one_gpu", "zero_weak_scaling", "losses_differ", "zero_two_gpus", "model_states_versus_peak"],
-          4: ["gpt_architecture", "fsdp_strategies", "fsdp_one_node", "gpt_depth"]}
+          4: ["gpt_architecture", "fsdp_strategies", "fsdp_single_gpu", "fsdp_one_node", "gpt_depth"]}
 
 
 # Where the chapter-facing functions may live (the facade first, then the modules it is split into).
@@ -199,10 +199,11 @@ def items() -> dict[str, str]:
     add("table/engine-scaling", lambda: nb().show_engine_scaling())
     add("table/recipe-benchmark", lambda: nb().show_recipe_benchmark())
     for chapter in (1, 2):
-        for function in ("reference_table", "resolved_table", "provenance_line", "nemo_run_line", "stand_in_caveat"):
+        for function in ("reference_table", "measured_table", "resolved_table", "provenance_line", "nemo_run_line",
+                         "stand_in_caveat"):
             add(f"table/nemo/{chapter}/{function}", lambda c=chapter, f=function: getattr(find("nemo_reference"), f)(c))
         add(f"table/nemo/{chapter}/memory_sentences", lambda c=chapter: find("nemo_reference").memory_sentences(
-            find("nemo_reference").reference_table(c)))
+            find("nemo_reference").measured_table(c)))
     for chapter, names in CLAIMS.items():
         for name in names:
             add(f"table/claims/{chapter}/{name}",

@@ -21,25 +21,19 @@
 #
 # ```{admonition} Where this runs
 # :class: important
-# On Ibex (`profile = "ibex"`) each run is NeMo Factory's `nemo llm finetune` inside the NeMo
-# container on A100 GPUs, exactly as in the scripts shown below; every one of those commands has been
-# resolved by NeMo 2.4.1 itself (the NeMo 25.07 container's version) with its dry run. Everywhere else
-# the chapter runs on the **tiny profile**: CPU processes stand in for GPUs, and **NeMo is replaced by
-# a small PyTorch/PEFT stand-in** (`workshop_lib.train.lora`) that trains tiny, randomly initialised
-# Llama and Mixtral models on synthetic question–answer data. The stand-in takes the recipe NeMo
-# resolved for the same experiment (LoRA rank, alpha and target modules, micro-batch 1 × 2048 tokens,
-# learning rate, global batch split over DDP ranks with gradient accumulation) and drops what needs
-# real hardware: no container, no Megatron kernels, no checkpoint download, no GPU memory monitor, and
-# only a few steps. Unlike NeMo it keeps all of Mixtral's experts on every GPU (no EP). Its times and
-# losses show the *shape* of the results, not the numbers an A100 gives.
+# On Ibex (`profile = "ibex"`) each run is NeMo Factory's `nemo llm finetune` in the NeMo container on A100
+# GPUs, exactly as in the scripts below. Anywhere else the **tiny profile** runs the same chapter on CPUs,
+# with a small PyTorch stand-in for NeMo; the section *Results* says what it keeps and what it drops.
 # ```
 #
 # ```{admonition} The hyperparameters are deliberately small
 # :class: note
-# Every run here stops after 250 optimizer steps with a global batch of 8 sequences, a short warm-up and a
+# On Ibex every run stops after 250 optimizer steps with a global batch of 8 sequences, a short warm-up and a
 # few validation batches, so that the chapter's jobs fit a workshop day (the plan before submitting gives
-# each job's time). That is enough to see how time and memory change with the layout, which is the lesson. It is not a fine-tune worth
-# keeping: a useful one of an 8-billion-parameter model runs over a whole data set, with global batches of
+# each job's time). The measurements on real GPUs shown first in each section stopped earlier still, as each
+# table's caption says. That is enough to see how time and memory change with the layout, which is the
+# lesson. It is not a fine-tune worth keeping: a useful one of an 8-billion-parameter model runs over a whole
+# data set, with global batches of
 # hundreds of sequences and a learning-rate schedule tuned to them, for hours or days.
 # ```
 
@@ -66,43 +60,47 @@ nb.experiments_overview(selection);
 # is divided, every GPU still holds all weights, gradients and optimizer states. A model that does not
 # fit on one GPU does not fit on eight either.
 #
-# **The global batch.** NeMo's recipe fixes the *global* batch (8 sequences per optimizer step) and
-# the *micro* batch (1 sequence per forward pass). With *N* data-parallel GPUs each GPU gets
+# **The global batch.** NeMo's recipe sets the *global* batch (its default is 128 sequences per optimizer step;
+# the workshop's commands override it to 8 with `data.global_batch_size=8`, to keep the jobs short) and the
+# *micro* batch (1 sequence per forward pass). With *N* data-parallel GPUs each GPU gets
 # 8 / *N* sequences per step, and runs that many micro-batches, accumulating gradients, before the
 # all-reduce. So adding GPUs does not change what the model learns per step; it changes how long a
 # step takes.
 #
-# **LoRA.** Fine-tuning all 8 B parameters of Llama with Adam in mixed precision needs about 16 bytes
-# per parameter (16-bit weights and gradients, fp32 master weights, two fp32 Adam moments), over
-# 120 GB before any activation: more than an 80 GB A100. LoRA freezes the pretrained weight *W* and
-# learns a low-rank correction: for a layer *y = Wx* it trains *A* (*r × k*) and *B* (*d × r*) and
-# computes *y = Wx + (α/r)·BAx*. NeMo's Llama recipe uses rank *r* = 8 (α = 16) on the fused Q/K/V
-# projection, the attention output and both MLP matrices; its Mixtral recipe rank 32 on the attention
-# projections only. Either way that is a few tens of millions of trainable parameters, a fraction of a
-# percent of the model. The frozen weights cost
-# only their 2 bytes each (about 16 GB for Llama), the adapters' gradients and Adam states are tiny,
-# and the whole fine-tune fits on one GPU. Because *B* starts at zero, training starts exactly from
-# the pretrained model.
+# **LoRA.** Fine-tuning all 8 B parameters of Llama with Adam in mixed precision needs about 18 bytes per
+# parameter as Megatron keeps them (bf16 weights 2, fp32 gradients 4, fp32 master weights and two fp32 Adam
+# moments 12; chapter 2 counts the same), over 140 GB before any activation: more than an 80 GB A100. LoRA
+# freezes the pretrained weight *W* and learns a low-rank correction: for a layer *y = Wx* it trains *A* (*r ×
+# k*) and *B* (*d × r*) and computes *y = Wx + (α/r)·BAx*. NeMo's Llama recipe uses rank *r* = 8 (α = 16) on
+# the fused Q/K/V projection, the attention output and both MLP matrices; its Mixtral recipe rank 32 on the
+# attention projections only. Either way that is a few tens of millions of trainable parameters, a fraction of
+# a percent of the model (NeMo's log prints the count; "Predict, then run" below compares it with the
+# stand-in's, which adapts the query, key and value projections separately and so trains a few million more).
+# The frozen weights cost only their 2 bytes each (about 16 GB for Llama), the adapters' gradients and Adam
+# states are tiny, and the whole fine-tune fits on one GPU. Because *B* starts at zero, training starts
+# exactly from the pretrained model.
 #
-# **Mixtral and expert parallelism.** Mixtral replaces each feed-forward block by 8 *experts* and a
-# router that sends every token to 2 of them: about 46.7 B parameters in total, about 12.9 B used per
-# token. Its bf16 weights alone (about 93 GB) exceed one A100, even with LoRA, so Mixtral starts at
-# 2 GPUs and spreads the experts over them with *expert parallelism* (EP): with EP = *N* each GPU
-# keeps 8/*N* experts of every layer, and tokens travel to the GPU that holds their expert
-# (an all-to-all exchange) and back. NeMo's Mixtral recipe uses EP = 8 unless told otherwise, which
-# cannot be laid out on 2 or 4 GPUs (NeMo stops at start-up), so every Mixtral run here sets EP to its
-# GPU count. Everything that is not an expert (attention, norms, router, embeddings) is still
-# replicated, and each GPU takes its own share of the batch: Megatron carves the expert-parallel ranks
-# out of the data-parallel ones, so these runs are data parallel *and* expert parallel.
+# **Mixtral and expert parallelism.** Mixtral replaces each feed-forward block by 8 *experts* and a router
+# that sends every token to 2 of them: about 46.7 B parameters in total, about 12.9 B used per token. Its bf16
+# weights alone (about 93 GB) exceed one A100, even with LoRA, so Mixtral starts at 2 GPUs and spreads the
+# experts over them with *expert parallelism* (EP): with EP = *N* each GPU keeps 8/*N* experts of every layer,
+# and tokens travel to the GPU that holds their expert (an all-to-all exchange) and back. NeMo's Mixtral
+# recipe uses EP = 8 unless told otherwise, which cannot be laid out on 2 or 4 GPUs (NeMo stops at start-up),
+# so every Mixtral run of this chapter sets EP to its GPU count. Everything that is not an expert (attention,
+# norms, router, embeddings) is still replicated, and each GPU takes its own share of the batch: Megatron
+# carves the expert-parallel ranks out of the data-parallel ones, so these runs are data parallel *and* expert
+# parallel.
 #
-# **What the tables measure.** The *total job time* (from the job's footer) includes starting the
-# container, loading the checkpoint and saving the adapters; the *train step time* is the mean of
-# NeMo's own per-step timings (`train_step_timing`), the first step left out because it carries the
-# one-off set-up (one step alone is too noisy to compare). *Time scaling* is time(baseline) / time(*N* GPUs): 2.0 on 2 GPUs would be
-# perfect. *Peak memory scaling* divides the baseline's GPU 0 peak by the *N*-GPU one. For Llama, pure
-# data parallelism, expect about 1.0: nothing is sharded. For Mixtral expect it to *grow* with the GPU
-# count, because EP = *N* leaves each GPU 8/*N* of the experts (about 24.2 B parameters per GPU on 2
-# GPUs, 12.9 B on 4, 7.2 B on 8).
+# **What the tables measure.** The *total job time* (from the job's footer) includes starting the container,
+# loading the checkpoint and saving the adapters (NeMo saves adapter checkpoints; the PyTorch stand-in and the
+# Hugging Face and GPT runs of chapters 3-4 save none, so their job times leave that out); the *train step
+# time* is the mean of NeMo's own per-step timings (`train_step_timing`), the first step left out because it
+# carries the one-off set-up (one step alone is too noisy to compare). *Time scaling* is time(baseline) /
+# time(*N* GPUs): 2.0 on 2 GPUs would be perfect. *Peak memory scaling* divides the baseline's GPU 0 peak by
+# the *N*-GPU one, both as `nvidia-smi` reads them (memory the process holds on the card: the CUDA context and
+# PyTorch's cache included, more than the tensors PyTorch has allocated). For Llama, pure data parallelism,
+# expect about 1.0: nothing is sharded. For Mixtral expect it to *grow* with the GPU count, because EP = *N*
+# leaves each GPU 8/*N* of the experts (about 24.2 B parameters per GPU on 2 GPUs, 12.9 B on 4, 7.2 B on 8).
 
 # %% tags=["hide-input"]
 from workshop_lib.book import plots
@@ -142,7 +140,24 @@ nb.show_scripts(selection);
 # On Ibex the same experiment becomes a NeMo Factory run in the Singularity container. Read it even if
 # you run the tiny profile: the overrides (`trainer.devices`, the batch sizes, and for Mixtral
 # `trainer.strategy.expert_model_parallel_size`) are what this chapter is about; LoRA is the factory's
-# default, so no `peft` override appears.
+# default, so no `peft` override appears. The training line has four layers, from the outside in:
+#
+# - `srun` starts one task per GPU on every node (`--ntasks-per-node` = `--gpus-per-node`); Lightning turns
+#   each task into one rank.
+# - `singularity exec --nv --bind "/ibex/user/$USER" "$NEMO_IMAGE"` runs the rest inside the NeMo container:
+#   `--nv` makes the node's GPUs and driver visible inside it, `--bind` mounts your project storage (the
+#   caches, the prepared data and the imported checkpoint) at the same path.
+# - `nemo llm finetune --factory mixtral_8x7b` is NeMo Factory's command line: `finetune` is the task, and
+#   the *factory* (a *recipe*) builds the whole default configuration for that model: model, data module,
+#   optimizer, trainer, parallel strategy, and LoRA unless told otherwise (`mixtral_8x7b(peft_scheme=None)`
+#   asks for the full fine-tune, chapter 2).
+# - Each `key.subkey=value` after it is a *dot-notation override* of one field of that configuration:
+#   `trainer.devices=2` sets the trainer's `devices`, `data.global_batch_size=8` the data module's global
+#   batch, `trainer.strategy.expert_model_parallel_size=2` a field of the strategy inside the trainer.
+#
+# The "What NeMo will run" table below shows each of those fields after the overrides, as NeMo resolved
+# them: `trainer.devices` in the `trainer` row, `data.global_batch_size` in the `data` row, the strategy's
+# sizes in the `strategy` row. A key NeMo does not know stops the dry run with "No parameter named …".
 
 # %%
 nb.show_reference_script("lora/mixtral/2-gpus", "ibex");
@@ -167,13 +182,14 @@ nemo_reference.show_resolved(1, "lora/llama/2-gpus");
 # the real models' shapes (random weights, synthetic data) on the GPUs named below. Rows no run has
 # measured yet say "not measured yet" and how many GPUs they need.
 #
-# Two engines ran these rows, and every row says which (`run_engine`). NeMo 2.4.1 itself trained
-# `lora/llama/1-gpu` from this chapter's own `nemo llm finetune` words, on one H100, with random weights and
-# without Transformer Engine (the Ibex container has it, so NeMo there is faster). The other rows are the
-# PyTorch stand-in: no Megatron kernels, every sample padded to 2,048 tokens, and for Mixtral every GPU holds
-# all experts. Where both engines ran the same experiment on the same card, the text under the table gives the
-# stand-in's step time and peak memory as multiples of NeMo's: read every other stand-in number with that ratio
-# in mind, never as NeMo's own.
+# Two engines ran these rows, and the second table names the engine and the card of each. NeMo 2.4.1 itself
+# trained the chapter's own `nemo llm finetune` words with random weights and without Transformer Engine (the
+# Ibex container has it; how fast NeMo runs there has not been measured). The other rows are the PyTorch
+# stand-in: no Megatron kernels, every sample padded to 2,048 tokens, and for Mixtral every GPU holds all
+# experts. Where both engines ran the same experiment on the same card, the text above the table puts them
+# side by side with the conditions each ran under: one observation, not a factor that turns stand-in numbers
+# into NeMo's. The results tables further down show one engine on one card each: NeMo's rows where NeMo ran
+# that table.
 
 # %%
 nemo_reference.show(1);
@@ -183,8 +199,9 @@ nemo_reference.show(1);
 #
 # Before anything is submitted: how many GPUs this chapter's jobs ask for on Ibex, how they queue under
 # KAUST's limit of 24 GPUs per user in running jobs, and about how long each job runs on an A100. The
-# times come from the reference runs (H100/H200), scaled by the datasheet ratios named under the table,
-# and the sentence is written from the same numbers. Whatever profile runs here, this is the Ibex plan.
+# times come from the reference runs (H100/H200), each table's jobs from one engine on one card (NeMo's own
+# runs where NeMo ran that table), scaled by the datasheet ratios named under the table, and the sentence is
+# written from the same numbers. Whatever profile runs here, this is the Ibex plan.
 
 # %% tags=["hide-input"]
 nb.show_time_plan(selection);
@@ -204,12 +221,25 @@ runs = nb.run_experiments(selection, runs_dir, wait_timeout_s)
 # %% [markdown]
 # ## Results
 #
+# :::{dropdown} What the tiny profile runs instead of NeMo
+# On the tiny profile CPU processes stand in for GPUs, and **NeMo is replaced by a small PyTorch/PEFT
+# stand-in** (`workshop_lib.train.lora`) that trains tiny, randomly initialised Llama and Mixtral models on
+# synthetic question–answer data. The stand-in takes the recipe NeMo resolved for the same experiment (LoRA
+# rank, alpha and target modules, micro-batch 1 × 2048 tokens, learning rate, global batch split over DDP
+# ranks with gradient accumulation) and drops what needs real hardware: no container, no Megatron kernels,
+# no checkpoint download, no GPU memory monitor, and only a few steps. Unlike NeMo it keeps all of
+# Mixtral's experts on every GPU (no EP). Its times and losses show the *shape* of the results, not the
+# numbers an A100 gives. Every command of the chapter has been resolved by NeMo 2.4.1 itself (the NeMo
+# 25.07 container's version) with its dry run.
+# :::
+#
 # The tables of the original material, filled from the logs. A cell shows the run's state (FAILED,
 # TIMEOUT, …) instead of a number when the run did not complete, and `n/a` when the run did not
 # record that value. The tiny profile has no `nvidia-smi`: there the memory columns hold each
 # process's own peak (its resident set size), as the note under each table says, and the memory
-# plot does the same. Each part shows first what the stand-ins measured on real GPUs (the same runs as
-# "Predict, then run" above, in the original material's table), then your runs, titled by profile.
+# plot does the same. Each part shows first what was measured on real GPUs (one engine on one card per
+# table, NeMo's own runs where NeMo ran it; the caption says which, and which rows of
+# `book/reference/chapter1.json` it leaves out), then your runs, titled by profile.
 
 # %% [markdown]
 # ## Results: Llama 3.1 8B + LoRA
@@ -224,6 +254,22 @@ nb.show_results(selection, ["llama"], runs_dir)
 nb.show_results(selection, ["mixtral"], runs_dir)
 
 # %% [markdown]
+# ## Read the log yourself
+#
+# The original exercise filled the tables by hand from each job's log, and it is worth doing once. Open
+# `runs/lora/llama/2-gpus/slurm-<job id>.out` and find: the step lines, where NeMo prints
+# `train_step_timing in s` (and `reduced_train_loss`) for every optimizer step; the job's footer, whose
+# `Total time` is the job time the scaling columns divide; and the memory summary at the end, one line per GPU
+# with GPU 0's `Peak`, `Avg` and `Mode` in MiB. The cells below pick those lines out of your run. The tiny
+# profile's stand-in prints no NeMo step line (its steps are in `train/metrics.jsonl`); the footer and the
+# memory summary are there on every profile. {doc}`../book/reading_logs` explains each line.
+
+# %% tags=["hide-input"]
+nb.show_log_lines("lora/llama/2-gpus", "train_step_timing", runs_dir)
+nb.show_log_lines("lora/llama/2-gpus", "Total time", runs_dir)
+nb.show_log_lines("lora/llama/2-gpus", "Peak =", runs_dir, limit=4);
+
+# %% [markdown]
 # **Reading the tiny results.** The stand-in models are so small that a training step takes a few
 # milliseconds of arithmetic and much more of process start-up and communication, and the "GPUs"
 # share two CPU cores. So the tiny tables show the overheads of data parallelism, not its benefit:
@@ -234,8 +280,18 @@ nb.show_results(selection, ["mixtral"], runs_dir)
 # and the plot name such rows; the step times, which leave each run's first step out, are the fairer
 # comparison. The loss, on the other hand, behaves as it should on any hardware: with the same global batch,
 # learning rate and seed, the last loss is nearly the same on every GPU count, because data
-# parallelism changes who computes the gradient, not the gradient itself. On A100s the training part
-# is large enough for the step time to fall as GPUs are added.
+# parallelism changes who computes the gradient, not the gradient itself. On real GPUs the training part
+# is large enough for the step time to fall as GPUs are added; the reference tables above show by how
+# much wherever one engine was measured on more than one GPU count of one card.
+
+# %% [markdown]
+# **Why NeMo keeps the GPU mostly idle here.** The GPU utilisation column of NeMo's rows is low (its note says
+# how it is measured). Each optimizer step runs 8 micro-batches one after another, and each micro-batch is one
+# SQuAD record of a couple of hundred tokens: far too little arithmetic per kernel to keep an H100 or an A100
+# busy. The GPU then waits on the CPU, which launches the thousands of small kernels of 32 layers (unfused here,
+# without Transformer Engine) one by one: the step is *launch-bound*. Packing several records into one
+# sequence of the recipe's length gives each kernel more work for the same launches; NeMo's fine-tuning data
+# module has a packed-sequence option for that (`packed_sequence_specs`).
 
 # %% [markdown]
 # ## Questions
@@ -250,7 +306,8 @@ nb.show_results(selection, ["mixtral"], runs_dir)
 # 5. Why can Llama 3.1 8B be fine-tuned on one 80 GB A100 with LoRA, but not without it?
 # 6. Why does Mixtral start at 2 GPUs, and why must the expert-parallel size be set? What is the
 #    data-parallel size for attention and for the experts with EP = 2 on 2 GPUs?
-# 7. Why is GPU 0's mode 1 MiB, and its average so far below the peak?
+# 7. Why is GPU 0's average so far below its peak, and when would its mode be the idle GPU's ~1 MiB rather than
+#    the peak (as in the reference tables)?
 # 8. Should the last `reduced_train_loss` be the same on every GPU count?
 #
 # ## Where the original material was wrong

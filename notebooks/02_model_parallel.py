@@ -19,29 +19,25 @@
 #
 # **Predict, then run.** Every layout in this chapter was chosen with the memory estimator
 # (`workshop estimate`) before anything ran, and `workshop validate` refuses a layout predicted not to
-# fit the site's GPUs. The original material's layouts did not fit: the first section shows why.
+# fit the site's GPUs. The original material's Mixtral layouts cannot fit, and its Llama layout is refused at
+# the recipe's maximum sequence length: the section "Predict, then run" shows the numbers.
 #
 # ```{admonition} Where this runs
 # :class: important
-# On Ibex (`profile = "ibex"`) these are NeMo Factory runs with the recipe's own full fine-tune
-# (`--factory "llama31_8b(peft_scheme=None)"`: learning rate 5e-6, distributed optimizer) and
-# Megatron's tensor/pipeline/expert/sequence parallelism, in the NeMo container on A100s. Every command
-# below has been resolved by NeMo 2.4.1 itself (the NeMo 25.07 container's version) with its dry run.
-# On the **tiny profile** and on the reference GPUs NeMo is replaced by a **PyTorch stand-in**
-# (`workshop_lib.train.parallel`): the same Megatron split of every matrix with PyTorch's DTensor
-# (column-parallel Q/K/V and MLP inputs, row-parallel outputs, vocabulary-parallel embedding and LM head),
-# with the micro-batch, sequence length and learning rate NeMo resolved. It has no pipeline stages,
-# no distributed optimizer and no fused kernels, keeps fp32 weights (16 bytes per parameter instead of
-# NeMo's 18), and passes sequence parallelism along without applying it. Its memory is the stand-in's,
-# not NeMo's: the tables below show both predictions next to what was measured.
+# On Ibex (`profile = "ibex"`) these are NeMo Factory runs with the recipe's own full fine-tune and
+# Megatron's tensor, pipeline, expert and sequence parallelism, in the NeMo container on A100s. Anywhere
+# else the **tiny profile** runs a PyTorch stand-in for NeMo on CPUs; the section *Results* says what it
+# keeps and what it drops.
 # ```
 #
 # ```{admonition} The hyperparameters are deliberately small
 # :class: note
-# Every run here stops after 250 optimizer steps with a global batch of 8 sequences, a short warm-up and a
+# On Ibex every run stops after 250 optimizer steps with a global batch of 8 sequences, a short warm-up and a
 # few validation batches, so that the chapter's jobs fit a workshop day (the plan before submitting gives
-# each job's time). That is enough to see how time and memory change with the layout, which is the lesson. It is not a fine-tune worth
-# keeping: a useful one of an 8-billion-parameter model runs over a whole data set, with global batches of
+# each job's time). The measurements on real GPUs shown first stopped earlier still, as each caption says.
+# That is enough to see how time and memory change with the layout, which is the lesson. It is not a
+# fine-tune worth keeping: a useful one of an 8-billion-parameter model runs over a whole data set, with
+# global batches of
 # hundreds of sequences and a learning-rate schedule tuned to them, for hours or days.
 # ```
 
@@ -72,7 +68,11 @@ nb.experiments_overview(selection);
 # Mixtral's 32 layers. Micro-batches flow through the stages one after the other (Megatron's 1F1B
 # schedule), so the first stage keeps the activations of up to PP micro-batches in flight. Between
 # stages only one activation tensor per micro-batch travels, which is why PP is the split that crosses
-# nodes.
+# nodes. The price is the *bubble*: while the pipeline fills and drains, some stages wait. With *p* stages and
+# *m* micro-batches per step the idle share is (*p* − 1) / (*m* + *p* − 1). Here each DP rank gets
+# 8 / 2 = 4 micro-batches per step, so TP 2 × PP 4 idles 3 / 7 ≈ 43 % of the time and TP 4 × PP 2
+# 1 / 5 = 20 %: with so small a global batch, fewer stages waste less (NeMo's recipe, with its global batch
+# of 128 and interleaved virtual stages, makes the bubble much smaller).
 #
 # **Expert parallelism** is the natural split for a mixture of experts: each of the EP GPUs keeps a
 # subset of the experts. Tokens are routed to the GPU that holds their expert and back with two
@@ -99,7 +99,8 @@ nb.experiments_overview(selection);
 # meant to divide (gradients and optimizer states of every weight) is not there to divide. The
 # checker rejects a model-parallel experiment with LoRA left on, and the commands use the recipe's
 # full fine-tune rather than the LoRA recipe with `peft=none` (which would keep LoRA's learning rate,
-# 20 × the full fine-tune's, and drop the recipe's distributed optimizer).
+# 20 × the full fine-tune's, and, for Llama, drop the full fine-tune recipe's distributed optimizer; NeMo's
+# Mixtral recipes use the distributed optimizer either way).
 
 # %% tags=["hide-input"]
 from workshop_lib.book import plots
@@ -124,18 +125,21 @@ nb.show_figure(plots.gpu_layout_diagram(plots.mixtral_layouts(4), "What each of 
 #
 # One row per layout: the data-parallel sizes and the batch per DP rank as NeMo resolved them, the
 # estimate for NeMo on Ibex's 80 GB A100s (micro-batch 1 × 2048 tokens, the recipe's; SQuAD samples
-# are shorter, so this is an upper bound), and — where it ran — the stand-in measured on real GPUs.
-# `model-parallel/llama/tp2` is not part of the chapter: predicted at about 78 GiB per GPU it does not
-# fit an A100 with the 10 % margin, and `workshop validate` refuses it there, naming a layout that fits
-# (TP = 2 × DP = 2 on 4 GPUs, whose distributed optimizer halves the optimizer states). It fits a
-# 141 GB H200, where it was measured.
+# are shorter, so this is an upper bound); then, in a second table, what each engine measured on real GPUs.
+# `model-parallel/llama/tp2` (the original material's Llama layout) is not part of the chapter: at the
+# recipe's maximum length it is predicted at about 78 GiB per GPU, below 80 GB but over the 10 % margin
+# `workshop validate` keeps, so validate refuses it on an A100, naming a layout that fits (TP = 2 × DP = 2 on
+# 4 GPUs, whose distributed optimizer halves the optimizer states). At SQuAD's lengths (256 tokens per
+# micro-batch) the same estimator gives 68.6 GiB, and NeMo's own run in chapter 1 measured a third under its
+# estimate, so on an A100 it would likely fit; the chapter keeps the layout that fits at any length. It was
+# measured on a 141 GB H200.
 #
 # The original chapter ran Mixtral with TP = 2 × EP = 2 on 4 GPUs and TP = 4 × EP = 2 on 8. The
 # estimator gives about 209 and 105 GiB per GPU: 46.7 B parameters × 18 bytes is about 840 GB of model
 # states, more than a whole 8-GPU node of A100s holds. Full fine-tuning of Mixtral needs two nodes:
 # the layouts here keep the seed's TP × EP pairs and add pipeline stages across the nodes
-# (TP 2 × PP 4 × EP 2 and TP 4 × PP 2 × EP 2 on 16 GPUs, about 61 and 55 GiB predicted), as NeMo's own
-# recipe does (PP = 4). The alternative that fits one node is chapter 1's: keep LoRA.
+# (TP 2 × PP 4 × DP 2 and TP 4 × PP 2 × DP 2 on 16 GPUs, each with EP 2 within DP, about 61 and 55 GiB
+# predicted), as NeMo's own recipe does (PP = 4). The alternative that fits one node is chapter 1's: keep LoRA.
 
 # %%
 from workshop_lib.book import nemo_reference
@@ -143,11 +147,11 @@ from workshop_lib.book import nemo_reference
 nemo_reference.show(2);
 
 # %% [markdown]
-# The stand-in's prediction counts Megatron's bytes per parameter; the stand-in itself keeps fp32 weights
-# and trains them under autocast, which also holds bf16 copies of the weights for the backward pass and
-# keeps the residual stream in fp32, so its measured peak sits above that prediction. NeMo on an A100 is
-# what the fit check judges; the H200 row shows that the layout the check refuses there does run where
-# the GPU is larger.
+# The stand-in's prediction counts Megatron's bytes per parameter; the stand-in itself keeps fp32 weights and
+# trains them under autocast, which also holds bf16 copies of the weights for the backward pass and keeps the
+# residual stream in fp32, so its peak allocated by PyTorch sits above that prediction. NeMo on an A100 is
+# what the fit check judges; the H200 row shows that the layout the check refuses there does run where the GPU
+# is larger.
 
 # %% [markdown]
 # ## What NeMo will run
@@ -202,8 +206,21 @@ runs = nb.run_experiments(selection, runs_dir, wait_timeout_s)
 # %% [markdown]
 # ## Results
 #
-# The original material's tables: first what was measured on real GPUs, then this profile's own runs.
-# Ratios compare with the smallest layout of each model that ran.
+# :::{dropdown} What the tiny profile runs instead of NeMo
+# On Ibex the commands use the recipe's own full fine-tune (`--factory "llama31_8b(peft_scheme=None)"`:
+# learning rate 5e-6, distributed optimizer); every command has been resolved by NeMo 2.4.1 itself (the NeMo
+# 25.07 container's version) with its dry run. On the **tiny profile**, and in reference rows marked as the
+# stand-in's, NeMo is replaced by a **PyTorch stand-in** (`workshop_lib.train.parallel`): the same Megatron
+# split of every matrix with PyTorch's DTensor (column-parallel Q/K/V and MLP inputs, row-parallel outputs,
+# vocabulary-parallel embedding and LM head), with the micro-batch, sequence length and learning rate NeMo
+# resolved. It has no pipeline stages, no distributed optimizer and no fused kernels, keeps fp32 weights (16
+# bytes per parameter instead of NeMo's 18), and passes sequence parallelism along without applying it. Its
+# memory is the stand-in's, not NeMo's.
+# :::
+#
+# The original material's tables: first what was measured on real GPUs (one engine on one card per
+# table, NeMo's own runs where NeMo ran it), then this profile's own runs. Ratios compare with the smallest
+# layout of each model that ran; two layouts on as many GPUs are compared as layouts, not as scaling.
 
 # %% [markdown]
 # ## Results: Llama 3.1 8B, tensor parallel
@@ -216,7 +233,24 @@ nb.show_results(selection, ["llama"], runs_dir,
 # ## Results: Mixtral 8x7B, tensor × expert parallel
 
 # %% tags=["hide-input"]
-nb.show_results(selection, ["mixtral"], runs_dir, missing="needs 2 nodes of 8 GPUs, more than any machine lent")
+nb.show_results(selection, ["mixtral"], runs_dir,
+                missing="needs 2 nodes of 8 GPUs, more than the one machine of at most 4 GPUs the references ran on")
+
+# %% [markdown]
+# ## Read the log yourself
+#
+# As in chapter 1, find the table's numbers by hand once, in
+# `runs/model-parallel/llama/tp4/slurm-<job id>.out`: on Ibex, the `strategy=MegatronStrategy(` entry of
+# NeMo's "Resolved Arguments" table (is its `tensor_model_parallel_size` the TP you asked for?), the step
+# lines' `train_step_timing in s`, the footer's `Total time`, and GPU 0's `Peak`, `Avg` and `Mode` in the
+# memory summary. The cells below pick them out of your run (the tiny profile's stand-in prints no NeMo line;
+# its footer and memory summary are the same).
+
+# %% tags=["hide-input"]
+nb.show_log_lines("model-parallel/llama/tp4", "tensor_model_parallel_size", runs_dir, limit=1)
+nb.show_log_lines("model-parallel/llama/tp4", "train_step_timing", runs_dir)
+nb.show_log_lines("model-parallel/llama/tp4", "Total time", runs_dir)
+nb.show_log_lines("model-parallel/llama/tp4", "Peak =", runs_dir, limit=4);
 
 # %% [markdown]
 # **Reading the tiny results.** A tiny model split over more CPU ranks gets slower: there is almost no
@@ -251,12 +285,12 @@ nb.show_results(selection, ["mixtral"], runs_dir, missing="needs 2 nodes of 8 GP
 # - It gave Mixtral "~24 B parameters"; the model has about 46.7 B, about 12.9 B active per token.
 # - It listed TP = 1 layouts next to Mixtral overrides that switch SP on; SP needs TP ≥ 2, and the
 #   checker says so.
-# - It presented "total GPUs = TP × EP" as a rule and the batch per GPU as the whole global batch. In
-#   Megatron the dense part is TP × PP × DP and the experts come out of the DP ranks: TP 2 × EP 2 on
-#   4 GPUs has DP = 2 for attention, 4 sequences per DP rank.
-# - Its layouts did not fit: Mixtral TP 2 × EP 2 on 4 A100s needs about 209 GiB per GPU, TP 4 × EP 2
-#   on 8 about 105 GiB, Llama TP 2 on 2 GPUs about 78 GiB (over an A100's 80 GB with the CUDA context).
+# - It presented "total GPUs = TP × EP" as a rule. In Megatron the dense part is TP × PP × DP and the
+#   experts come out of the DP ranks: TP 2 × EP 2 on 4 GPUs has DP = 2 for attention, 4 sequences per DP rank.
+# - Its Mixtral layouts cannot fit: TP 2 × EP 2 on 4 A100s needs about 209 GiB per GPU, TP 4 × EP 2
+#   on 8 about 105 GiB. Its Llama TP 2 on 2 GPUs is predicted at about 78 GiB at the recipe's maximum length:
+#   under 80 GB, but over the 10 % margin the checker keeps; at SQuAD's lengths it likely fits.
 # - Its `peft=none` override kept the LoRA recipe's learning rate (1e-4, not the full fine-tune's 5e-6)
-#   and dropped the recipe's distributed optimizer.
+#   and, for Llama, left out the full fine-tune recipe's distributed optimizer.
 #
 # Details: {doc}`../book/seed_corrections`.

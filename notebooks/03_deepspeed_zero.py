@@ -16,10 +16,11 @@
 # fine-tunes BLOOM-560m on SQuAD with the Hugging Face Trainer and measures each option on one GPU,
 # then scales out: several GPUs of one node, the stages on two GPUs, and several nodes.
 #
-# Every results section below shows first what the experiment measured **on real GPUs** (the
-# reference, with where and how it ran), then the same table from **your runs**, titled by the profile
-# that produced them. The sentences that state measured orderings and figures are written from the
-# reference data when the page is built.
+# Where an experiment was measured **on real GPUs**, its results section shows that reference first
+# (with where and how it ran), then the same table from **your runs**, titled by the profile that produced
+# them. The multi-node section has no such measurement (it needs several nodes of a real cluster) and says
+# so; there your runs are the only numbers. The sentences that state measured orderings and figures are
+# written from the reference data when the page is built.
 #
 # ```{admonition} Where this runs
 # :class: note
@@ -106,7 +107,7 @@ nb.show_file("slurm/ds_configs/zero2_offload_pinned.json");
 # | `train_micro_batch_size_per_gpu` | `"auto"` | samples in one forward and backward pass on one GPU: the Trainer's `--per-device-batch` (4). |
 # | `gradient_accumulation_steps` | `"auto"` | micro-batches summed before each optimizer step: the Trainer's `--grad-accum` (4). DeepSpeed's engine, not the Trainer, decides where a step ends, and ZeRO-2 with offload copies gradients at every one of these micro-batches. |
 # | `gradient_clipping` | `1.0` | rescales the gradients when their global L2 norm exceeds 1.0, before the update. With ZeRO the norm is computed over all partitions (one extra reduction). |
-# | `fp16.enabled` / `bf16.enabled` | `"auto"` | mixed precision as the Trainer's `--precision` says (fp16 here, as the seeds). With fp16 DeepSpeed adds dynamic loss scaling: it multiplies the loss before backward and skips a step whose gradients overflow. |
+# | `fp16.enabled` / `bf16.enabled` | `"auto"` | mixed precision as the Trainer's `--precision` says (fp16 in these runs, as in the seeds). With fp16 DeepSpeed adds dynamic loss scaling: it multiplies the loss before backward and skips a step whose gradients overflow. |
 # | `zero_allow_untested_optimizer` | `true` | accepts an optimizer DeepSpeed did not create (the Trainer's `torch.optim.AdamW`). Without it DeepSpeed refuses any optimizer it has not tested with ZeRO. |
 # | `zero_force_ds_cpu_optimizer` | `false` | with offload, lets that torch AdamW step on the host copy instead of requiring DeepSpeed's compiled `DeepSpeedCPUAdam`. |
 # | `steps_per_print` / `wall_clock_breakdown` | `1000000` / `false` | keep DeepSpeed's own progress and timing lines out of the log; the Trainer logs the metrics. |
@@ -124,11 +125,17 @@ nb.show_file("slurm/ds_configs/zero2_offload_pinned.json");
 # %% [markdown]
 # **Data and prompt.** Each SQuAD example becomes one training text,
 # `Question: <question> Context: <context> Answer: <answer><eos>` (`workshop_lib/train/data.py`), tokenized,
-# padded or cut to 512 tokens, with the labels equal to the input ids (a causal language model learns
-# to predict each next token). The baseline and single-GPU runs take 500 examples; the multi-GPU runs
+# padded or cut to 512 tokens. The labels are the input ids (a causal language model learns to predict
+# each next token) with the padding positions set to −100, the value the loss skips, so the model is not
+# trained to predict padding. The baseline and single-GPU runs take 500 examples; the multi-GPU runs
 # take 500 *per GPU* (weak scaling: the data grows with the GPUs), the multi-node runs 250 per GPU.
 # After training, the model answers held-out questions by greedy generation from the prompt up to
 # `Answer:`, scored with SQuAD's **exact match** and **F1** (token overlap).
+#
+# **The Trainer's settings** are the original material's: learning rate 5e-5, weight decay 0.01, fp16,
+# per-device batch 4 with 4 accumulated batches, three epochs, evaluation at the end of each epoch and no
+# gradient checkpointing. One departure: the original saved a checkpoint every epoch; the runs here save
+# none (`--save-checkpoints` is off), so their `train_runtime` leaves out the seconds a save would add.
 #
 # **Launching.** DeepSpeed needs a distributed launcher even on one GPU: every run is started by
 # `torchrun`, which sets `RANK`, `LOCAL_RANK` and `WORLD_SIZE` for each process. Multi-node runs use
@@ -211,9 +218,11 @@ nb.show_log_lines("zero/baseline", "train_samples_per_second", runs_dir);
 
 # %% tags=["hide-input"]
 nb.show_results(selection, ["baseline"], runs_dir, plots=False)
-batches, steps = claims.steps_per_epoch(500, 4, 4)
-nb.say(f"**Steps per epoch.** 500 samples at 4 per batch make {batches} batches on one GPU (the last one "
-       f"short); the Trainer rounds up, so 4 accumulated batches per optimizer step give {steps} steps per "
+samples, batch, accumulation = 500, 4, 4
+batches, steps = claims.steps_per_epoch(samples, batch, accumulation)
+short = " (the last one short)" if samples % batch else ""
+nb.say(f"**Steps per epoch.** {samples} samples at {batch} per batch make {batches} batches on one GPU{short}; "
+       f"the Trainer rounds up, so {accumulation} accumulated batches per optimizer step give {steps} steps per "
        f"epoch and {3 * steps} over three epochs. The reference runs and the tiny ones are capped at a fixed "
        "number of optimizer steps instead (`max_steps`), so their tables say *Optimizer Steps (max_steps "
        "cap)*, not steps per epoch.");
@@ -298,15 +307,15 @@ nb.show_engine_scaling()
 nb.say(claims.engine_scaling(nb.reference_results("engine_scaling")[1]));
 
 # %% [markdown]
-# :::{dropdown} How these runs were made fair (development notes)
-# DDP keeps its step time flat once one default is fixed. The Trainer sets
-# `ddp_find_unused_parameters=True` for a model without gradient checkpointing, which makes DDP walk the
-# whole autograd graph after every forward — four times per optimizer step here. With it, a profile of
-# the 4-GPU step showed the CPU-side operators slowed down and the GPUs idle, while the all-reduce itself
-# (the fp32 gradients, once per step) was a small part of the step. The workshop's engine now passes
-# `False`: every parameter gets a gradient. FSDP FULL_SHARD gathers every unit's parameters again for each
-# micro-batch's forward and backward — 4 micro-batches × 2 × 25 units = 200 all-gathers per step. With
-# gradient accumulation, `SHARD_GRAD_OP` or fewer, larger micro-batches communicate far less.
+# :::{dropdown} Two settings behind these numbers
+# **DDP and unused parameters.** The Trainer sets `ddp_find_unused_parameters=True` for a model without
+# gradient checkpointing, which makes DDP walk the whole autograd graph after every forward (four times per
+# optimizer step here) and keeps the GPUs waiting on the CPU. Every parameter of these models gets a
+# gradient, so the runs pass `False`, and DDP's step stays flat as GPUs are added.
+#
+# **FSDP and accumulation.** FULL_SHARD gathers every unit's parameters again for each micro-batch's forward
+# and backward: 4 micro-batches × 2 × 25 units = 200 all-gathers per step. `SHARD_GRAD_OP`, or fewer and
+# larger micro-batches, communicate far less.
 # :::
 #
 # ## The tuned recipe
@@ -316,22 +325,26 @@ nb.say(claims.engine_scaling(nb.reference_results("engine_scaling")[1]));
 # to `workshop_lib.train.hf`) and the Trainer runs get their own `…-tuned` ids and run folders.
 #
 # :::{dropdown} What the tuned recipe changes, and why
-# bf16 instead of fp16 (no loss scaler); the four accumulated micro-batches as one batch of 16 (same global
-# batch and optimizer steps, larger matrix products, a quarter of the kernel launches); each batch padded
-# to its longest sample instead of to 512 tokens, with samples of similar length batched together, so most
-# computed tokens are real; Liger's fused linear cross-entropy, so the batch × length × 250,880 logits
-# never exist at once (memory, not speed); BLOOM's attention as one `scaled_dot_product_attention` call
-# with the ALiBi bias as its mask; BLOOM's tanh-GELU as PyTorch's single kernel; fused AdamW; the
-# objects alive at the start of training frozen out of Python's garbage collector; and the 24 transformer
-# blocks of each training step replayed as CUDA graphs, one graph per batch length (`workshop_lib/train/graphs.py`).
-# There is **no `torch.compile`**: an earlier version compiled each block and its steps ran faster, but
-# its compile took longer than the whole job, so end to end it was slower than the seed. Without the graphs
-# the step is bound by the host CPU launching kernels one by one, which also makes the seed's own speed
-# depend on the host: compare recipes only within one run. A graph is recorded the first time a batch
-# length appears (a fraction of a second each; lengths are padded to a multiple of 64 so a job sees only a
-# handful) and then replayed with one launch, so the GPU sets the pace. What each change was predicted to
-# do and did is in `benchmarks/NOTES.md`; the tables
-# below give the measured figures and the reason for each gain.
+# - **bf16** instead of fp16: no loss scaler.
+# - **One batch of 16** instead of four accumulated micro-batches of 4: the same global batch and optimizer
+#   steps, larger matrix products, a quarter of the kernel launches.
+# - **Padding to the longest sample** of each batch instead of to 512 tokens, with samples of similar length
+#   batched together, so most computed tokens are real.
+# - **Liger's fused linear cross-entropy**: the batch × length × 250,880 logits never exist at once (memory,
+#   not speed).
+# - **Fused kernels**: BLOOM's attention as one `scaled_dot_product_attention` call with the ALiBi bias as its
+#   mask, BLOOM's tanh-GELU as PyTorch's single kernel, fused AdamW; and the objects alive at the start of
+#   training frozen out of Python's garbage collector.
+# - **CUDA graphs**: the 24 transformer blocks of each training step replayed as one graph per batch length
+#   (`workshop_lib/train/graphs.py`). Without them the step is bound by the host CPU launching kernels one by
+#   one, which also makes the seed's own speed depend on the host: compare recipes only within one run. A
+#   graph is recorded the first time a batch length appears (a fraction of a second each; lengths are padded
+#   to a multiple of 64 so a job sees only a handful) and then replayed with one launch, so the GPU sets the
+#   pace.
+#
+# There is **no `torch.compile`**: it makes the steps faster, but compiling takes longer than these short
+# jobs run, so end to end it is slower than the seed. The tables below give the measured figures and the
+# reason for each gain.
 # :::
 
 # %% tags=["hide-input"]
@@ -344,15 +357,20 @@ nb.show_recipe_benchmark();
 # of time in which at least one kernel ran on the GPU. It is a coarse signal (a GPU that runs one small
 # kernel at a time reads 100 %), but a low figure during training is a clear sign of a GPU waiting for its
 # host: data loading, Python launching kernels, or offload. This workshop's monitor records it too, in
-# the same `gpu_memory_<node>.csv` (the query is `GPU_QUERY` in `workshop_lib/core/run_directory.py`, started by
-# `slurm/templates/blocks/gpu_monitor_start.j2`). The tables above show it as *GPU Utilization (%)*
-# beside the GPU memory: GPU 0's mean over the samples taken while training (memory at or above half its
-# peak, so the idle minutes of start-up and shutdown do not pull it down); the baseline summary adds its
-# peak, and `workshop memory runs/<experiment id>` prints it per GPU. A table has the column only where its
-# runs recorded it: not on the tiny profile's CPUs (no `nvidia-smi`), nor in reference measurements taken
-# before the monitor recorded it. To watch it live on Ibex, run
-# `nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv -l 5` on the node of a running job
-# (`srun --jobid <id> --overlap --pty bash`).
+# each node's `gpu_memory_<node>.csv`.
+#
+# The tables above show it as *GPU Utilization (%)* beside the GPU memory: GPU 0's mean over the samples
+# taken while training (memory at or above half its peak, so the idle minutes of start-up and shutdown do
+# not pull it down). The baseline summary adds its peak, and `workshop memory runs/<experiment id>` prints
+# it per GPU. A table has the column only where its runs recorded it: not on the tiny profile's CPUs, nor
+# in reference measurements taken before the monitor recorded it.
+#
+# To watch it live on Ibex, open a shell on the node of a running job and ask `nvidia-smi` every 5 seconds:
+#
+# ```bash
+# srun --jobid <job id> --overlap --pty bash
+# nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv -l 5
+# ```
 #
 # ## Exercise: change the model size or the data subset
 #
@@ -405,7 +423,7 @@ nb.show_recipe_benchmark();
 # - It read "steps per epoch" from the progress bar's total, which counts all three epochs, and its
 #   samples/s formula left out gradient accumulation.
 # - It said `LOCAL_RANK` comes from SLURM; `torchrun` sets it (SLURM's equivalent is
-#   `SLURM_LOCALID`). The multi-node run here keeps 250 samples per GPU, as the text said (the code
+#   `SLURM_LOCALID`). The multi-node run of this chapter keeps 250 samples per GPU, as the text said (the code
 #   said 10 000, more than SQuAD has at 16 GPUs).
 #
 # Details: {doc}`../book/seed_corrections`.

@@ -17,10 +17,11 @@
 # small GPT written from scratch, and ends with *weak scaling by depth*: the model grows with the
 # number of GPUs.
 #
-# As in chapter 3, every results section shows first what the experiment measured **on real GPUs**
-# (the reference, with where and how it ran), then the same table from **your runs**, titled by the
-# profile that produced them; sentences that state measured results are written from the reference
-# data when the page is built.
+# As in chapter 3, a results section whose experiment was measured **on real GPUs** shows that reference
+# first (with where and how it ran), then the same table from **your runs**, titled by the profile that
+# produced them. The sections across nodes have no such measurement (they need several nodes of a real
+# cluster) and say so. Sentences that state measured results are written from the reference data when
+# the page is built.
 #
 # ```{admonition} Where this runs
 # :class: note
@@ -58,8 +59,27 @@ reference = nb.reference_results(4)[1]
 # The backward pass gathers again, computes the gradients, and *reduce-scatters* them so that each
 # GPU keeps only the gradient of its own shard, which its optimizer then updates. At any moment a GPU
 # holds its shards of everything plus the full parameters of the one or two units in flight, so the
-# memory for model states falls as 1/*N*. Prefetching the next unit's parameters (`forward_prefetch`,
-# `backward_prefetch`) hides part of the communication behind computation.
+# memory for model states falls as 1/*N*. Gathering the next unit's parameters while the current one
+# computes (*prefetching*) hides part of the communication.
+#
+# **Which FSDP ran.** PyTorch has two implementations, and this chapter uses both:
+#
+# - *FSDP1* (`FullyShardedDataParallel`) flattens each unit's parameters into one flat buffer and shards
+#   that; its prefetching is set by `forward_prefetch` and `backward_prefetch` (`BACKWARD_PRE` gathers the
+#   next unit before the current unit's gradients are computed, faster and with more memory in flight;
+#   `BACKWARD_POST`, the original material's choice, after them). The custom GPT is wrapped with FSDP1 by
+#   the workshop's own loop, with the original's settings; the Trainer's `HYBRID_SHARD` runs also use FSDP1,
+#   because FSDP2 has no hybrid strategy; they step PyTorch's foreach AdamW, since FSDP1's sharded loss
+#   scaler trips the fused one.
+# - *FSDP2* (`fully_shard`), Transformers 5's default, shards every parameter on its own (a `DTensor`) and
+#   prefetches by itself. The Trainer's `FULL_SHARD` and `SHARD_GRAD_OP` runs use it.
+#
+# The original material's `fsdp_cfg` has four keys. `transformer_layer_cls_to_wrap` (which blocks become
+# units: `BloomBlock`) counts under both. `backward_prefetch`, `forward_prefetch` and `sync_module_states`
+# (copy rank 0's weights to every rank at start-up) are FSDP1 settings: the Trainer passes them to
+# FSDP1 only, so under FSDP2 they change nothing. Neither set turns on *activation checkpointing*, which
+# would recompute each unit's activations in the backward pass instead of keeping them: less memory, about
+# a third more compute; the table captions say which implementation each table's rows used.
 #
 # **Sharding strategies** decide what is divided and over whom:
 #
@@ -68,7 +88,7 @@ reference = nb.reference_results(4)[1]
 # | `FULL_SHARD` | parameters, gradients, optimizer states over all GPUs | ZeRO-3 | all-gather in forward and backward, reduce-scatter: about 1.5× DDP |
 # | `SHARD_GRAD_OP` | gradients and optimizer states; parameters stay gathered between forward and backward | ZeRO-2 | one all-gather, one reduce-scatter: about DDP's |
 # | `HYBRID_SHARD` | `FULL_SHARD` inside each node, replicated across nodes | ZeRO-3 within a node + DDP across | heavy traffic on fast intra-node links, only a gradient all-reduce between nodes |
-# | `NO_SHARD` | nothing: every GPU keeps everything | DDP (ZeRO-0) | one gradient all-reduce; not run here, since it is DDP under FSDP's API and chapter 3's DDP rows measure it |
+# | `NO_SHARD` | nothing: every GPU keeps everything | DDP (ZeRO-0) | one gradient all-reduce; not run in this chapter, since it is DDP under FSDP's API and chapter 3's DDP rows measure it |
 
 # %% tags=["hide-input"]
 nb.show_figure(plots.memory_layout_diagram(plots.fsdp_layouts(2, 2),
@@ -105,7 +125,8 @@ nb.show_figure(plots.memory_layout_diagram(plots.fsdp_layouts(2, 2),
 # the slowest is done (`synced_gpus`).
 #
 # **Throughput, two ways.** The Trainer reports `train_samples_per_second` over the whole run,
-# including the first steps, evaluation and saving; the custom GPT's callback also times each
+# including the first steps and evaluation (the runs of this chapter save no checkpoint; the original
+# material saved one every epoch, inside its runtime); the custom GPT's callback also times each
 # training step on its own. The two disagree, and the tables show both.
 #
 # **The custom GPT** (`workshop_lib/train/gpt_model.py`) is a decoder-only transformer written out in
@@ -126,7 +147,8 @@ nb.say(claims.gpt_architecture(reference));
 # connects to a static master address (the first node of the allocation) and a port chosen free when the
 # job starts. On Ibex they first run an NCCL all-reduce test and stop if its bus bandwidth is below the
 # profile's threshold. The Ibex profile exports two of the NCCL variables the original material used
-# before that check (`nccl_tests.environment` in `slurm/profiles/ibex.yml`), so the training inherits them:
+# before that check (`bandwidth_check.environment` in `slurm/profiles/ibex.yml`), so the training inherits
+# them:
 #
 # - `TORCH_NCCL_ASYNC_ERROR_HANDLING=1`: a rank whose collective fails or times out raises instead of
 #   hanging, so a broken node ends the job rather than burning its hours.
@@ -134,7 +156,8 @@ nb.say(claims.gpt_architecture(reference));
 # - The original also set `NCCL_ALGO=Tree` (a fixed all-reduce algorithm instead of NCCL's choice per
 #   message size), `NCCL_NET_GDR_LEVEL=4` (let the network card read GPU memory directly, GPUDirect RDMA,
 #   up to the farthest PCIe distance) and `NCCL_SOCKET_IFNAME=ib0` (the interface for NCCL's bootstrap
-#   connections). They are site tuning, not correctness: a profile can add them under `nccl_tests.environment`.
+#   connections). They are site tuning, not correctness: a profile can add them under
+#   `bandwidth_check.environment`.
 #   `NCCL_DEBUG=INFO` in a job prints which transport NCCL picked (look for `NET/IB` against `NET/Socket`).
 
 # %% [markdown]
@@ -200,10 +223,10 @@ nb.show_results(selection, ["baseline"], runs_dir, plots=False)
 # %% [markdown]
 # ## Results: the sharding strategies
 #
-# The strategy comparison asks for 2 nodes × 2 GPUs. For the reference, the local executor ran such a
-# job as two emulated nodes on one machine: each node's torchrun got its own node rank, node name and two
-# of the four GPUs, exactly as `srun` would hand them out, so the rendezvous, the per-node monitors and
-# HYBRID_SHARD's node groups behave as on a cluster; only the link between the "nodes" is NVLink instead
+# The strategy comparison asks for 2 nodes × 2 GPUs. The reference ran it on one machine with four GPUs,
+# each half of them playing one node: each half's `torchrun` got its own node rank, node name and two GPUs,
+# as `srun` would hand them out, so the rendezvous, the per-node monitors and HYBRID_SHARD's node groups
+# behave as on a cluster. Only the link between the two "nodes" differs: NVLink inside one machine instead
 # of a network, which flatters every strategy that talks across nodes.
 
 # %% tags=["hide-input"]
@@ -215,18 +238,15 @@ nb.say(claims.fsdp_strategies(reference));
 # and the host share one memory, so there is no PCIe copy to pay for, and a step of a tiny model is
 # dominated by start-up and gloo messages. On GPUs it costs what the sentence just above states.
 #
-# :::{dropdown} Why HYBRID_SHARD has no reference row yet
-# Its first GPU run finished, but the engine's own record said it had run as FULL_SHARD: Transformers 5
-# hands an FSDP1 strategy to Accelerate in a field that Accelerate 1.15 then overrides with its FULL_SHARD
-# default. The workshop now pins the strategy, and every run records the shard group it really got (the
-# *Shard Group* column); the corrected run has not been measured on GPUs yet. Your tiny runs show it: 2
-# ranks per group.
-# :::
+# **HYBRID_SHARD has no reference row yet.** It has not been measured on GPUs with the strategy it
+# should have; your tiny runs show it, with 2 ranks per shard group (the *Shard Group* column records the
+# group each run really got, so a run that fell back to another strategy would show it).
 #
 # ## Results: BLOOM-560m on one node
 
 # %% tags=["hide-input"]
 nb.show_results(selection, ["multi-gpu"], runs_dir)
+nb.say(claims.fsdp_single_gpu(reference))
 nb.say(claims.fsdp_one_node(reference));
 
 # %% [markdown]
@@ -311,7 +331,8 @@ nb.show_results(selection, ["prediction"], runs_dir, plots=False)
 # - It put about 80 % of BLOOM-560m's parameters in its blocks; they hold about half, the embedding
 #   most of the rest.
 # - Its multi-node launch gave every node `--node_rank=$SLURM_NODEID` expanded once by the batch shell
-#   (so all nodes claimed rank 0), and several scripts reserved 8 GPUs to use 1 or 2. The scripts above
-#   ask for exactly the GPUs they use.
+#   (so all nodes claimed rank 0). It ran anyway because its rendezvous backend, c10d, assigns node ranks
+#   itself and ignores `--node_rank`; with a static rendezvous, as in the scripts above, every node must expand its own. Several
+#   scripts reserved 8 GPUs to use 1 or 2. The scripts above ask for exactly the GPUs they use.
 #
 # Details: {doc}`../book/seed_corrections`.

@@ -271,3 +271,45 @@ def test_pinned_memory_is_explained_by_stage_2s_gradient_round_trips():
     without_stage_1 = _frame("chapter3")
     without_stage_1 = without_stage_1[without_stage_1["id"] != "zero/single-gpu/zero1-offload"]
     assert "ZeRO-1 + offload" not in claims.pinned_memory(without_stage_1)
+
+
+def test_fsdp_on_one_gpu_states_its_cost_and_what_it_does_not_save():
+    runs = _records("chapter4")
+    plain, fsdp = runs["fsdp/baseline"], runs["fsdp/single-gpu/full-shard"]
+    text = claims.fsdp_single_gpu(_frame("chapter4"))
+    assert f"{100 * (1 - fsdp['train_samples_per_s'] / plain['train_samples_per_s']):.0f} % fewer" in text
+    assert fsdp["rank0_model_state_mib"] == plain["rank0_model_state_mib"]  # nothing is sharded on one GPU
+    assert f"{_gib(fsdp['allocated_peak_mib'])} against {_gib(plain['allocated_peak_mib'])}" in text
+    assert "not in the model states" in text
+
+
+def test_pages_name_what_the_scripts_and_profiles_really_say():
+    """The primer's trainer.devices and chapter 4's NCCL settings key, checked against the rendered script and
+    the Ibex profile."""
+    import yaml
+
+    from workshop_lib.experiments import get_experiment
+    from workshop_lib.scripts import render_script
+
+    script = render_script(get_experiment("lora/mixtral/2-gpus"), "ibex")
+    assert "trainer.devices=2" in script and "SLURM_GPUS_PER_NODE" not in script
+    primer = _page("book/slurm_primer.md")
+    assert 'The scripts here pass `trainer.devices="$SLURM_GPUS_PER_NODE"`' not in primer
+    assert "trainer.devices=2" in primer
+    profile = yaml.safe_load((ROOT / "slurm" / "profiles" / "ibex.yml").read_text())
+    assert "environment" in profile["bandwidth_check"] and "nccl_tests" not in profile
+    chapter_4 = _markdown_of("notebooks/04_fsdp.py")
+    assert "nccl_tests.environment" not in chapter_4 and "bandwidth_check.environment" in chapter_4
+
+
+def test_pages_no_longer_state_what_the_seeds_and_recipes_do_not_say():
+    answers, corrections = _page("book/answers.md"), _page("book/seed_corrections.md")
+    # The seed's scaling tables are empty: nothing was "printed" in them.
+    assert "table printed 4" not in answers and "as its own table printed" not in corrections
+    assert "whole global batch of 8" not in corrections
+    # NeMo's recipe default is 128; the 8 is the workshop's override.
+    chapter_1 = _markdown_of("notebooks/01_data_parallel_lora.py")
+    assert "fixes the *global* batch (8" not in chapter_1 and "data.global_batch_size=8" in chapter_1
+    # Llama TP 2 on 2 A100s is refused by the margin at the recipe's length, not "over 80 GB".
+    for text in (answers, corrections, _markdown_of("notebooks/02_model_parallel.py")):
+        assert "over an 80 GB A100 once the CUDA context" not in text and "over an A100's 80 GB" not in text

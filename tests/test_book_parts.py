@@ -11,7 +11,7 @@ import pytest
 
 from workshop_lib.book import chapter as nb
 from workshop_lib.book import figures, parts
-from workshop_lib.book.reference import reference_results
+from workshop_lib.book.reference import reference_results, reference_shown
 from workshop_lib.book.tables import tables_from_results
 from workshop_lib.core.errors import WorkshopError
 
@@ -40,7 +40,7 @@ def test_every_key_a_notebook_shows_is_a_part_of_its_chapter(notebook):
 
 @pytest.mark.parametrize("chapter", [1, 2, 3, 4])
 def test_the_tables_a_chapter_builds_are_the_tables_its_parts_declare(chapter):
-    built = {table.key for table in tables_from_results(chapter, reference_results(chapter)[1])}
+    built = {table.key for table in tables_from_results(chapter, reference_shown(chapter)[1])}
     assert built == set(parts.table_keys(parts.PARTS[chapter]))
 
 

@@ -103,7 +103,7 @@ def check_claims(page: Path, chapter: int) -> None:
     generators = {3: [("chapter3", claims.zero_one_gpu), ("chapter3", claims.zero_two_gpus),
                       ("chapter3", claims.model_states_versus_peak), ("chapter3", claims.zero_weak_scaling),
                       ("chapter3", claims.losses_differ), ("engine_scaling", claims.engine_scaling)],
-                  4: [("chapter4", claims.fsdp_strategies), ("chapter4", claims.fsdp_one_node),
+                  4: [("chapter4", claims.fsdp_strategies), ("chapter4", claims.fsdp_one_node), ("chapter4", claims.fsdp_single_gpu),
                       ("chapter4", claims.gpt_depth), ("chapter4", claims.gpt_architecture)]}
     text = _plain(_soup(page).get_text(" "))
     for source, generate in generators.get(chapter, []):

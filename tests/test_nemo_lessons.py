@@ -35,7 +35,7 @@ def test_lesson_tables_only_where_their_runs_exist():
     reduced = [_row(e.id, mean_step_time_s=1.0) for e in nemo_lesson_experiments() if e.chapter == 2]
     (table,) = lesson_tables(2, pd.DataFrame(reduced))
     assert list(table.frame["Layers"]) == [4, 4] and "not the chapter's 16-GPU layouts" in table.note
-    assert list(table.frame["Layout"]) == ["TP 2 x EP 2 x DP 2 + SP", "TP 1 x PP 2 x EP 2 x DP 2"]
+    assert list(table.frame["Layout"]) == ["TP 2 x DP 2 (EP 2 within DP) + SP", "TP 1 x PP 2 x DP 2 (EP 2 within DP)"]
 
 
 def test_lesson_commands_are_nemos_own_options():

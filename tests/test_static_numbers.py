@@ -91,6 +91,19 @@ def _estimate(experiment_id: str, **change) -> Callable[[], float]:
     return predicted
 
 
+def _estimate_at_length(experiment_id: str, seq_len: int) -> Callable[[], float]:
+    """NeMo's estimate for an experiment with micro-batches of ``seq_len`` tokens instead of the recipe's."""
+    import dataclasses
+
+    from workshop_lib.estimate.fit import estimate_memory, nemo_setup
+
+    def predicted() -> float:
+        experiment = get_experiment(experiment_id)
+        setup = dataclasses.replace(nemo_setup(experiment, False), seq_len=seq_len)
+        return estimate_memory(experiment.model, setup).total / GIB
+    return predicted
+
+
 SEED_MIXTRAL_TP2 = dict(nodes=1, gpus_per_node=4, tensor_parallel=2, pipeline_parallel=1, expert_parallel=2)
 SEED_MIXTRAL_TP4 = dict(nodes=1, gpus_per_node=8, tensor_parallel=4, pipeline_parallel=1, expert_parallel=2)
 MIXTRAL = "model-parallel/mixtral/tp2-pp4-ep2-sp"
@@ -126,12 +139,13 @@ REGISTRY: list[Registered] = [
     Registered("book/answers.md", "8×", "falls by less than", "definition", "the ideal speed-up of 8 GPUs"),
     Registered("book/answers.md", "40 %", "Amdahl", "illustration", "Amdahl's law with an invented fixed share"),
     Registered("book/answers.md", "2.5×", "Amdahl", "illustration", "1 / 0.4, the same example"),
-    Registered("book/answers.md", "1 MiB", "Mode 1 MiB", "fact", "what nvidia-smi reports for an idle GPU"),
+    Registered("book/answers.md", "1 MiB", "when is its mode", "fact", "what nvidia-smi reports for an idle GPU"),
     Registered("book/answers.md", "1 MiB", "idle GPU reads about", "fact", "what nvidia-smi reports for an idle GPU"),
     Registered("book/answers.md", "1 MiB", "the mode is 1 MiB", "fact", "what nvidia-smi reports for an idle GPU"),
     Registered("book/answers.md", "135 GiB", "model states for", "arithmetic", _model_states_gib("llama-3.1-8b", 18)),
     Registered("book/answers.md", "780 GiB", "GiB for Mixtral", "arithmetic", _model_states_gib("mixtral-8x7b", 18)),
     Registered("book/answers.md", "780 GiB", "18 bytes", "arithmetic", _model_states_gib("mixtral-8x7b", 18)),
+    Registered("book/answers.md", "10 %", "margin `workshop validate`", "setting", lambda: 100 * MARGIN),
     Registered("book/answers.md", "77.8 GiB", "GPU with activa", "estimate", _estimate("model-parallel/llama/tp2")),
     Registered("book/answers.md", "55.4 GiB", "state over two ranks", "estimate",
                _estimate("model-parallel/llama/tp2-dp2")),
@@ -168,7 +182,7 @@ REGISTRY: list[Registered] = [
                "the original material's baseline log"),
     # seed_corrections.md
     Registered("book/seed_corrections.md", "78 GiB", "Llama TP 2 on", "estimate", _estimate("model-parallel/llama/tp2")),
-    Registered("book/seed_corrections.md", "209 GiB", "on 4 GPUs at about", "estimate",
+    Registered("book/seed_corrections.md", "209 GiB", "on 4 GPUs is estimated at about", "estimate",
                _estimate(MIXTRAL, **SEED_MIXTRAL_TP2)),
     Registered("book/seed_corrections.md", "105 GiB", "on 8 at about", "estimate", _estimate(MIXTRAL, **SEED_MIXTRAL_TP4)),
     Registered("book/seed_corrections.md", "780 GiB", "states alone", "arithmetic", _model_states_gib("mixtral-8x7b", 18)),
@@ -177,7 +191,7 @@ REGISTRY: list[Registered] = [
     Registered("book/seed_corrections.md", "80 %", "said to hold about", "quotation", "the original material's figure"),
     Registered("book/seed_corrections.md", "54 %", "they hold about", "arithmetic", _bloom_share("blocks")),
     # the chapters' Markdown
-    Registered("notebooks/01_data_parallel_lora.py", "1 MiB", "GPU 0's mode", "fact",
+    Registered("notebooks/01_data_parallel_lora.py", "1 MiB", "the idle GPU's", "fact",
                "what nvidia-smi reports for an idle GPU"),
     Registered("notebooks/02_model_parallel.py", "78 GiB", "predicted at about", "estimate",
                _estimate("model-parallel/llama/tp2")),
@@ -191,8 +205,12 @@ REGISTRY: list[Registered] = [
                _estimate(MIXTRAL, **SEED_MIXTRAL_TP2)),
     Registered("notebooks/02_model_parallel.py", "105 GiB", "on 8 about", "estimate",
                _estimate(MIXTRAL, **SEED_MIXTRAL_TP4)),
-    Registered("notebooks/02_model_parallel.py", "78 GiB", "2 GPUs about", "estimate",
+    Registered("notebooks/02_model_parallel.py", "78 GiB", "on 2 GPUs is predicted", "estimate",
                _estimate("model-parallel/llama/tp2")),
+    Registered("notebooks/02_model_parallel.py", "68.6 GiB", "SQuAD's lengths", "estimate",
+               _estimate_at_length("model-parallel/llama/tp2", 256)),
+    Registered("notebooks/02_model_parallel.py", "43 %", "TP 2 × PP 4 idles", "arithmetic", lambda: 100 * 3 / 7),
+    Registered("notebooks/02_model_parallel.py", "20 %", "TP 4 × PP 2", "arithmetic", lambda: 100 * 1 / 5),
     Registered("notebooks/03_deepspeed_zero.py", "8.3 GiB", "16Ψ", "arithmetic",
                lambda: 16 * _reference("chapter3", "zero/baseline", "total_params")() / GIB),
     Registered("notebooks/03_deepspeed_zero.py", "1.5×", "the communication", "definition",

@@ -240,7 +240,9 @@ def test_chapter_2_rows_name_their_layouts():
     from workshop_lib.book.tables import layout_name
 
     names = [layout_name({**e.to_dict(), "gpus": e.gpus}) for e in chapter_experiments(2)]
-    assert names == ["TP 2 x DP 2", "TP 4", "TP 8", "TP 2 x PP 4 x EP 2 x DP 2 + SP", "TP 4 x PP 2 x EP 2 x DP 2 + SP"]
+    # EP is carved out of DP, not multiplied in: TP 2 x PP 4 x DP 2 is the 16 GPUs.
+    assert names == ["TP 2 x DP 2", "TP 4", "TP 8", "TP 2 x PP 4 x DP 2 (EP 2 within DP) + SP",
+                     "TP 4 x PP 2 x DP 2 (EP 2 within DP) + SP"]
 
 
 def test_time_scaling_above_the_gpu_ratio_is_called_warm_up(tmp_path):

@@ -1,5 +1,5 @@
 """What a chapter shows: the chapter facade the notebooks use as ``nb``, its HTML, the reference
-measurements and their views, the seed tables, plots and figures, the generated sentences, the memory
+measurements (one series, an engine on one kind of card, per table: ``series``) and their views, the seed tables, plots and figures, the generated sentences, the memory
 predictions beside the measurements, the time plan, the NeMo reference and the book's memory calculator.
 
 May import every package below it (core, experiments, estimate, sites, checks, scripts, jobs, runs, results);

@@ -26,7 +26,7 @@ from workshop_lib.book import figures, parts
 from workshop_lib.book.figures import show_figure
 from workshop_lib.book.html import as_html, display, escape, message, script_block, scrollable, text_block
 from workshop_lib.book.reference import (
-    reference_results, show_engine_scaling, show_recipe_benchmark, show_reference_tables,
+    reference_results, reference_shown, show_engine_scaling, show_recipe_benchmark, show_reference_tables,
 )
 from workshop_lib.book.selection import Selection, select
 from workshop_lib.book.your_runs import (
@@ -203,7 +203,7 @@ def show_results(selection: Selection, keys: Sequence[str], runs_dir: Path | str
     if tables:
         reference = show_reference_tables(selection.chapter, tables, **({"missing": missing} if missing else {}))
     if plots and (reference or not tables):
-        loaded = reference_results(selection.chapter)
+        loaded = reference_shown(selection.chapter)  # the series the tables show: plots divide rows too
         if loaded is not None:
             figures.show_figures(figures.chapter_figures(chosen, loaded[1], "reference, real GPUs"))
     results = chapter_results_for(selection, runs_dir)  # parsed once: the tables and the plots show the same

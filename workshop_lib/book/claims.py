@@ -14,6 +14,8 @@ import math
 import pandas as pd
 
 from workshop_lib.book.cells import is_missing
+from workshop_lib.book.series import row_engine, same_series
+from workshop_lib.core.vocabulary import GPT, HF
 from workshop_lib.results import COMPLETED
 
 MIB = 2**20
@@ -32,9 +34,13 @@ def percent(value: float) -> str:
     return f"{value:.0f} %"
 
 
-def _runs(results: pd.DataFrame) -> dict[str, dict]:
+def _runs(results: pd.DataFrame, engine: str) -> dict[str, dict]:
+    """The completed runs of ``engine`` by id, refused (MixedSeriesError) where they ran on two kinds of card:
+    every sentence here divides or orders these runs, which only one series may do (`book.series`)."""
     done = results[results["state"] == COMPLETED]
-    return {record["id"]: record for record in done.to_dict("records")}
+    records = [record for record in done.to_dict("records") if row_engine(record) == engine]
+    same_series(*records)
+    return {record["id"]: record for record in records}
 
 
 def _stage_name(record: dict) -> str:
@@ -51,7 +57,7 @@ def _stage_name(record: dict) -> str:
 def zero_one_gpu(results: pd.DataFrame) -> str:
     """The single-GPU comparison: which setup has the lowest peak, what stages 1-3 do alone, what offload
     and pinned memory cost."""
-    runs = _runs(results)
+    runs = _runs(results, HF)
     single = [r for r in runs.values() if r["group"] == "single-gpu"]
     lowest = min(single, key=lambda r: r["allocated_peak_mib"])
     lowest_smi = min(single, key=lambda r: r["gpu0_peak_mib"])
@@ -95,7 +101,7 @@ def zero_one_gpu(results: pd.DataFrame) -> str:
 def pinned_memory(results: pd.DataFrame) -> str:
     """What pinned memory wins for ZeRO-2 + offload, and why it is stage 2's per-micro-batch gradient traffic
     rather than pinning in general (ZeRO-1 + offload runs as fast unpinned)."""
-    runs = _runs(results)
+    runs = _runs(results, HF)
     pinned, unpinned = runs.get("zero/single-gpu/zero2-offload-pinned"), runs.get("zero/single-gpu/zero2-offload")
     stage_1 = runs.get("zero/single-gpu/zero1-offload")
     if not pinned or not unpinned:
@@ -129,7 +135,7 @@ def pinned_memory(results: pd.DataFrame) -> str:
 
 def zero_two_gpus(results: pd.DataFrame) -> str:
     """The 2-GPU stage comparison: the order of the peaks and what stage 3 costs in throughput."""
-    runs = _runs(results)
+    runs = _runs(results, HF)
     plain = sorted((r for r in runs.values() if r["group"] == "two-gpus" and not r["offload"]),
                    key=lambda r: r["zero_stage"])
     peaks = ", ".join(f"stage {int(r['zero_stage'])} {gib(r['gpu0_peak_mib'])}" for r in plain)
@@ -158,7 +164,7 @@ def model_states_versus_peak(results: pd.DataFrame, experiment_id: str = "zero/t
     """Why the measured peak is far above the formula's model states: the estimator's breakdown of one run."""
     from workshop_lib.book.predictions import predict_record
 
-    record = _runs(results)[experiment_id]
+    record = _runs(results, HF)[experiment_id]
     estimate = predict_record(record)
     parameters = int(record["total_params"])
     states = estimate.model_states / MIB
@@ -173,7 +179,7 @@ def model_states_versus_peak(results: pd.DataFrame, experiment_id: str = "zero/t
 
 def zero_weak_scaling(results: pd.DataFrame) -> str:
     """Multi-GPU weak scaling with ZeRO-0 on one node, from the per-step time."""
-    runs = _runs(results)
+    runs = _runs(results, HF)
     one = runs.get("zero/single-gpu/zero0")
     multi = sorted((r for r in runs.values() if r["group"] == "multi-gpu"), key=lambda r: r["gpus"])
     if not one or not multi:
@@ -188,7 +194,7 @@ def zero_weak_scaling(results: pd.DataFrame) -> str:
 
 def engine_scaling(results: pd.DataFrame) -> str:
     """DDP, ZeRO-2 and FSDP FULL_SHARD on 1, 2 and 4 GPUs: efficiency from the median step time."""
-    runs = _runs(results)
+    runs = _runs(results, HF)
     steps = {key: runs[key]["median_step_time_s"] for key in runs}
 
     def efficiency(engine: str, gpus: int) -> float:
@@ -214,7 +220,7 @@ def engine_scaling(results: pd.DataFrame) -> str:
 
 def losses_differ(results: pd.DataFrame) -> str:
     """The train losses of the same 30 steps under different engines, and what can and cannot explain them."""
-    runs = _runs(results)
+    runs = _runs(results, HF)
     single = sorted((r for r in runs.values() if r["group"] in ("baseline", "single-gpu") and not r["offload"]),
                     key=lambda r: (-1 if is_missing(r.get("zero_stage")) else r["zero_stage"]))
     values = ", ".join(f"{_stage_name(r)} {r['train_loss']:.3f}" for r in single)
@@ -236,9 +242,27 @@ def steps_per_epoch(samples: int, per_device_batch: int, grad_accum: int, gpus: 
 # ---- chapter 4 -------------------------------------------------------------------------------------
 
 
+def fsdp_single_gpu(results: pd.DataFrame) -> str:
+    """FSDP FULL_SHARD on one GPU against the plain Trainer: nothing to shard with, what it costs and saves."""
+    runs = _runs(results, HF)
+    plain, fsdp = runs.get("fsdp/baseline"), runs.get("fsdp/single-gpu/full-shard")
+    if not plain or not fsdp:
+        return ""
+    slower = 100 * (1 - fsdp["train_samples_per_s"] / plain["train_samples_per_s"])
+    return (f"On one GPU FSDP has no other rank to shard with: the model states stay whole "
+            f"({gib(fsdp['rank0_model_state_mib'])} on the rank, as without FSDP: "
+            f"{gib(plain['rank0_model_state_mib'])}), yet every unit is still gathered before and freed after "
+            f"each pass. FULL_SHARD trains {fsdp['train_samples_per_s']:.1f} samples/s against the plain "
+            f"Trainer's {plain['train_samples_per_s']:.1f} ({percent(slower)} fewer). Its allocated peak is "
+            f"{gib(fsdp['allocated_peak_mib'])} against {gib(plain['allocated_peak_mib'])}: what it saves is in "
+            f"the step's passing tensors (step peak {gib(fsdp['rank0_step_peak_mib'])} against "
+            f"{gib(plain['rank0_step_peak_mib'])}), not in the model states, and the nvidia-smi peak, which "
+            f"counts the allocator's cache, reads {gib(fsdp['gpu0_peak_mib'])} against {gib(plain['gpu0_peak_mib'])}. FSDP on one GPU is a rehearsal of the code path, not a saving.")
+
+
 def fsdp_strategies(results: pd.DataFrame) -> str:
     """The strategy comparison on 2 × 2 GPUs: model states per rank, SHARD_GRAD_OP vs FULL_SHARD, offload."""
-    runs = _runs(results)
+    runs = _runs(results, HF)
     full, grad_op = runs.get("fsdp/strategies/full-shard"), runs.get("fsdp/strategies/shard-grad-op")
     offload = runs.get("fsdp/strategies/full-shard-offload")
     if not full or not grad_op:
@@ -265,7 +289,7 @@ def fsdp_strategies(results: pd.DataFrame) -> str:
 
 def fsdp_one_node(results: pd.DataFrame) -> str:
     """FULL_SHARD on 1, 2 and 4 GPUs: model states per rank fall as 1/N, the step time does not."""
-    runs = _runs(results)
+    runs = _runs(results, HF)
     rows = [runs[key] for key in ("fsdp/single-gpu/full-shard", "fsdp/multi-gpu/2-gpus", "fsdp/multi-gpu/4-gpus")
             if key in runs]
     if len(rows) < 2:
@@ -295,11 +319,11 @@ def gpt_parameter_counts(hidden: int, ffn: int, vocab: int, seq_len: int, layers
 
 def gpt_architecture(results: pd.DataFrame, experiment_id: str = "fsdp/gpt/1-gpu") -> str:
     """The custom GPT's shape as the reference ran it, and where its parameters are."""
-    record = _runs(results)[experiment_id]
+    record = _runs(results, GPT)[experiment_id]
     shape = {key: int(record["run_settings"][key]) for key in ("layers", "hidden", "heads", "ffn", "vocab", "seq_len")}
     parts = gpt_parameter_counts(shape["hidden"], shape["ffn"], shape["vocab"], shape["seq_len"], shape["layers"])
     block = parts["blocks"] // shape["layers"]
-    return (f"As run here: {shape['layers']} blocks of width {shape['hidden']} with {shape['heads']} attention heads "
+    return (f"As the reference ran it: {shape['layers']} blocks of width {shape['hidden']} with {shape['heads']} attention heads "
             f"and a feed-forward layer of {shape['ffn']}, a vocabulary of {shape['vocab']:,} and {shape['seq_len']} "
             f"positions: {parts['total'] / 1e6:.1f} M parameters ({int(record['total_params']) / 1e6:.1f} M counted "
             f"by the run). The token embedding holds {parts['token embedding'] / 1e6:.1f} M of them, each block "
@@ -308,7 +332,7 @@ def gpt_architecture(results: pd.DataFrame, experiment_id: str = "fsdp/gpt/1-gpu
 
 def gpt_depth(results: pd.DataFrame) -> str:
     """Weak scaling by depth and the two ways of counting throughput."""
-    runs = _runs(results)
+    runs = _runs(results, GPT)
     two, four = runs.get("fsdp/weak-scaling/2-gpus"), runs.get("fsdp/weak-scaling/4-gpus")
     one = runs.get("fsdp/gpt/1-gpu")
     text = ""
@@ -324,6 +348,6 @@ def gpt_depth(results: pd.DataFrame) -> str:
     return text
 
 
-__all__ = ["engine_scaling", "fsdp_one_node", "fsdp_strategies", "gib", "gpt_architecture", "gpt_depth",
+__all__ = ["engine_scaling", "fsdp_one_node", "fsdp_single_gpu", "fsdp_strategies", "gib", "gpt_architecture", "gpt_depth",
            "gpt_parameter_counts", "losses_differ",
            "model_states_versus_peak", "pinned_memory", "steps_per_epoch", "zero_one_gpu", "zero_two_gpus", "zero_weak_scaling"]

@@ -13,6 +13,7 @@ import pandas as pd
 from workshop_lib.results.parse.metrics import parse_metrics
 from workshop_lib.core.log_text import read_text
 from workshop_lib.results import COMPLETED
+from workshop_lib.book.series import same_series
 
 
 def _figure(title: str, xlabel: str, ylabel: str):
@@ -31,9 +32,18 @@ def _completed(results: pd.DataFrame, metric: str) -> pd.DataFrame:
     return done.sort_values("gpus")
 
 
+def _one_series(done: pd.DataFrame) -> pd.DataFrame:
+    """The rows a ratio plot divides: refused where they are of two engines or cards (`book.series`), and one
+    per GPU count (the first by id, as the tables' baseline): a second run on the same GPUs is no scaling step."""
+    same_series(*done.to_dict("records"))
+    if "id" in done:
+        done = done.sort_values(["gpus", "id"]).drop_duplicates("gpus")
+    return done
+
+
 def speedup_plot(results: pd.DataFrame, metric: str = "total_time_s", title: str = "Speedup"):
     """Speedup = time on the fewest GPUs / time on N GPUs, with the ideal (linear) line."""
-    done = _completed(results, metric)
+    done = _one_series(_completed(results, metric))
     figure, axes = _figure(title, "GPUs", "speedup (×)")
     if done.empty:
         return figure
@@ -64,7 +74,7 @@ def step_time_plot(results: pd.DataFrame, metric: str, label: Callable[[dict], s
 
 def efficiency_plot(results: pd.DataFrame, metric: str = "train_runtime_s", title: str = "Weak scaling efficiency"):
     """Weak scaling efficiency (%) = runtime on the fewest GPUs / runtime on N GPUs × 100."""
-    done = _completed(results, metric)
+    done = _one_series(_completed(results, metric))
     figure, axes = _figure(title, "GPUs", "efficiency (%)")
     if not done.empty:
         axes.axhline(100, linestyle="--", color="grey", label="ideal")

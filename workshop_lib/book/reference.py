@@ -1,6 +1,6 @@
 """The measurements on real GPUs a chapter shows first: book/reference/*.json read with its provenance caption
-(GPUs, recipe, steps, weights, data, software, date), the chapter's tables filled from it one engine at a time,
-and the engine-scaling and recipe-benchmark views."""
+(GPUs, recipe, steps, weights, data, software, date), the chapter's tables filled from it one series (one engine
+on one kind of card, `book.series`) at a time, and the engine-scaling and recipe-benchmark views."""
 
 from __future__ import annotations
 
@@ -10,10 +10,14 @@ from typing import Sequence
 import pandas as pd
 
 from workshop_lib.book.cells import is_missing
+from workshop_lib.book.series import (
+    Series, SeriesChoice, choose_series, record_profile, row_engine, same_series, series_provenance,
+)
 from workshop_lib.book.html import as_html, display, reference_missing, table_html
 from workshop_lib.book.tables import Table, drop_unrecorded, tables_from_results
 from workshop_lib.core.paths import REFERENCE_DIR
 from workshop_lib.sites.profiles import load_profile
+from workshop_lib.core.vocabulary import NEMO
 from workshop_lib.results import COMPLETED
 
 
@@ -36,33 +40,122 @@ def reference_results(chapter: int | str) -> tuple[dict, pd.DataFrame] | None:
     return data, pd.DataFrame(data["results"])
 
 
-def reference_caption(data: dict, results: pd.DataFrame, source: str, engine: str | None = None) -> str:
-    """Where and how the reference ran: GPUs, recipe, steps, weights, data, software, date and file."""
-    provenance = data["provenance"] if isinstance(data["provenance"], list) else [data["provenance"]]
-    first = provenance[0]
+def reference_series(chapter: int | str, loaded: tuple[dict, pd.DataFrame] | None = None
+                     ) -> list[tuple[SeriesChoice, pd.DataFrame]]:
+    """The chapter's reference rows as the book shows them: for each table family (an experiment group) the one
+    series `choose_series` picks (NeMo where it ran; one card), families of the same series joined into one frame.
+    The rows of the other series stay in book/reference; each choice lists them."""
+    loaded = loaded if loaded is not None else reference_results(chapter)
+    if loaded is None:
+        return []
+    data, results = loaded
+    if results.empty:
+        return []
+    provenance = provenance_records(data)
+    by_series: dict = {}
+    for _, family in results.groupby("group", sort=False):
+        choice = choose_series(family.to_dict("records"), provenance)
+        chosen, left_out, reasons = by_series.setdefault(choice.series, ([], [], []))
+        chosen += choice.rows
+        left_out += choice.left_out
+        reasons += [choice.reason] if choice.reason and choice.reason not in reasons else []
+    order = sorted(by_series, key=lambda series: (series.engine != NEMO, str(series.engine), str(series.card)))
+    return [(SeriesChoice(series, by_series[series][0], by_series[series][1], "; ".join(by_series[series][2])),
+             pd.DataFrame(by_series[series][0])) for series in order]
+
+
+def reference_shown(chapter: int | str) -> tuple[dict, pd.DataFrame] | None:
+    """(data, the rows the chapter's tables and plots show): `reference_series`, joined."""
+    loaded = reference_results(chapter)
+    if loaded is None:
+        return None
+    frames = [frame for _, frame in reference_series(chapter, loaded)]
+    return loaded[0], (pd.concat(frames, ignore_index=True) if frames else loaded[1].iloc[0:0])
+
+
+def provenance_records(data: dict) -> list[dict]:
+    return data["provenance"] if isinstance(data["provenance"], list) else [data["provenance"]]
+
+
+def reference_caption(data: dict, results: pd.DataFrame, source: str, choice: SeriesChoice | None = None) -> str:
+    """Where and how one series ran: GPUs, engine, recipe, steps, weights, data, software and date, each read from
+    the provenance records of that series' sessions only (`series_provenance`), then why this series and what
+    other series the file holds. ``results`` must be one series (`same_series` refuses two)."""
+    records = results.to_dict("records")
+    series = choice.series if choice else (same_series(*records) or Series(None, None))
+    if choice and "group" in results:  # what this table left out, not what the chapter's other tables did
+        groups = set(results["group"])
+        choice = replace(choice, left_out=[row for row in choice.left_out if row.get("group") in groups])
+    ids = {str(row.get("id")) for row in records}
+    provenance = series_provenance(provenance_records(data), series, ids)
     # One machine per session of the reference driver; name each machine size once ("2 × H200 and 4 × H200").
     machines = sorted({(len(p.get("gpus") or ["?"]), (p.get("gpus") or ["unknown GPU"])[0].split(",")[0])
                        for p in provenance})
     where = " and ".join(f"{count} × {gpu}" for count, gpu in machines)
-    profile = load_profile(data["profile"]) if data.get("profile") else None
-    done = results[results["state"] == COMPLETED]
+    profiles = sorted({record_profile(p) or data.get("profile") for p in provenance} - {None})
+    profile = load_profile(profiles[0]) if profiles else None
+    done = results[results["state"] == COMPLETED] if "state" in results else results
     recipes = sorted({_recipe_text(r) for r in done.to_dict("records")} - {""})
-    steps = sorted({int(s["max_steps"]) for s in done.get("run_settings", []) if isinstance(s, dict)
-                    and s.get("max_steps") is not None})
+    steps = sorted({steps for steps in (_steps_run(row, profile) for row in done.to_dict("records")) if steps})
     weights = ("random-init weights (memory and speed are the real model's, the loss is not)"
                if profile is not None and profile.training.random_init else "trained weights")
     data_kind = f"{profile.training.data} data" if profile is not None else ""
     dates = sorted({p.get("date", "")[:10] for p in provenance if p.get("date")})
     steps_text = f"{' / '.join(map(str, steps))} optimizer steps" if steps else "full epochs"
-    if engine and engine.startswith("NeMo"):  # NeMo's steps are its job script's trainer.max_steps (the profile's cap)
-        steps_text = "the optimizer steps of its job script's trainer.max_steps"
-    software = ", ".join(f"{name} {first[key]}" for key, name in
-                         (("torch", "torch"), ("transformers", "transformers"), ("deepspeed", "DeepSpeed"),
-                          ("nemo", "NeMo")) if _installed(first.get(key)))
-    return (f"Reference, measured on real GPUs: {where} (profile {data.get('profile')}); "
-            + (f"trained by {engine}; " if engine else "") +
+    software = _software(provenance, done, series)
+    nodes = _emulated_nodes(provenance, done)
+    why = " ".join(part for part in ((f"Series: {choice.reason}." if choice and choice.reason else ""),
+                                     choice.left_out_text(source) if choice else "") if part)
+    return (f"Reference, measured on real GPUs: {where} (profile {', '.join(profiles) or 'not recorded'}){nodes}; "
+            f"trained by {engine_text(done if not done.empty else results)}; "
             f"{'; '.join(recipes) or 'recipe as declared'}; {steps_text}; {weights}; {data_kind}; "
-            f"{software or 'software versions not recorded'}; measured {', '.join(dates)}. Source: {source}.")
+            f"{software or 'software versions not recorded'}; measured {', '.join(dates)}. "
+            + (why + " " if why else "") + f"Source: {source}.")
+
+
+def _emulated_nodes(provenance: list[dict], rows: pd.DataFrame) -> str:
+    """How rows of several nodes ran where the reference machine was one: said in the caption, since their
+    "nodes" talked over the machine's NVLink, not a network."""
+    if not any(p.get("nodes") for p in provenance) or "nodes" not in rows:
+        return ""
+    several = rows[rows["nodes"].fillna(1) > 1]
+    if several.empty:
+        return ""
+    first = several.iloc[0]
+    return (f"; its {int(first['nodes'])}-node rows ran as {int(first['nodes'])} nodes × {int(first['gpus_per_node'])} "
+            "GPUs inside that one machine, each group of GPUs one node (NCCL between them over NVLink, not a "
+            "network)")
+
+
+def _steps_run(row: dict, profile) -> int | None:
+    """The optimizer steps a row trained: what the run recorded, else its experiment's steps capped by the
+    profile its session ran under (NeMo records no settings; its job script's trainer.max_steps is that cap)."""
+    settings = row.get("run_settings")
+    if isinstance(settings, dict) and settings.get("max_steps") is not None:
+        return int(settings["max_steps"])
+    cap = profile.training.max_steps if profile is not None else None
+    declared = row.get("max_steps")
+    declared = None if is_missing(declared) else int(declared)
+    if cap and declared:
+        return min(cap, declared)
+    return cap or declared
+
+
+def _software(provenance: list[dict], rows: pd.DataFrame, series: Series) -> str:
+    """The versions of the packages that series used, from its own sessions (NeMo's rows: NeMo's version and
+    the torch and transformers NeMo ran with; the others: what their sessions had installed)."""
+    first = provenance[0] if provenance else {}
+    keys = [("torch", "torch"), ("transformers", "transformers")]
+    if series.engine == NEMO:
+        versions = sorted({str(v) for v in rows.get("nemo_version", pd.Series(dtype=object)).dropna()}) or (
+            [first["nemo_toolkit"]] if _installed(first.get("nemo_toolkit")) else [])
+        head = [f"NeMo {', '.join(versions)}"] if versions else []
+    else:
+        head = []
+        stages = rows.get("zero_stage", pd.Series(dtype=object)).dropna()
+        keys += ([("deepspeed", "DeepSpeed")] if not stages.empty else []) + (
+            [("peft", "peft")] if series.engine == "stand-in" else [])
+    return ", ".join(head + [f"{name} {first[key]}" for key, name in keys if _installed(first.get(key))])
 
 
 def _installed(version) -> bool:
@@ -77,7 +170,13 @@ def _recipe_text(record: dict) -> str:
         value = record.get(key)
         return None if is_missing(value) else value
 
-    recipe, precision = known("recipe") or "seed", known("precision") or known("run_precision") or "precision as run"
+    declared = known("precision") if known("precision") != "auto" else None  # "auto": the recipe's own choice
+    precision = known("run_precision") or declared or "the recipe's precision"
+    if record.get("engine") == "nemo" and known("global_batch"):  # NeMo's recipe with the workshop's overrides
+        if not known("run_precision") and not declared:
+            precision = _resolved_precision(record.get("id")) or precision
+        return f"NeMo's recipe ({precision}, global batch {int(record['global_batch'])})"
+    recipe = known("recipe") or "seed"
     if known("per_device_batch") and known("grad_accum"):
         return (f"{recipe} recipe ({precision}, batch {int(record['per_device_batch'])} × accumulation "
                 f"{int(record['grad_accum'])})")
@@ -86,64 +185,85 @@ def _recipe_text(record: dict) -> str:
     return ""
 
 
+def _resolved_precision(experiment_id) -> str | None:
+    """The precision NeMo resolved for an experiment (book/reference/nemo/resolved.json), where stored."""
+    from workshop_lib.core.reference import MissingResolvedRecipes, load_resolved
+
+    try:
+        record = load_resolved().get(str(experiment_id)) or {}
+    except MissingResolvedRecipes:
+        return None
+    return (record.get("resolved") or {}).get("precision")
+
+
 def show_reference_tables(chapter: int, keys: Sequence[str] | None = None,
                           missing: str = "needs more than the one 4-GPU machine the references ran on") -> list[Table]:
-    """The chapter's tables (those of part ``keys``, or all) filled from the runs on real GPUs, each with
-    its provenance; a note saying so where the part has no reference measurement."""
+    """The chapter's tables (those of part ``keys``, or all) filled from the runs on real GPUs, one series (engine
+    and card) per table with that series' provenance; a note saying so where the part has no reference."""
     loaded = reference_results(chapter)
     if loaded is None:
         reference_missing(f"No reference measurement for chapter {chapter} yet "
                           f"(book/reference/chapter{chapter}.json).")
         return []
-    data, results = loaded
+    data = loaded[0]
     shown = []
-    # One set of tables per engine that ran (NeMo itself, the stand-in, the HF/GPT engines): a row is never
-    # read as another engine's, and the same experiment by two engines does not collide in one table.
-    for engine, engine_results in _by_engine(results):
-        caption = reference_caption(data, engine_results, f"book/reference/chapter{chapter}.json",
-                                    engine=engine_text(engine_results))
+    source = f"book/reference/chapter{chapter}.json"
+    for choice, frame in reference_series(chapter, loaded):
         tables = [drop_unrecorded(table)
-                  for table in tables_from_results(chapter, engine_results)
+                  for table in tables_from_results(chapter, frame)
                   if keys is None or table.key in keys]
         tables = [table for table in tables if not table.frame.empty and len(table.frame.columns) > 1]
+        if not tables:
+            continue
         for table in tables:
-            titled = replace(table, title=f"{table.title} — on real GPUs, {engine_title(engine)}")
+            # Each table's caption reads its own rows' sessions, recipes and steps (all of them where the
+            # table gathers several groups or none of its own, as the memory prediction does).
+            rows = frame[frame["group"] == table.key] if "group" in frame else frame
+            caption = reference_caption(data, rows if not rows.empty else frame, source, choice)
+            titled = replace(table, title=f"{table.title} — on real GPUs, {series_title(choice.series)}")
             display(as_html(table_html(titled, kind="reference", caption=caption, profile=data.get("profile", ""))))
         shown += tables
     if not shown:
         reference_missing(f"No reference measurement for this part: it {missing}. Your runs below are the only "
-                          "numbers here.")
+                          "numbers for this part.")
     return shown
 
 
-def _by_engine(results: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
-    """The reference rows split by `run_engine` (rows from before the field: the engine they declare)."""
-    if results.empty:
-        return []
-    declared = results["engine"] if "engine" in results else pd.Series(["?"] * len(results), index=results.index)
-    engines = results["run_engine"].fillna(declared) if "run_engine" in results else declared
-    # Only NeMo and its stand-in must never share a table; the Trainer and GPT engines of chapters 3-4 do.
-    engines = engines.where(engines.isin(["nemo", "stand-in"]), "engines")
-    order = {"nemo": 0, "stand-in": 1}
-    return [(engine, results[engines == engine].reset_index(drop=True))
-            for engine in sorted(engines.unique(), key=lambda name: (order.get(name, 2), name))]
-
-
-def engine_title(engine: str) -> str:
-    return {"nemo": "NeMo itself", "stand-in": "PyTorch stand-in (not NeMo)"}.get(engine, "the chapter's engines")
+def series_title(series: Series) -> str:
+    """"NeMo itself on H100" / "PyTorch stand-in (not NeMo) on H200" / "H200", for a table's title."""
+    engine = {NEMO: "NeMo itself", "stand-in": "PyTorch stand-in (not NeMo)"}.get(series.engine, "")
+    return " on ".join(part for part in (engine, series.card) if part)
 
 
 def engine_text(results: pd.DataFrame) -> str:
-    """"NeMo 2.4.1 on NVIDIA H100 …" / "the PyTorch stand-in (not NeMo)" / "hf", for a caption."""
-    engines = set(results["run_engine"].dropna()) if "run_engine" in results else set()
-    if engines == {"nemo"}:
+    """"NeMo 2.4.1 itself" / "the PyTorch stand-in …, not NeMo" / the Trainer and GPT engines, for a caption."""
+    engines = {row_engine(row) for row in results.to_dict("records")} - {None}
+    if engines == {NEMO}:
         versions = sorted({str(v) for v in results.get("nemo_version", pd.Series(dtype=object)).dropna()})
-        return f"NeMo {', '.join(versions) or '(version not recorded)'} itself (run_engine nemo)"
+        return f"NeMo {', '.join(versions) or '(version not recorded)'} itself"
     if engines == {"stand-in"}:
-        return ("the PyTorch stand-in at the real model's shape (run_engine stand-in), not NeMo: "
-                "book/reference/nemo and the chapter's reference table give its measured ratio to NeMo")
-    names = {"hf": "Hugging Face Trainer (DeepSpeed / FSDP as each row says)", "gpt": "the custom GPT's FSDP loop"}
-    return "; ".join(names.get(engine, engine) for engine in sorted(engines)) or "as declared by each experiment"
+        return ("the PyTorch stand-in at the real model's shape, not NeMo (the chapter's 'Predict, then run' "
+                "section puts it beside NeMo's own run)")
+    names = {"hf": "the Hugging Face Trainer", "gpt": "the custom GPT's own training loop"}
+    text = "; ".join(names.get(engine, engine) for engine in sorted(engines)) or "as declared by each experiment"
+    return text + _fsdp_text(results)
+
+
+def _fsdp_text(results: pd.DataFrame) -> str:
+    """Which FSDP the rows ran: the Trainer's FULL_SHARD and SHARD_GRAD_OP are FSDP2 (Transformers 5's default),
+    its HYBRID_SHARD FSDP1 (FSDP2 has none); the custom GPT wraps itself with FSDP1."""
+    found = set()
+    for row in results.to_dict("records"):
+        strategy = row.get("fsdp")
+        if is_missing(strategy) or not strategy:
+            continue
+        implementation = "FSDP1" if row_engine(row) == "gpt" or strategy == "HYBRID_SHARD" else "FSDP2"
+        found.add((implementation, str(strategy)))
+    if not found:
+        return ""
+    parts = [f"{name} ({', '.join(sorted(s for i, s in found if i == name))})"
+             for name in ("FSDP2", "FSDP1") if any(i == name for i, _ in found)]
+    return ", with PyTorch's " + " and ".join(parts)
 
 
 def show_recipe_benchmark() -> list[Table]:

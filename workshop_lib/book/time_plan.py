@@ -22,6 +22,7 @@ from typing import Sequence
 import pandas as pd
 
 from workshop_lib.book.cells import is_missing
+from workshop_lib.book.series import choose_series
 from workshop_lib.core.durations import format_duration, parse_duration
 from workshop_lib.core.gpu_cards import CARDS, Card, card_of
 from workshop_lib.experiments import Experiment
@@ -58,9 +59,10 @@ def factor_sentence(cards: Sequence[Card]) -> str:
             "first, one bound by memory traffic by the second; the range spans both and the plan takes the "
             "longer. Start-up and evaluation are taken as the reference measured them (not scaled; on Ibex, "
             "loading a real checkpoint from the shared file system adds to it). Offloaded work runs on the host "
-            "and changes little with the card, so offload rows are overestimated. Rows measured by the PyTorch "
-            "stand-in (chapters 1-2) estimate NeMo's jobs from the stand-in's step time (chapter 1 compares the two "
-            "engines on the same card); \"like <id>\" rows borrow a measured experiment's step.")
+            "and changes little with the card, so offload rows are overestimated. The jobs of one table are all "
+            "estimated from one engine on one card: NeMo's own runs where NeMo ran that table, else the PyTorch "
+            "stand-in's (chapters 1-2), whose step time is its own, not NeMo's; \"like <id>\" rows borrow a "
+            "measured experiment's step from the same series.")
 
 
 # ---- steps ---------------------------------------------------------------------------------------
@@ -86,15 +88,32 @@ def planned_steps(experiment: Experiment, profile: Profile) -> int | None:
 
 # ---- the reference rows ---------------------------------------------------------------------------
 def reference_rows(chapter: int, folder: Path = REFERENCE_DIR) -> list[dict]:
+    return reference_data(chapter, folder)[1]
+
+
+def reference_data(chapter: int, folder: Path = REFERENCE_DIR) -> tuple[list[dict], list[dict]]:
+    """(provenance records, completed rows) of book/reference/chapter<N>.json."""
     import json
 
     path = folder / f"chapter{chapter}.json"
     if not path.is_file():
-        return []
+        return [], []
     data = json.loads(path.read_text())
+    provenance = data["provenance"] if isinstance(data["provenance"], list) else [data["provenance"]]
     # Each row keeps the profile it ran under: its trainer's step cap where the row did not record one.
-    return [{**row, "reference_profile": data.get("profile")} for row in data["results"]
-            if row.get("state") == "COMPLETED"]
+    return provenance, [{**row, "reference_profile": data.get("profile")} for row in data["results"]
+                        if row.get("state") == "COMPLETED"]
+
+
+def series_rows(experiment: Experiment, rows: list[dict], provenance: list[dict] | None = None) -> list[dict]:
+    """The rows one experiment's estimate may draw on: the one series (engine and card, `book.series`) its
+    table shows, so a table's jobs are all estimated from NeMo's runs, or all from the stand-in's, never both.
+    A table nothing measured draws on the series of the runs of the same engine and model."""
+    family = [row for row in rows if row.get("group") == experiment.group and row.get("model") == experiment.model]
+    family = family or [row for row in rows if row.get("engine") == experiment.engine
+                        and row.get("model") == experiment.model]
+    choice = choose_series(family, provenance)
+    return choice.rows if choice else []
 
 
 def _reference_for(experiment: Experiment, rows: list[dict]) -> dict | None:
@@ -152,6 +171,9 @@ def _step_time(row: dict) -> float | None:
     return None
 
 
+SHORT_ENGINE_NAMES = {NEMO: "NeMo", "stand-in": "the stand-in", HF: "the HF Trainer", GPT: "the custom GPT"}
+
+
 # ---- one job ----------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class JobEstimate:
@@ -178,9 +200,11 @@ class JobEstimate:
         return card_of(self.reference_gpu)
 
 
-def estimate_job(experiment: Experiment, profile: Profile, rows: list[dict]) -> JobEstimate:
+def estimate_job(experiment: Experiment, profile: Profile, rows: list[dict],
+                 provenance: list[dict] | None = None) -> JobEstimate:
     steps = planned_steps(experiment, profile)
     limit = parse_duration(profile.time_limit(experiment.chapter)) or 0.0
+    rows = series_rows(experiment, rows, provenance)
     row = _reference_for(experiment, rows)
     basis = "measured"
     if row is None:
@@ -203,8 +227,8 @@ def estimate_chapter(experiments: Sequence[Experiment], profile: Profile | str =
     profile = load_profile(profile)
     estimates = []
     for chapter in sorted({e.chapter for e in experiments}):
-        rows = reference_rows(chapter, folder)
-        estimates += [estimate_job(e, profile, rows) for e in experiments if e.chapter == chapter]
+        provenance, rows = reference_data(chapter, folder)
+        estimates += [estimate_job(e, profile, rows, provenance) for e in experiments if e.chapter == chapter]
     return estimates
 
 
@@ -266,7 +290,8 @@ def plan_table(slots: Sequence[Slot]) -> pd.DataFrame:
         rows.append({
             "experiment": e.experiment.id, "GPUs": e.experiment.gpus, "nodes": e.experiment.nodes,
             "steps on Ibex": e.steps if e.steps is not None else "n/a",
-            "from the reference": (f"{e.basis}, {e.reference_step_s:.2f} s/step by {e.reference_engine} on {e.card.name}"
+            "from the reference": (f"{e.basis}, {e.reference_step_s:.2f} s/step by "
+                                   f"{SHORT_ENGINE_NAMES.get(e.reference_engine, e.reference_engine)} on {e.card.name}"
                                    if e.high_s is not None else "not measured: the time limit is assumed"),
             "A100 estimate": (f"{_minutes(e.low_s)} – {_minutes(e.high_s)}" if e.high_s is not None
                               else f"≤ {format_duration(e.time_limit_s)}"),

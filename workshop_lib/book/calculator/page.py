@@ -291,7 +291,28 @@ class Calculator:
         return {"found": True, "exact": not shown, "id": best["id"], "label": best["label"],
                 "title": best["title"], "ran_with": best["ran_with"], "gpu": best["gpu"], "source": best["source"],
                 "differences": shown, "also": others, "measured": self._measured(best),
-                "predicted_for_run": self._predicted_for_run(best), "inputs": best["inputs"]}
+                "predicted_for_run": self._predicted_for_run(best), "inputs": best["inputs"],
+                "engine_error": self.engine_error(best.get("engine", ""))}
+
+    def engine_error(self, engine: str) -> str:
+        """How far the estimator was from every run measured with this engine: its error, in one line."""
+        errors = []
+        for reference in self.references:
+            if reference.get("engine", "") != engine:
+                continue
+            predicted = self._predicted_for_run(reference)
+            if predicted and predicted["error_fraction"] is not None:
+                errors.append(predicted["error_fraction"])
+        if not errors:
+            return ""
+        against = "nvidia-smi peak" if engine == "nemo" else "peak allocated"
+        def percent(value: float) -> str:
+            return f"{round(100 * value):+d} %".replace("+0 %", "0 %")
+
+        spread = percent(errors[0]) if len(errors) == 1 else f"from {percent(min(errors))} to {percent(max(errors))}"
+        runs = f"{len(errors)} run{'s' if len(errors) != 1 else ''}"
+        return (f"The estimator's error on the {runs} measured with {ENGINE_FAMILIES.get(engine, engine)}: {spread} "
+                f"of the {against}, each run estimated as it ran.")
 
     @staticmethod
     def _measured(reference: dict) -> list[dict]:
@@ -312,9 +333,14 @@ class Calculator:
         if setup.get("lora_modules") is not None:
             setup["lora_modules"] = tuple(setup["lora_modules"])
         estimate = estimate_memory(reference["model"], TrainingSetup(**setup))
+        # Against the allocator's peak where the run recorded one; NeMo records none, only nvidia-smi's.
         measured = reference["measured"].get("allocated_peak_mib")
+        against = "the peak allocated"
+        if not measured and reference.get("engine") == "nemo":
+            measured, against = reference["measured"].get("nvidia_smi_peak_mib"), "the nvidia-smi peak"
         error = (estimate.total / 2**20 - measured) / measured if measured else None
-        return {"gib": gib(estimate.total), "error": None if error is None else f"{error:+.1%}"}
+        return {"gib": gib(estimate.total), "error": None if error is None else f"{error:+.1%} vs {against}",
+                "error_fraction": error}
 
     # ---- for the page's script: JSON strings in and out (no Python objects cross into JavaScript) ----
 
@@ -323,6 +349,12 @@ class Calculator:
 
     def calculate_json(self, values: str) -> str:
         return json.dumps(self.calculate(json.loads(values)))
+
+
+# The engines the estimator's error is shown for (book/calculator/references.py groups the runs by them).
+ENGINE_FAMILIES = {"nemo": "NeMo itself", "stand-in": "the PyTorch stand-in for NeMo",
+                   "hf": "the Hugging Face Trainer alone", "hf-deepspeed": "the Hugging Face Trainer with DeepSpeed",
+                   "hf-fsdp": "the Hugging Face Trainer with FSDP", "gpt": "the custom GPT"}
 
 
 # How much each kind of difference moves a run away from the form (the method matters most, a batch least).

@@ -19,6 +19,7 @@ from workshop_lib.experiments import CHAPTERS, chapter_experiments, get_experime
 from workshop_lib.core.vocabulary import NEMO
 from workshop_lib.core.paths import REFERENCE_DIR
 from workshop_lib.book.calculator.page import MODELS, inputs_from_setup
+from workshop_lib.book.nemo_reference import NEMO_RECORD_TOKENS, packs_sequences
 
 REFERENCE_FILES = ("chapter1.json", "chapter2.json", "chapter3.json", "chapter4.json", "engine_scaling.json")
 # Which chapters open the calculator on their experiments (chapters 1-2: layouts; 3: ZeRO; 4: FSDP).
@@ -43,6 +44,11 @@ def _setup_of_row(row: dict):
         setup = nemo_setup(experiment, stand_in=row.get("run_engine") != NEMO)
         if row.get("run_seq_len"):
             setup = replace(setup, seq_len=int(row["run_seq_len"]))
+        elif row.get("run_engine") == NEMO and not packs_sequences(experiment):
+            # NeMo's micro-batch is one SQuAD record, padded only to its own length, not the recipe's 2,048:
+            # the run as it ran, so the calculator never calls a 2,048-token layout "this configuration".
+            # (A packed run fills the recipe's length: it keeps it.)
+            setup = replace(setup, seq_len=NEMO_RECORD_TOKENS)
         return experiment.model, setup
     setup = setup_for_record(row)
     # A results table stores whole numbers as floats where a column has gaps (4.0): the setup holds integers.
@@ -68,6 +74,16 @@ def _ran_with(row: dict, provenance: list[dict]) -> str:
     return f"HF Trainer, torch {versions.get('torch', '')}".strip()
 
 
+def _engine_family(row: dict, setup) -> str:
+    """What the estimator's error is grouped by: the engine that ran, and for the Trainer its method."""
+    engine = row.get("run_engine") or row.get("engine") or ""
+    if engine == "hf" and setup.fsdp:
+        return "hf-fsdp"
+    if engine == "hf" and setup.zero_stage is not None:
+        return "hf-deepspeed"
+    return engine
+
+
 def _number(row: dict, key: str) -> float | None:
     value = row.get(key)
     return float(value) if isinstance(value, (int, float)) and value == value else None
@@ -91,6 +107,7 @@ def reference_runs(folder: Path = REFERENCE_DIR) -> list[dict]:
             allocated = _number(row, "rank0_peak_mib") if row.get("allocated_kind") == "cuda_max_allocated" else None
             ran_with = _ran_with(row, document.get("provenance") or [])
             runs.append({
+                "engine": _engine_family(row, setup),
                 "id": row["id"], "label": f"{row['id']} ({ran_with}, {row.get('run_gpu') or 'GPU not recorded'})",
                 "title": row.get("title", ""), "ran_with": ran_with, "gpu": row.get("run_gpu") or "",
                 "source": f"book/reference/{name}", "model": model, "setup": asdict(setup),

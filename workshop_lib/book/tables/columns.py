@@ -11,6 +11,7 @@ from typing import Callable
 import pandas as pd
 
 from workshop_lib.book.cells import completed, is_missing, measured_cell
+from workshop_lib.book.series import same_series
 from workshop_lib.core.durations import format_duration
 
 
@@ -26,6 +27,8 @@ Column = tuple[str, Callable[[dict], object]]
 
 
 GB = 2**20 / 1e9  # MiB → GB (10⁹ bytes), for the seeds' "(GB)" columns
+GB_NOTE = (" Memory in GB is 10⁹ bytes, as in the original material's columns; the sentences under the tables "
+           f"use GiB (2³⁰ bytes, {2**30 / 1e9:.3f} GB).")
 
 
 def field(key: str, scale: float = 1.0, digits: int | None = None) -> Callable[[dict], object]:
@@ -47,10 +50,12 @@ def int_field(key: str) -> Callable[[dict], object]:
 
 
 def ratio(numerator: dict, denominator: dict, key: str, digits: int = 2) -> float | None:
-    """numerator[key] / denominator[key] when both runs completed and recorded it."""
+    """numerator[key] / denominator[key] when both runs completed and recorded it; raises MixedSeriesError
+    where the two are of different engines or cards (`book.series`)."""
     top, bottom = numerator.get(key), denominator.get(key)
     if not (completed(numerator) and completed(denominator)) or is_missing(top) or is_missing(bottom) or not bottom:
         return None
+    same_series(numerator, denominator)
     return round(top / bottom, digits)
 
 
@@ -202,6 +207,9 @@ _STRONG_OR_WEAK = ["Parallel Efficiency (%)", *_STEP_TIMES, "Weak Scaling Effici
 
 
 ADDED_COLUMNS = {"nemo": ["GPU 0 Utilization (%)", *_TENSORS],
+                 # where a run shares the baseline's GPU count (chapter 2's layouts, chapter 1's packed run): a
+                 # comparison of two ways to use those GPUs, not scaling; chapter 1 then names its rows ("Run")
+                 "nemo-same-gpus": ["Run", "Step time vs {run} (same GPUs)", "Peak memory vs {run} (same GPUs)"],
                  "zero-single-gpu": ["GPU Utilization (%)", ALLOCATED_COLUMN[0], *_TENSORS],
                  "fsdp-scaling": ["GPU Utilization (%)", *_STRONG_OR_WEAK, *_TENSORS],
                  "gpt-scaling": ["Speedup", *_STRONG_OR_WEAK, *_TENSORS],

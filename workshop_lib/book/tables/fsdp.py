@@ -10,7 +10,7 @@ import pandas as pd
 
 from workshop_lib.book.cells import completed
 from workshop_lib.book.tables.columns import (
-    GB, TENSOR_COLUMNS, Column, Table, capped_steps, cuda_allocated_gb, field, group_records, int_field,
+    GB, GB_NOTE, TENSOR_COLUMNS, Column, Table, capped_steps, cuda_allocated_gb, field, group_records, int_field,
     ran_fixed_steps, ratio, row_table, run_setting, samples_per_gpu, step_time_key, step_time_label, utilization,
     utilization_note, weak_efficiency,
 )
@@ -50,7 +50,7 @@ def _scaling_columns(records: list[dict], base: dict, strong_extra: list[Column]
 
 def scaling_note(records: list[dict]) -> str:
     """The note under a chapter 4 scaling table, saying which kind of scaling its rows measured."""
-    return _scaling_kind(records) + utilization_note(records)
+    return _scaling_kind(records) + utilization_note(records) + GB_NOTE
 
 
 def _scaling_kind(records: list[dict]) -> str:
@@ -185,6 +185,6 @@ def chapter_4_tables(results: pd.DataFrame) -> list[Table]:
     tables.append(Table("Custom GPT weak scaling by depth", weak_scaling_table(depth),
                         f"Efficiency (%) = step time(2 GPUs) / step time(N GPUs) x 100, from the "
                         f"{step_time_label(step_time_key(depth)).lower().removesuffix(' (s)')}."
-                        + utilization_note(depth), key="weak-scaling"))
+                        + utilization_note(depth) + GB_NOTE, key="weak-scaling"))
     tables.append(memory_prediction_table(results, reference_id="fsdp/baseline"))
     return tables

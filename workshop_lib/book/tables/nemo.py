@@ -38,14 +38,26 @@ def _mean_step_time(record: dict):
     return value if value is not None else field("train_step_time_s", digits=3)(record)
 
 
+def layout_text(tp: int, pp: int, ep: int, dp: int, sp: bool) -> str:
+    """A Megatron layout as chapter 2 names it: the dense part TP x PP x DP, whose product is the GPU count, and
+    EP carved out of DP, not multiplied in: "TP 2 x PP 4 x DP 2 (EP 2 within DP) + SP" on 16 GPUs."""
+    parts = [f"TP {tp}"] + ([f"PP {pp}"] if pp > 1 else []) + ([f"DP {dp}"] if dp > 1 else [])
+    return (" x ".join(parts) + (f" (EP {ep} within DP)" if ep > 1 else "") + (" + SP" if sp else ""))
+
+
 def layout_name(record: dict) -> str:
-    """The parallel layout of a NeMo run as chapter 2 names it: TP x PP x EP (+ SP), and the DP that is left."""
+    """The parallel layout of a NeMo run (`layout_text`): TP x PP x DP, EP within DP, + SP."""
     tp, pp = int(record.get("tensor_parallel") or 1), int(record.get("pipeline_parallel") or 1)
     ep = record.get("expert_parallel")
     ep = 1 if is_missing(ep) else int(ep)
-    parts = [f"TP {tp}"] + ([f"PP {pp}"] if pp > 1 else []) + ([f"EP {ep}"] if ep > 1 else [])
-    dp = record["gpus"] // (tp * pp)
-    return " x ".join(parts + ([f"DP {dp}"] if dp > 1 else [])) + (" + SP" if record.get("sequence_parallel") else "")
+    return layout_text(tp, pp, ep, record["gpus"] // (tp * pp), bool(record.get("sequence_parallel")))
+
+
+NOT_APPLICABLE = "—"  # a ratio this row does not have (another GPU count), unlike "n/a" (not recorded)
+
+
+def _same_gpus_as_base(base: dict, record: dict) -> bool:
+    return bool(base) and record is not base and record["gpus"] == base["gpus"] and completed(record)
 
 
 def nemo_scaling_table(records: list[dict], baseline_gpus: int | None = None, layout: bool = False) -> pd.DataFrame:
@@ -79,14 +91,36 @@ def nemo_scaling_table(records: list[dict], baseline_gpus: int | None = None, la
         ("GPU 0 Peak (MiB)", _gpu0_peak),
         ("GPU 0 Avg (MiB)", field("gpu0_avg_mib", digits=2)),
         ("GPU 0 Mode (MiB)", field("gpu0_mode_mib")),
-        (f"Time scaling vs {unit}", lambda r: ratio(base, r, "total_time_s") if base else None),
-        (f"Peak memory scaling vs {unit}", lambda r: _gpu0_peak_ratio(base, r) if base else None),
+        (f"Time scaling vs {unit}", lambda r: scaling(r, lambda: ratio(base, r, "total_time_s"))),
+        (f"Peak memory scaling vs {unit}", lambda r: scaling(r, lambda: _gpu0_peak_ratio(base, r))),
         ("GPU 0 Utilization (%)", utilization),
         *TENSOR_COLUMNS,  # what LoRA and tensor parallelism leave on each rank, counted by the stand-in engines
     ]
+
+    def scaling(record: dict, value):
+        # Two runs on the same GPUs (two layouts, or one run packed and one not) are not a scaling step:
+        # their comparison has columns of its own.
+        if _same_gpus_as_base(base, record):
+            return NOT_APPLICABLE
+        return value() if base else None
+
     if layout:  # chapter 2: two layouts share a GPU count, so the rows need their names
         columns.insert(0, ("Layout", layout_name))
-    return row_table(records, columns, fixed=("Layout", "GPUs", "Batch per GPU"))
+    if any(_same_gpus_as_base(base, record) for record in records):
+        if not layout:  # chapter 1's rows are named by their GPUs alone: name the ones that share a count
+            columns.insert(0, ("Run", lambda r: r["id"]))
+        name = _run_name(base, layout)
+        at = [column for column, _ in columns].index("GPU 0 Utilization (%)")
+        columns[at:at] = [
+            (f"Step time vs {name} (same GPUs)",
+             lambda r: ratio(r, base, "mean_step_time_s") if r["gpus"] == base["gpus"] else NOT_APPLICABLE),
+            (f"Peak memory vs {name} (same GPUs)",
+             lambda r: ratio(r, base, "gpu0_peak_mib") if r["gpus"] == base["gpus"] else NOT_APPLICABLE)]
+    return row_table(records, columns, fixed=("Run", "Layout", "GPUs", "Batch per GPU"))
+
+
+def _run_name(record: dict, layout: bool) -> str:
+    return layout_name(record) if layout else record["id"]
 
 
 _CPU_PEAK_NOTE = (" Runs without an nvidia-smi log (the tiny profile on CPUs) show rank 0's peak resident set "
@@ -99,15 +133,24 @@ def _nemo_note(records: list[dict], text: str) -> str:
     return text + (_CPU_PEAK_NOTE if uses_engine_peak else "") + utilization_note(records)
 
 
-def _baseline_note(records: list[dict]) -> str:
+def _baseline_note(records: list[dict], layout: bool = False) -> str:
     """Which run the ratios divide by, or why the ratio columns are empty."""
     base = scaling_baseline(records)
     step = " Train step time: the mean of the logged steps, the first left out."
     if base is None:
         return "No run of this table has completed yet, so the ratio columns stay empty." + step
-    return (f"Ratios are against the smallest layout that completed: {base['id']} ({base['gpus']} GPU"
+    text = (f"Ratios are against the smallest layout that completed: {base['id']} ({base['gpus']} GPU"
             f"{'s' if base['gpus'] > 1 else ''}). Time scaling = time(baseline) / time(N GPUs), from the total job "
-            "time; memory scaling = GPU 0 peak(baseline) / GPU 0 peak(N GPUs)." + step)
+            "time; memory scaling = GPU 0 peak(baseline) / GPU 0 peak(N GPUs).")
+    same = [r for r in records if _same_gpus_as_base(base, r)]
+    if same:
+        base_name = _run_name(base, layout)
+        what = "a choice of layout" if layout else "another way to run the same GPUs"
+        text += (f" {', '.join(_run_name(r, layout) for r in same)} ran on as many GPUs as {base_name}: that is "
+                 f"{what}, not a step of scaling, so its scaling cells stay empty and the 'same GPUs' columns give "
+                 f"its mean step time and GPU 0 peak as multiples of {base_name}'s (below 1: faster, or less "
+                 "memory).")
+    return text + step
 
 
 def _above_ideal_note(records: list[dict]) -> str:
@@ -115,7 +158,8 @@ def _above_ideal_note(records: list[dict]) -> str:
     base = scaling_baseline(records)
     if base is None:
         return ""
-    above = [r for r in records if completed(r) and r is not base and present(r, "total_time_s")
+    above = [r for r in records if completed(r) and r is not base and r["gpus"] != base["gpus"]
+             and present(r, "total_time_s")
              and present(base, "total_time_s") and base["total_time_s"] / r["total_time_s"] > r["gpus"] / base["gpus"]]
     if not above:
         return ""
@@ -131,7 +175,7 @@ def _nemo_tables(results: pd.DataFrame, titles: dict[str, str], layout: bool = F
     tables = []
     for group, title in titles.items():
         records = group_records(results, group)
-        note = _nemo_note(records, _baseline_note(records) + _above_ideal_note(records))
+        note = _nemo_note(records, _baseline_note(records, layout) + _above_ideal_note(records))
         tables.append(Table(title, nemo_scaling_table(records, layout=layout), note, group))
     return tables
 

@@ -181,12 +181,13 @@ function renderReference(reference) {
   }
   if (reference.predicted_for_run) {
     const line = element("tr", { "data-measured": "predicted-for-run" });
-    const error = reference.predicted_for_run.error ? ` (${reference.predicted_for_run.error} vs the peak allocated)` : "";
+    const error = reference.predicted_for_run.error ? ` (${reference.predicted_for_run.error})` : "";
     line.append(element("td", {}, "the estimator for that run as it ran"),
                 element("td", { class: "number" }, `${reference.predicted_for_run.gib} GiB${error}`));
     table.append(line);
   }
   box.append(table);
+  if (reference.engine_error) box.append(element("p", { class: "engine-error" }, reference.engine_error));
   if (reference.also.length) box.append(element("p", {}, `Same configuration also measured: ${reference.also.join("; ")}`));
   if (!reference.exact) {
     const button = element("button", { type: "button", id: "load-reference" }, "Load this run's configuration");
