@@ -67,9 +67,27 @@ def test_the_clone_command_is_set_once_in_the_book_configuration():
         assert all(clone == url for clone in clones), f"{page.name} shows another clone source: {clones}"
 
 
-def test_the_dry_run_on_the_page_runs_and_lists_the_steps_of_the_table():
+def login_node_python(folder: Path) -> dict[str, str]:
+    """The environment of a fresh login node: a `python3` with PyYAML and nothing of the workshop's own environment
+    (no pandas, numpy or torch), first on PATH; the wrapper's dry run must work with it before conda exists."""
+    (folder / "bin").mkdir()
+    (folder / "lib").mkdir()
+    python3 = folder / "bin" / "python3"
+    python3.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "$@"\n')  # -S: no site-packages, the venv's included
+    python3.chmod(0o755)
+    (folder / "lib" / "yaml").symlink_to(Path(yaml.__file__).parent)
+    env = {**os.environ, "USER": os.environ.get("USER") or "participant", "PYTHONPATH": str(folder / "lib"),
+           "PATH": f"{folder / 'bin'}:/usr/bin:/bin"}
+    for name in ("WORKSHOP_SHARED_ROOT", "WORKSHOP_RESERVATION", "VIRTUAL_ENV"):
+        env.pop(name, None)
+    bare = subprocess.run(["python3", "-c", "import yaml, pandas"], env=env, capture_output=True, text=True)
+    assert "No module named 'pandas'" in bare.stderr, "the stand-in login-node python3 must lack pandas"
+    return env
+
+
+def test_the_dry_run_on_the_page_runs_and_lists_the_steps_of_the_table(tmp_path):
     result = subprocess.run(["./workshop-setup", "ibex", "--dry-run"], cwd=ROOT, capture_output=True, text=True,
-                            timeout=120, env={**os.environ, "USER": os.environ.get("USER") or "participant"})
+                            timeout=120, env=login_node_python(tmp_path))
     assert result.returncode == 0, result.stderr
     printed = re.findall(r"^\[\d+/\d+\] ([\w.-]+): ", result.stdout, flags=re.MULTILINE)
     table = re.findall(r"^\| `([\w.-]+)` \|", PAGE.read_text(), flags=re.MULTILINE)
