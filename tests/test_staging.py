@@ -15,10 +15,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from ibex_site import IbexSite
 from workshop_lib.experiments import get_experiment
-from workshop_lib.sites.profiles import load_profile, staged_profile
+from workshop_lib.sites.profiles import PROFILES_DIR, ProfileError, available_profiles, load_profile, staged_profile
 from workshop_lib.scripts import render_script
 from workshop_lib.sites.site_check import export_squad
 
@@ -195,3 +196,24 @@ def test_the_wrapper_bootstraps_under_srun_with_caches_off_home(site, tmp_path):
     srun = [call for call in site.calls("srun")]
     assert len(srun) == 2 and "--cpus-per-task=8" in srun[0]["argv"] and "create" in srun[1]["argv"]
     assert "[bootstrap] on a compute node: srun" in result.stdout
+
+
+def test_a_profile_copied_into_the_participants_own_clone_is_found_by_name(tmp_path, monkeypatch):
+    # The library runs from another folder (with a class: the staged copy); the participant's clone is the cwd.
+    clone = tmp_path / "workshop"
+    (clone / "slurm" / "profiles").mkdir(parents=True)
+    (clone / "notebooks").mkdir()
+    (clone / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
+    data = yaml.safe_load((PROFILES_DIR / "ibex.yml").read_text())
+    data.update(name="my-ibex")
+    data["scheduler"]["reservation"] = "my-day"
+    (clone / "slurm" / "profiles" / "my-ibex.yml").write_text(yaml.safe_dump(data))
+    monkeypatch.chdir(clone / "notebooks")
+    monkeypatch.delenv("WORKSHOP_ROOT", raising=False)
+    profile = load_profile("my-ibex")
+    assert profile.name == "my-ibex" and profile.scheduler.reservation == "my-day"
+    assert {"my-ibex", "ibex", "tiny"} <= set(available_profiles())
+    assert load_profile("tiny").source.parent == PROFILES_DIR  # the shipped ones still come from the library
+    monkeypatch.chdir(tmp_path)  # outside the clone: only the library's profiles, and the error says where it looked
+    with pytest.raises(ProfileError, match=rf"no my-ibex\.yml in {PROFILES_DIR}"):
+        load_profile("my-ibex")
