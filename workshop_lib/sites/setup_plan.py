@@ -18,7 +18,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from workshop_lib.core.paths import SOURCE_ROOT
-from workshop_lib.sites.nemo_checkpoint import COMPLETE_FILES, checkpoint_shell_path, complete_test
+from workshop_lib.sites.nemo_checkpoint import (
+    COMPLETE_FILES, LOCK_SUFFIX, checkpoint_shell_path, complete_test, lock_owner_function,
+)
 from workshop_lib.sites.profiles import Profile, STAGED_CACHE, STAGED_CHECKOUT, STAGED_SQUAD, staged_profile
 from workshop_lib.sites.requirements import (
     CACHE_VARIABLES, MANIFEST, SetupError, marker_test, profile_argument, state_dir, hub_models, import_step,
@@ -259,18 +261,26 @@ def _nemo_steps(profile: Profile, staging: bool = False) -> list[Step]:
     for model in nemo.hub_ids:
         step = import_step(model)
         checkpoint = checkpoint_shell_path(nemo.hub_ids[model])
+        running = "".join([shlex.quote(f"An import of {nemo.hub_ids[model]} is running as job "), '"$owner"',
+                           shlex.quote(" (its log: "), '"$PWD/slurm-$owner.out"',
+                           shlex.quote("). Leave it running; once it has ended (squeue -j "), '"$owner"',
+                           shlex.quote(" shows nothing), run the setup again: it resumes at this step.")])
         missing = (shlex.quote("The import job ended without a complete checkpoint in ") + '"$CHECKPOINT"'
                    + shlex.quote(f" (it needs {', '.join(COMPLETE_FILES)}); the job's log is slurm-*.out in ") + '"$PWD"')
         steps.append(Step(
             step, f"convert {nemo.hub_ids[model]} to NeMo's format (`nemo llm import`, a batch job; waits for it)",
             ('mkdir -p "$SETUP_STATE"/' + shlex.quote(step),
              'cd "$SETUP_STATE"/' + shlex.quote(step),
+             f"CHECKPOINT={checkpoint}",
+             # The job refuses to start beside a running import too (its lock); this says so before submitting.
+             f'LOCK="$CHECKPOINT{LOCK_SUFFIX}"',
+             lock_owner_function(),
+             f'owner=$(running_owner); if [ -n "$owner" ]; then echo {running} >&2; exit 1; fi',
              f"{workshop} render --import-model {shlex.quote(model)} --profile {shlex.quote(profile_argument(profile))} "
              + ('--stage "$STAGE" ' if staging else "") + "-o job.sbatch",
              # --wait: sbatch returns when the job ends, with the job's exit status.
              "sbatch --wait job.sbatch",
              # Checked again on this side: the step is done only once the complete checkpoint is in place.
-             f"CHECKPOINT={checkpoint}",
              f'{complete_test(chr(34) + "$CHECKPOINT" + chr(34))} || {{ echo {missing} >&2; exit 1; }}'),
             f"{marker_test(step)} && {complete_test(checkpoint)}", produces=(marker(profile, step),)))
     return steps
