@@ -98,6 +98,14 @@ def test_staging_then_a_participant_who_downloads_nothing(site, tmp_path):
     assert "environment" in manifest["steps"] and manifest["bytes"]["images"] > 0
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     assert manifest["workshop_commit"] == (head or "unknown")
+    # Participants clone that commit from the staged folder itself, without a public URL.
+    clone = tmp_path / "participant" / "workshop"
+    cloned = subprocess.run(["git", "clone", "-q", str(stage / "workshop.bundle"), str(clone)], capture_output=True,
+                            text=True)
+    assert cloned.returncode == 0, cloned.stderr
+    assert subprocess.run(["git", "-C", str(clone), "rev-parse", "HEAD"], capture_output=True,
+                          text=True).stdout.strip() == manifest["workshop_commit"]
+    assert (clone / "notebooks").is_dir() and (clone / "slurm" / "profiles" / "ibex.yml").is_file()
     assert oct((stage / "images" / "nemo_25.07.sif").stat().st_mode & 0o777) == "0o644"
     missing_import = workshop_setup(site, extra_env=participant)
     assert missing_import.returncode != 0

@@ -256,6 +256,7 @@ STAGED_CACHE = "cache"
 STAGED_MINIFORGE = "miniforge3"
 STAGED_IMAGES = "images"
 STAGED_CHECKOUT = "workshop"  # the copy of the workshop the staged environment is installed from
+STAGED_BUNDLE = "workshop.bundle"  # its commit as a git bundle: participants clone it, no public URL needed
 STAGED_SQUAD = "data/squad"  # SQuAD as JSON lines: read in place, no dataset cache written next to it
 
 

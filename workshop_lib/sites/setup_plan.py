@@ -21,7 +21,9 @@ from workshop_lib.core.paths import SOURCE_ROOT
 from workshop_lib.sites.nemo_checkpoint import (
     COMPLETE_FILES, LOCK_SUFFIX, checkpoint_shell_path, complete_test, lock_owner_function,
 )
-from workshop_lib.sites.profiles import Profile, STAGED_CACHE, STAGED_CHECKOUT, STAGED_SQUAD, staged_profile
+from workshop_lib.sites.profiles import (
+    Profile, STAGED_BUNDLE, STAGED_CACHE, STAGED_CHECKOUT, STAGED_SQUAD, staged_profile,
+)
 from workshop_lib.sites.requirements import (
     CACHE_VARIABLES, MANIFEST, SetupError, marker_test, profile_argument, state_dir, hub_models, import_step,
     is_staged_step, marker, shared_exports,
@@ -136,7 +138,17 @@ def _checkout_copy_step() -> Step:
                  '| (cd "$SOURCE" && tar --null -T - -cf -) | tar -xf - -C "$CHECKOUT.partial"; '
                  'else tar -C "$SOURCE" --exclude=./runs --exclude=./.venv --exclude=./_build --exclude=./.state '
                  '-cf - . | tar -xf - -C "$CHECKOUT.partial"; fi',
-                 'rm -rf "$CHECKOUT" && mv "$CHECKOUT.partial" "$CHECKOUT"'),
+                 'rm -rf "$CHECKOUT" && mv "$CHECKOUT.partial" "$CHECKOUT"',
+                 # Participants clone the class's commit from the folder itself (`git clone DIR/workshop.bundle`):
+                 # a bundle is a plain file, and git refuses to clone a repository another user owns.
+                 f'rm -f "$STAGE/{STAGED_BUNDLE}"',
+                 'if git -C "$SOURCE" rev-parse --is-inside-work-tree >/dev/null 2>&1; then '
+                 f'git -C "$SOURCE" bundle create "$STAGE/{STAGED_BUNDLE}.partial" HEAD '
+                 f'&& mv "$STAGE/{STAGED_BUNDLE}.partial" "$STAGE/{STAGED_BUNDLE}"; '
+                 'if [ -n "$(git -C "$SOURCE" status --porcelain --untracked-files=no)" ]; then '
+                 f'echo "  note: {STAGED_BUNDLE} holds the last commit; the staged copy also has your uncommitted '
+                 'changes, which participants\x27 clones will lack: commit, then run this step again"; fi; '
+                 f'else echo "  note: $SOURCE is not a git checkout, so there is no {STAGED_BUNDLE} to clone"; fi'),
                 marker_test("workshop-copy"), produces=(f"{STAGED_CHECKOUT}",))
 
 
@@ -148,9 +160,10 @@ def _publish_step(profile: Profile, staged: list[str]) -> Step:
     if profile.offline and profile.training.data == "squad":
         commands.append(f'{python_bin} -m workshop_lib.site_check export-squad "$STAGE/{STAGED_SQUAD}"')
     commands += [
-        # The commit the class's copy was taken from: a participant's clone can be compared with it.
+        # The commit the class's copy was taken from, as its bundle holds it: participants clone that commit.
         f'{python_bin} -m workshop_lib.site_check manifest "$STAGE" '
-        '--commit "$(git -C "$SOURCE" rev-parse HEAD 2>/dev/null || echo unknown)" '
+        f'--commit "$(git bundle list-heads "$STAGE/{STAGED_BUNDLE}" 2>/dev/null | cut -d " " -f 1 | grep . '
+        '|| echo unknown)" '
         + " ".join(f"--step {name}" for name in staged),
         # Everyone reads, nobody but the instructor writes (participants' jobs never write here).
         'chmod -R a+rX,go-w "$STAGE"',
