@@ -225,3 +225,26 @@ def test_a_profile_copied_into_the_participants_own_clone_is_found_by_name(tmp_p
     monkeypatch.chdir(tmp_path)  # outside the clone: only the library's profiles, and the error says where it looked
     with pytest.raises(ProfileError, match=rf"no my-ibex\.yml in {PROFILES_DIR}"):
         load_profile("my-ibex")
+
+
+def test_staging_refuses_a_reservation_that_has_not_started(site, tmp_path, monkeypatch, capsys):
+    from workshop_lib.cli import main
+
+    fake = tmp_path / "fake-bin"
+    fake.mkdir()
+    (fake / "scontrol").write_text('#!/bin/bash\n[ "$*" = "--oneliner show reservation ws-day" ] || exit 1\n'
+                                   'echo "ReservationName=ws-day StartTime=2026-12-01T08:00:00 EndTime=2026-12-01T17:00:00'
+                                   ' Nodes=gpu[1-4] State=$FAKE_STATE"\n')
+    (fake / "scontrol").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
+    monkeypatch.setenv("WORKSHOP_RESERVATION", "ws-day")
+    monkeypatch.delenv("WORKSHOP_SHARED_ROOT", raising=False)
+    stage = tmp_path / "stage"
+    command = ["setup", str(site.profile_path), "--stage", str(stage), "--only", "folders"]
+    monkeypatch.setenv("FAKE_STATE", "INACTIVE")
+    assert main(command) == 2 and not stage.exists()
+    error = capsys.readouterr().err
+    assert ("--stage with the reservation ws-day (set by $WORKSHOP_RESERVATION), which starts at 2026-12-01T08:00:00"
+            in error and "unset WORKSHOP_RESERVATION" in error)
+    monkeypatch.setenv("FAKE_STATE", "ACTIVE")  # inside a reservation that has started, staging may run
+    assert main(command) == 0 and (stage / "cache" / "setup").is_dir()
