@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from workshop_lib.experiments import Experiment
-from workshop_lib.sites.profiles import STAGED_BUNDLE, load_profile
+from workshop_lib.sites.profiles import STAGED_BUNDLE, Scheduler, load_profile
 from workshop_lib.sites.requirements import Requirement
 from workshop_lib.sites.setup_plan import build_plan
 
@@ -133,6 +133,17 @@ def test_what_the_page_says_about_jobs_is_what_the_scripts_do():
         assert fact in documented and fact not in to_confirm, fact
     assert "soft_env/job_schd/slurm/interactive_jobs/jupyter.rst" in documented
     assert "nemo_25.07.sif" in ibex.nemo.image and "NeMo 25.07" in text
+
+
+def test_the_instructor_checklist_names_what_staging_needs():
+    checklist = " ".join(PAGE.read_text().split("## 0. Before the day", 1)[1].split("## 1.", 1)[0].split())
+    for hub_id in load_profile("ibex").nemo.hub_ids.values():  # the gated models whose licences the token needs
+        assert f"`{hub_id}`" in checklist
+    for need in ("/ibex/project/c####", "project's group", "tmux new -s staging",
+                 "unset WORKSHOP_RESERVATION", "second account's check", "--reservation` alone, no `--account`"):
+        assert need in checklist, need
+    assert "`account:` under `scheduler:`" in " ".join(PAGE.read_text().split())  # what to do if one is needed
+    assert "account" in Scheduler.__dataclass_fields__
 
 
 def test_the_torch_the_page_promises_is_the_one_environment_yml_installs():

@@ -77,6 +77,7 @@ def test_staging_then_a_participant_who_downloads_nothing(site, tmp_path):
     stage = tmp_path / "stage"
     staged = workshop_setup(site, "--stage", str(stage), *only(*STAGE_LOCAL_STEPS))
     assert staged.returncode == 0, staged.stdout + staged.stderr
+    assert 'git clone "$WORKSHOP_SHARED_ROOT/workshop.bundle" workshop' in staged.stdout  # what to tell the class
     assert (stage / "workshop" / "pyproject.toml").is_file() and not (stage / "workshop" / "runs").exists()
     assert (stage / "miniforge3" / "envs" / "dist-ft-workshop" / "bin" / "workshop").is_file()
     assert (stage / "images" / "nemo_25.07.sif").is_file()

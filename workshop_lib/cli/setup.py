@@ -45,7 +45,11 @@ def _setup(args: argparse.Namespace) -> int:
     ran = run(plan, steps, force=args.force, echo=lambda line: print(line, flush=True))
     print(f"setup of {profile.name!r} complete: {len(ran)} step(s) ran, {len(steps) - len(ran)} already done")
     if stage:
-        print(f"The class uses it with: export WORKSHOP_SHARED_ROOT={stage}  (then: ./workshop-setup {args.site})")
+        from workshop_lib.sites.profiles import STAGED_BUNDLE
+
+        print(f"The class uses it with: export WORKSHOP_SHARED_ROOT={stage}\n"
+              f'  then: git clone "$WORKSHOP_SHARED_ROOT/{STAGED_BUNDLE}" workshop && cd workshop && '
+              f"./workshop-setup {args.site}")
     elif profile.python.conda_root and profile.python.conda_environment:
         # The wrapper ran the environment's `workshop` by its path: say how to have it on PATH from now on.
         print("The workshop's commands, in each new shell:\n"
