@@ -59,8 +59,8 @@ def describe_reservation(profile: Profile, environ: dict | None = None) -> str:
     """One line for people: which reservation jobs will carry and where that name was set."""
     found = find_reservation(profile, environ)
     if found is None:
-        return (f"jobs carry no reservation (on the workshop day: export {RESERVATION_VARIABLE}=NAME, "
-                f"NAME from `{LIST_COMMAND}`)")
+        return (f"jobs carry no reservation (on the workshop day: export {RESERVATION_VARIABLE}=NAME with the "
+                f"name the instructor announced; `{LIST_COMMAND} NAME` shows it)")
     return f"jobs carry --reservation={found.name} (set by {found.origin})"
 
 
