@@ -21,6 +21,7 @@ from ibex_site import IbexSite
 from workshop_lib.experiments import get_experiment
 from workshop_lib.sites.profiles import PROFILES_DIR, ProfileError, available_profiles, load_profile, staged_profile
 from workshop_lib.scripts import render_script
+from workshop_lib.sites.requirements import profile_argument
 from workshop_lib.sites.site_check import export_squad
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -223,9 +224,11 @@ def test_a_profile_copied_into_the_participants_own_clone_is_found_by_name(tmp_p
     assert profile.name == "my-ibex" and profile.scheduler.reservation == "my-day"
     assert {"my-ibex", "ibex", "tiny"} <= set(available_profiles())
     assert load_profile("tiny").source.parent == PROFILES_DIR  # the shipped ones still come from the library
+    assert profile_argument(profile) == "my-ibex"  # what the setup and the jobs' messages print: the name finds it
     monkeypatch.chdir(tmp_path)  # outside the clone: only the library's profiles, and the error says where it looked
     with pytest.raises(ProfileError, match=rf"no my-ibex\.yml in {PROFILES_DIR}"):
         load_profile("my-ibex")
+    assert profile_argument(profile) == str(clone / "slurm" / "profiles" / "my-ibex.yml")  # from here, only the path
 
 
 def test_staging_refuses_a_reservation_that_has_not_started(site, tmp_path, monkeypatch, capsys):

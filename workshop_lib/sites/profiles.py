@@ -199,7 +199,7 @@ def profile_folders() -> list[Path]:
     return folders
 
 
-def _named_profile(name: str) -> Path:
+def named_profile_file(name: str) -> Path:
     """The file of a profile name: the first of profile_folders() that has it (the last if none has)."""
     candidates = [folder / f"{name}.yml" for folder in profile_folders()]
     return next((path for path in candidates if path.is_file()), candidates[-1])
@@ -223,7 +223,7 @@ def load_profile(name_or_path: str | Path | None = None) -> Profile:
     path = Path(chosen)
     named = not (chosen.endswith((".yml", ".yaml")) or path.is_file())
     if named:
-        path = _named_profile(chosen)
+        path = named_profile_file(chosen)
     if not path.is_file():
         missing = f"{path.name} in {' or '.join(map(str, profile_folders()))}" if named else f"file {path}"
         raise ProfileError(f"unknown profile {chosen!r}: no {missing}. Known profiles: "

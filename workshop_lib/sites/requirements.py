@@ -204,9 +204,10 @@ def setup_command(profile: Profile, only: str | None = None) -> str:
 
 
 def profile_argument(profile: Profile) -> str:
-    from workshop_lib.sites.profiles import PROFILES_DIR
+    """How a command line names this profile: by name where the name finds this very file, else by its path."""
+    from workshop_lib.sites.profiles import named_profile_file
 
-    if profile.source and profile.source.resolve().parent != PROFILES_DIR.resolve():
+    if profile.source and named_profile_file(profile.name).resolve() != profile.source.resolve():
         return str(profile.source)
     return profile.name
 
