@@ -100,3 +100,28 @@ def test_a_job_submitted_from_inside_a_job_does_not_inherit_its_slurm_variables(
     assert "INNER-OK" not in raw_log and "mutually exclusive" in raw_log, raw_log  # what the scrub prevents
     assert infos[1].state == "COMPLETED", infos[1]
     assert "INNER-OK" in Path(job.stdout_path).read_text()
+
+
+def test_the_lab_opens_the_participants_own_clone_never_the_staged_copy(tmp_path, monkeypatch, capsys):
+    from workshop_lib.cli import main
+    from workshop_lib.sites.requirements import MANIFEST
+
+    # With a class's staged environment the library is the staged copy; from $HOME that is the folder found.
+    staged = tmp_path / "stage" / "workshop"
+    staged.mkdir(parents=True)
+    (staged / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
+    (staged.parent / MANIFEST).write_text("{}\n")
+    monkeypatch.setattr("workshop_lib.core.paths.SOURCE_ROOT", staged)
+    monkeypatch.delenv("WORKSHOP_ROOT", raising=False)
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.chdir(home)
+    assert main(["lab", "--ibex", "--print-only"]) == 2
+    error = capsys.readouterr().err
+    assert f"JupyterLab would open {staged}, the class's staged copy" in error and "cd into it" in error
+    own = tmp_path / "workshop"
+    (own / "notebooks").mkdir(parents=True)
+    (own / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
+    monkeypatch.chdir(own / "notebooks")
+    assert main(["lab", "--ibex", "--print-only"]) == 0
+    assert f"--ServerApp.root_dir={own}" in capsys.readouterr().out

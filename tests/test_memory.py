@@ -135,3 +135,11 @@ def test_gpu_utilization_per_gpu_while_training(capsys):
     line = (f"    Utilization: Peak = {max(percent):.0f} %, Avg = {statistics.mean(percent):.1f} %, "
             f"Busy avg = {statistics.mean(busy):.1f} %")
     assert line in out.splitlines() and "Busy avg = 63.0 %" in line
+
+
+def test_the_busy_fraction_the_help_promises_is_the_summarys_default(capsys):
+    from workshop_lib.results.memory import DEFAULT_BUSY_FRACTION
+
+    with pytest.raises(SystemExit):
+        main(["memory", "--help"])
+    assert f"(default {DEFAULT_BUSY_FRACTION:g}," in " ".join(capsys.readouterr().out.split())

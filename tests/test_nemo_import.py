@@ -7,12 +7,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from workshop_lib.sites.nemo_checkpoint import COMPLETE_FILES, INCOMPLETE_EXIT, is_complete
+from workshop_lib.sites.nemo_checkpoint import BUSY_EXIT, COMPLETE_FILES, INCOMPLETE_EXIT, LOCK_SUFFIX, is_complete
 from workshop_lib.sites.profiles import PROFILES_DIR, load_profile
 from workshop_lib.scripts import render_import_script
 from workshop_lib.sites.requirements import SetupError
@@ -32,6 +33,7 @@ mkdir -p "$out/weights" && : > "$out/weights/__0_0.distcp"
 case "$FAKE_NEMO" in
     killed) exit 137 ;;  # the job was cancelled or ran out of memory half-way
     lying) exit 0 ;;  # ended without the rest of its files
+    held) : > "$FAKE_NEMO_STARTED"; while [ ! -e "$FAKE_NEMO_RELEASE" ]; do sleep 0.05; done ;;  # a long conversion
 esac
 : > "$out/weights/.metadata"; echo '{}' > "$out/weights/metadata.json"
 mkdir -p "$out/context" && echo '{}' > "$out/context/io.json"
@@ -46,6 +48,11 @@ SHIMS = {
     # sbatch --wait: run the job here and return its status, as sbatch does when the job ends.
     "sbatch": '#!/bin/bash\nshift\nSLURM_JOB_ID=1 SLURM_CPUS_PER_TASK=8 exec bash "$@" > slurm-1.out 2>&1\n',
     "workshop": f'#!/bin/bash\nPYTHONPATH={ROOT} exec {sys.executable} -m workshop_lib.cli "$@"\n',
+    # squeue -j ID: jobs in $FAKE_SQUEUE_RUNNING run; any other has ended, and SLURM no longer knows it.
+    "squeue": '#!/bin/bash\nwhile [ $# -gt 0 ]; do [ "$1" = -j ] && id=$2; shift; done\n'
+              '[ -n "$FAKE_SQUEUE_DOWN" ] && { echo "squeue: error: Unable to contact slurm controller" >&2; exit 1; }\n'
+              'for job in $FAKE_SQUEUE_RUNNING; do [ "$job" = "$id" ] && { echo RUNNING; exit 0; }; done\n'
+              'echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1\n',
 }
 
 
@@ -75,15 +82,23 @@ class Site:
         self.env.pop("NEMO_MODELS_CACHE", None)
         self.env.pop("WORKSHOP_RESERVATION", None)
 
-    def run_job(self, how: str) -> subprocess.CompletedProcess:
-        script = self.root / "job.sbatch"
+    def run_job(self, how: str, job_id: str = "1", **env) -> subprocess.CompletedProcess:
+        return finish(self.start_job(how, job_id, **env))
+
+    def start_job(self, how: str, job_id: str = "1", **env) -> subprocess.Popen:
+        script = self.root / f"job-{job_id}.sbatch"
         script.write_text(render_import_script("llama-3.1-8b", self.profile))
-        env = {**self.env, "FAKE_NEMO": how, "SLURM_JOB_ID": "1", "SLURM_CPUS_PER_TASK": "8"}
-        return subprocess.run(["bash", str(script)], cwd=self.root, env=env, capture_output=True, text=True,
-                              timeout=60)
+        env = {**self.env, "FAKE_NEMO": how, "SLURM_JOB_ID": job_id, "SLURM_CPUS_PER_TASK": "8", **env}
+        return subprocess.Popen(["bash", str(script)], cwd=self.root, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
 
     def nemo_calls(self) -> list[str]:
         return self.log.read_text().splitlines() if self.log.exists() else []
+
+
+def finish(process: subprocess.Popen) -> subprocess.CompletedProcess:
+    stdout, stderr = process.communicate(timeout=60)
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
 @pytest.fixture
@@ -97,7 +112,7 @@ def test_the_import_script_is_valid_bash_and_writes_beside_the_final_folder():
     assert 'CHECKPOINT="${NEMO_MODELS_CACHE:-${NEMO_HOME:-$HOME/.cache/nemo}/models}"/mistralai/Mixtral-8x7B-v0.1' \
         in text
     assert 'output_path="$PARTIAL" -y' in text and 'mv -T "$PARTIAL" "$CHECKPOINT"' in text
-    assert text.index('rm -rf "$PARTIAL"') < text.index("nemo llm import") < text.index("mv -T")
+    assert text.index('rm -rf "$PARTIAL"') < text.index("nemo llm import") < text.index('mv -T "$PARTIAL"')
 
 
 def test_a_killed_import_leaves_no_final_folder_and_the_retry_starts_over(site):
@@ -152,3 +167,43 @@ def test_the_setup_step_refuses_a_job_that_succeeded_without_the_checkpoint(site
         run(plan, [step], echo=print, env=site.env)
     assert "The import job ended without a complete checkpoint in " in capfd.readouterr().err
     assert not (site.root / "cache" / "setup" / f"{step.name}.done").exists()
+
+
+def test_an_import_started_beside_a_running_one_stops_and_leaves_its_partial_folder(site):
+    started, release = site.root / "started", site.root / "release"
+    first = site.start_job("held", "1", FAKE_NEMO_STARTED=str(started), FAKE_NEMO_RELEASE=str(release))
+    try:
+        deadline = time.monotonic() + 60
+        while not started.exists():  # the first job is converting into its partial folder
+            assert first.poll() is None and time.monotonic() < deadline, "the first import did not start"
+            time.sleep(0.05)
+        second = site.run_job("complete", "2", FAKE_SQUEUE_RUNNING="1")
+        assert second.returncode == BUSY_EXIT, second.stdout + second.stderr
+        assert f"Another import of {site.checkpoint} is running as job 1" in second.stderr
+        assert "--only nemo-import-llama-3.1-8b" in second.stderr
+        assert site.partial.is_dir() and len(site.nemo_calls()) == 1  # untouched; the second never converted
+        # The setup run again says so on the login node and submits nothing.
+        plan = build_plan(site.profile)
+        [step] = [step for step in plan.steps if step.name == "nemo-import-llama-3.1-8b"]
+        (site.root / "bin" / "sbatch").write_text("#!/bin/bash\necho submitted >> sbatch_calls.txt\n")
+        with pytest.raises(SetupError, match="exit status 1"):
+            run(plan, [step], echo=lambda line: None, env={**site.env, "FAKE_SQUEUE_RUNNING": "1"})
+        assert not (Path(plan.profile.cache_root) / "setup" / step.name / "sbatch_calls.txt").exists()
+    finally:
+        release.touch()
+    done = finish(first)
+    assert done.returncode == 0, done.stderr
+    assert is_complete(site.checkpoint) and not site.partial.exists()
+    assert not site.checkpoint.with_name(site.checkpoint.name + LOCK_SUFFIX).exists()
+
+
+def test_a_lock_left_by_an_ended_job_is_taken_over_one_whose_job_slurm_cannot_see_is_not(site):
+    lock = site.checkpoint.with_name(site.checkpoint.name + LOCK_SUFFIX)
+    lock.mkdir(parents=True)
+    (lock / "job").write_text("5\n")  # its job was killed with its node: nothing released the lock
+    unsure = site.run_job("complete", "6", FAKE_SQUEUE_DOWN="1")
+    assert unsure.returncode == BUSY_EXIT and "running as job 5" in unsure.stderr  # never broken on a guess
+    taken = site.run_job("complete", "6")
+    assert taken.returncode == 0, taken.stderr
+    assert "the import job that held it has ended" in taken.stdout and is_complete(site.checkpoint)
+    assert not lock.exists()

@@ -15,11 +15,13 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from ibex_site import IbexSite
 from workshop_lib.experiments import get_experiment
-from workshop_lib.sites.profiles import load_profile, staged_profile
+from workshop_lib.sites.profiles import PROFILES_DIR, ProfileError, available_profiles, load_profile, staged_profile
 from workshop_lib.scripts import render_script
+from workshop_lib.sites.requirements import profile_argument
 from workshop_lib.sites.site_check import export_squad
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,6 +78,7 @@ def test_staging_then_a_participant_who_downloads_nothing(site, tmp_path):
     stage = tmp_path / "stage"
     staged = workshop_setup(site, "--stage", str(stage), *only(*STAGE_LOCAL_STEPS))
     assert staged.returncode == 0, staged.stdout + staged.stderr
+    assert 'git clone "$WORKSHOP_SHARED_ROOT/workshop.bundle" workshop' in staged.stdout  # what to tell the class
     assert (stage / "workshop" / "pyproject.toml").is_file() and not (stage / "workshop" / "runs").exists()
     assert (stage / "miniforge3" / "envs" / "dist-ft-workshop" / "bin" / "workshop").is_file()
     assert (stage / "images" / "nemo_25.07.sif").is_file()
@@ -97,6 +100,14 @@ def test_staging_then_a_participant_who_downloads_nothing(site, tmp_path):
     assert "environment" in manifest["steps"] and manifest["bytes"]["images"] > 0
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     assert manifest["workshop_commit"] == (head or "unknown")
+    # Participants clone that commit from the staged folder itself, without a public URL.
+    clone = tmp_path / "participant" / "workshop"
+    cloned = subprocess.run(["git", "clone", "-q", str(stage / "workshop.bundle"), str(clone)], capture_output=True,
+                            text=True)
+    assert cloned.returncode == 0, cloned.stderr
+    assert subprocess.run(["git", "-C", str(clone), "rev-parse", "HEAD"], capture_output=True,
+                          text=True).stdout.strip() == manifest["workshop_commit"]
+    assert (clone / "notebooks").is_dir() and (clone / "slurm" / "profiles" / "ibex.yml").is_file()
     assert oct((stage / "images" / "nemo_25.07.sif").stat().st_mode & 0o777) == "0o644"
     missing_import = workshop_setup(site, extra_env=participant)
     assert missing_import.returncode != 0
@@ -195,3 +206,49 @@ def test_the_wrapper_bootstraps_under_srun_with_caches_off_home(site, tmp_path):
     srun = [call for call in site.calls("srun")]
     assert len(srun) == 2 and "--cpus-per-task=8" in srun[0]["argv"] and "create" in srun[1]["argv"]
     assert "[bootstrap] on a compute node: srun" in result.stdout
+
+
+def test_a_profile_copied_into_the_participants_own_clone_is_found_by_name(tmp_path, monkeypatch):
+    # The library runs from another folder (with a class: the staged copy); the participant's clone is the cwd.
+    clone = tmp_path / "workshop"
+    (clone / "slurm" / "profiles").mkdir(parents=True)
+    (clone / "notebooks").mkdir()
+    (clone / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
+    data = yaml.safe_load((PROFILES_DIR / "ibex.yml").read_text())
+    data.update(name="my-ibex")
+    data["scheduler"]["reservation"] = "my-day"
+    (clone / "slurm" / "profiles" / "my-ibex.yml").write_text(yaml.safe_dump(data))
+    monkeypatch.chdir(clone / "notebooks")
+    monkeypatch.delenv("WORKSHOP_ROOT", raising=False)
+    profile = load_profile("my-ibex")
+    assert profile.name == "my-ibex" and profile.scheduler.reservation == "my-day"
+    assert {"my-ibex", "ibex", "tiny"} <= set(available_profiles())
+    assert load_profile("tiny").source.parent == PROFILES_DIR  # the shipped ones still come from the library
+    assert profile_argument(profile) == "my-ibex"  # what the setup and the jobs' messages print: the name finds it
+    monkeypatch.chdir(tmp_path)  # outside the clone: only the library's profiles, and the error says where it looked
+    with pytest.raises(ProfileError, match=rf"no my-ibex\.yml in {PROFILES_DIR}"):
+        load_profile("my-ibex")
+    assert profile_argument(profile) == str(clone / "slurm" / "profiles" / "my-ibex.yml")  # from here, only the path
+
+
+def test_staging_refuses_a_reservation_that_has_not_started(site, tmp_path, monkeypatch, capsys):
+    from workshop_lib.cli import main
+
+    fake = tmp_path / "fake-bin"
+    fake.mkdir()
+    (fake / "scontrol").write_text('#!/bin/bash\n[ "$*" = "--oneliner show reservation ws-day" ] || exit 1\n'
+                                   'echo "ReservationName=ws-day StartTime=2026-12-01T08:00:00 EndTime=2026-12-01T17:00:00'
+                                   ' Nodes=gpu[1-4] State=$FAKE_STATE"\n')
+    (fake / "scontrol").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
+    monkeypatch.setenv("WORKSHOP_RESERVATION", "ws-day")
+    monkeypatch.delenv("WORKSHOP_SHARED_ROOT", raising=False)
+    stage = tmp_path / "stage"
+    command = ["setup", str(site.profile_path), "--stage", str(stage), "--only", "folders"]
+    monkeypatch.setenv("FAKE_STATE", "INACTIVE")
+    assert main(command) == 2 and not stage.exists()
+    error = capsys.readouterr().err
+    assert ("--stage with the reservation ws-day (set by $WORKSHOP_RESERVATION), which starts at 2026-12-01T08:00:00"
+            in error and "unset WORKSHOP_RESERVATION" in error)
+    monkeypatch.setenv("FAKE_STATE", "ACTIVE")  # inside a reservation that has started, staging may run
+    assert main(command) == 0 and (stage / "cache" / "setup").is_dir()

@@ -32,7 +32,7 @@ def _lab(args: argparse.Namespace) -> int:
     if not 0 < args.wait < float("inf"):  # nan and inf too: the wait loop would never run, or never end
         raise WorkshopError(f"--wait {args.wait:g}: give a number of seconds above 0")
     profile = load_profile("ibex" if args.ibex else args.profile)
-    text = render_lab_script(profile, repository_root())
+    text = render_lab_script(profile, _own_checkout(repository_root()))
     if args.print_only:
         print(text, end="")
         return 0
@@ -67,3 +67,20 @@ def _lab(args: argparse.Namespace) -> int:
           f"3. Open notebooks/, a chapter, and the kernel of the workshop's environment.\n"
           f"Stop it with File > Shut Down in JupyterLab, or: scancel {job.job_id}")
     return 0
+
+
+def _own_checkout(root: Path) -> Path:
+    """The workshop folder JupyterLab opens, where the chapters write their runs: it must be the participant's own.
+    From outside any clone (e.g. $HOME) the folder found is the library's, with a class the staged copy: shared,
+    read-only, and not theirs."""
+    import os
+
+    from workshop_lib.core.errors import WorkshopError
+    from workshop_lib.sites.requirements import is_staged_copy
+
+    if is_staged_copy(root) or not os.access(root, os.W_OK):
+        what = "the class's staged copy, shared and read-only" if is_staged_copy(root) else "a folder you cannot write"
+        raise WorkshopError(f"JupyterLab would open {root}, {what}: the chapters could not write your runs there. "
+                            "Start it from your own clone: cd into it (e.g. cd /ibex/user/$USER/workshop), then run "
+                            "this command again; or set WORKSHOP_ROOT to your clone")
+    return root

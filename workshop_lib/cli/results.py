@@ -7,7 +7,8 @@ import json
 import sys
 from dataclasses import asdict
 
-from workshop_lib.results.memory import DEFAULT_BUSY_FRACTION, format_memory_report, memory_summary
+# Every `workshop` command imports this module, `workshop setup` on a login node's plain python3 (PyYAML, no
+# pandas) included: the results package needs pandas, so it is imported where a results command runs.
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -22,15 +23,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     only = memory.add_mutually_exclusive_group()
     only.add_argument("--gpu-only", action="store_true", help="print the GPU part only")
     only.add_argument("--cpu-only", action="store_true", help="print the CPU part only")
-    memory.add_argument("--busy-fraction", type=float, default=DEFAULT_BUSY_FRACTION, metavar="F",
-                        help="a sample is busy at or above F × that device's peak (default %(default)s)")
+    memory.add_argument("--busy-fraction", type=float, default=None, metavar="F",
+                        help="a sample is busy at or above F × that device's peak (default 0.5, "
+                        "workshop_lib.results.memory.DEFAULT_BUSY_FRACTION)")
     memory.add_argument("--json", action="store_true", help="print the summary as JSON")
     memory.set_defaults(handler=run_memory)
     _register_collect(subparsers)
 
 
 def run_memory(args: argparse.Namespace) -> int:
-    report = memory_summary(args.paths, busy_fraction=args.busy_fraction)
+    from workshop_lib.results.memory import DEFAULT_BUSY_FRACTION, format_memory_report, memory_summary
+
+    busy_fraction = DEFAULT_BUSY_FRACTION if args.busy_fraction is None else args.busy_fraction
+    report = memory_summary(args.paths, busy_fraction=busy_fraction)
     if args.json:
         data = asdict(report)
         if args.cpu_only:

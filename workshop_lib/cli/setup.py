@@ -31,6 +31,8 @@ def _setup(args: argparse.Namespace) -> int:
 
     profile = load_profile(args.site)
     stage = _stage_folder(args.stage) if args.stage else None
+    if stage and not (args.dry_run or args.list):
+        _refuse_a_reservation_not_started(profile)
     plan = build_plan(profile, miniforge_installer=args.miniforge_installer or MINIFORGE_INSTALLER, stage=stage)
     steps = select(plan, only=args.only, start=args.start)
     if args.list:
@@ -43,13 +45,31 @@ def _setup(args: argparse.Namespace) -> int:
     ran = run(plan, steps, force=args.force, echo=lambda line: print(line, flush=True))
     print(f"setup of {profile.name!r} complete: {len(ran)} step(s) ran, {len(steps) - len(ran)} already done")
     if stage:
-        print(f"The class uses it with: export WORKSHOP_SHARED_ROOT={stage}  (then: ./workshop-setup {args.site})")
+        from workshop_lib.sites.profiles import STAGED_BUNDLE
+
+        print(f"The class uses it with: export WORKSHOP_SHARED_ROOT={stage}\n"
+              f'  then: git clone "$WORKSHOP_SHARED_ROOT/{STAGED_BUNDLE}" workshop && cd workshop && '
+              f"./workshop-setup {args.site}")
     elif profile.python.conda_root and profile.python.conda_environment:
         # The wrapper ran the environment's `workshop` by its path: say how to have it on PATH from now on.
         print("The workshop's commands, in each new shell:\n"
               f'  source "{profile.python.conda_root}/etc/profile.d/conda.sh"\n'
               f"  conda activate {profile.python.conda_environment}")
     return 0
+
+
+def _refuse_a_reservation_not_started(profile) -> None:
+    """Staging runs before the day: its jobs (the environment build, the imports) would wait for the day's
+    reservation to start."""
+    from workshop_lib.sites.requirements import SetupError
+    from workshop_lib.sites.reservation import find_reservation, start_if_not_started
+
+    found = find_reservation(profile)
+    start = start_if_not_started(found.name) if found else None
+    if start:
+        raise SetupError(f"--stage with the reservation {found.name} (set by {found.origin}), which starts at {start}: "
+                         "the staging's jobs would wait until then. Stage before the day without it: unset "
+                         "WORKSHOP_RESERVATION (or clear scheduler.reservation in the profile) and run this again")
 
 
 def _stage_folder(folder: str) -> str:

@@ -17,7 +17,8 @@ from workshop_lib.scripts.commands import (
 )
 from workshop_lib.scripts.directives import Directive, site_directives, directives
 from workshop_lib.sites.nemo_checkpoint import (
-    COMPLETE_FILES, INCOMPLETE_EXIT, PARTIAL_SUFFIX, checkpoint_shell_path, complete_test,
+    BUSY_EXIT, COMPLETE_FILES, INCOMPLETE_EXIT, LOCK_SUFFIX, PARTIAL_SUFFIX, checkpoint_shell_path, complete_test,
+    lock_owner_function,
 )
 from workshop_lib.sites.profiles import Profile, load_profile
 from workshop_lib.sites.requirements import (
@@ -130,7 +131,8 @@ def render_import_script(model: str, profile: Profile | str | None = None) -> st
         "container": container_prefix(profile),
         "checkpoint": {"path": checkpoint_shell_path(profile.nemo.hub_ids[model]), "partial_suffix": PARTIAL_SUFFIX,
                        "files": COMPLETE_FILES, "test": complete_test('"$1"'), "incomplete_exit": INCOMPLETE_EXIT,
-                       "rerun": setup_command(profile, only=import_step(model))},
+                       "rerun": setup_command(profile, only=import_step(model)), "lock_suffix": LOCK_SUFFIX,
+                       "running_owner": lock_owner_function(), "busy_exit": BUSY_EXIT},
         "q": shlex.quote,
         "dq": double_quoted,
     }

@@ -16,11 +16,13 @@ from pathlib import Path
 import yaml
 
 from workshop_lib.experiments import Experiment
-from workshop_lib.core.paths import SLURM_DIR
+from workshop_lib.core.errors import WorkshopError
+from workshop_lib.core.paths import SLURM_DIR, repository_root
 # The schema is a leaf below this module (it owns ProfileError; profiles re-exports it for callers).
 from workshop_lib.sites.schema import ABSOLUTE_SHELL_PATH, ProfileError, build
 
-PROFILES_DIR = SLURM_DIR / "profiles"
+PROFILES_DIR = SLURM_DIR / "profiles"  # the profiles shipped with this library
+PROFILES_FOLDER = "slurm/profiles"  # where a workshop folder keeps its profiles
 DEFAULT_PROFILE_VARIABLE = "WORKSHOP_PROFILE"
 
 
@@ -186,8 +188,28 @@ class Profile:
                                "(e.g. --profile ibex)")
 
 
+def profile_folders() -> list[Path]:
+    """Where a profile name is looked up: the workshop folder in use first (a participant's own clone, where a
+    copied profile lives), then this library's own folder. With a class's staged environment the library is
+    the staged, read-only copy, which never holds a participant's profile."""
+    folders = []
+    try:
+        folders.append(repository_root() / PROFILES_FOLDER)
+    except WorkshopError:  # outside any workshop folder: the library's profiles only
+        pass
+    if not folders or folders[0].resolve() != PROFILES_DIR.resolve():
+        folders.append(PROFILES_DIR)
+    return folders
+
+
+def named_profile_file(name: str) -> Path:
+    """The file of a profile name: the first of profile_folders() that has it (the last if none has)."""
+    candidates = [folder / f"{name}.yml" for folder in profile_folders()]
+    return next((path for path in candidates if path.is_file()), candidates[-1])
+
+
 def available_profiles() -> list[str]:
-    return sorted(path.stem for path in PROFILES_DIR.glob("*.yml"))
+    return sorted({path.stem for folder in profile_folders() for path in folder.glob("*.yml")})
 
 
 def default_profile_name() -> str:
@@ -196,15 +218,18 @@ def default_profile_name() -> str:
 
 
 def load_profile(name_or_path: str | Path | None = None) -> Profile:
-    """A profile by name (a file in slurm/profiles/) or by path to a YAML file."""
+    """A profile by name (a file in slurm/profiles/ of your workshop folder, or of the library's) or by path to a
+    YAML file."""
     if isinstance(name_or_path, Profile):
         return name_or_path
     chosen = str(name_or_path or default_profile_name())
     path = Path(chosen)
-    if not (chosen.endswith((".yml", ".yaml")) or path.is_file()):
-        path = PROFILES_DIR / f"{chosen}.yml"
+    named = not (chosen.endswith((".yml", ".yaml")) or path.is_file())
+    if named:
+        path = named_profile_file(chosen)
     if not path.is_file():
-        raise ProfileError(f"unknown profile {chosen!r}: no file {path}. Known profiles: "
+        missing = f"{path.name} in {' or '.join(map(str, profile_folders()))}" if named else f"file {path}"
+        raise ProfileError(f"unknown profile {chosen!r}: no {missing}. Known profiles: "
                            f"{', '.join(available_profiles())}; or pass the path of a YAML file")
     try:
         data = yaml.safe_load(path.read_text()) or {}
@@ -234,6 +259,7 @@ STAGED_CACHE = "cache"
 STAGED_MINIFORGE = "miniforge3"
 STAGED_IMAGES = "images"
 STAGED_CHECKOUT = "workshop"  # the copy of the workshop the staged environment is installed from
+STAGED_BUNDLE = "workshop.bundle"  # its commit as a git bundle: participants clone it, no public URL needed
 STAGED_SQUAD = "data/squad"  # SQuAD as JSON lines: read in place, no dataset cache written next to it
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.experiments import Experiment
 from workshop_lib.core.vocabulary import NEMO
-from workshop_lib.sites.profiles import Profile, STAGED_CACHE, STAGED_SQUAD
+from workshop_lib.sites.profiles import Profile, STAGED_CACHE, STAGED_CHECKOUT, STAGED_SQUAD
 
 SETUP_COMMAND = "workshop setup ibex"
 MISSING_SETUP_EXIT = 45  # a job whose setup step was skipped exits with this status
@@ -82,6 +82,11 @@ def marker(profile: Profile, step: str) -> str:
 def is_staged_step(step: str) -> bool:
     """Steps whose product a staged folder holds for the whole class (the rest stay per participant)."""
     return step in {"miniforge", "environment", "hub-download", "nemo-image"} or step.startswith("nemo-import-")
+
+
+def is_staged_copy(folder: Path) -> bool:
+    """Whether a workshop folder is the copy inside a published staged folder (the class's shared code)."""
+    return folder.name == STAGED_CHECKOUT and (folder.parent / MANIFEST).is_file()
 
 
 def state_dir(profile: Profile) -> str:
@@ -199,9 +204,10 @@ def setup_command(profile: Profile, only: str | None = None) -> str:
 
 
 def profile_argument(profile: Profile) -> str:
-    from workshop_lib.sites.profiles import PROFILES_DIR
+    """How a command line names this profile: by name where the name finds this very file, else by its path."""
+    from workshop_lib.sites.profiles import named_profile_file
 
-    if profile.source and profile.source.resolve().parent != PROFILES_DIR.resolve():
+    if profile.source and named_profile_file(profile.name).resolve() != profile.source.resolve():
         return str(profile.source)
     return profile.name
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 from typing import NamedTuple
 
 from workshop_lib.core.errors import WorkshopError
@@ -58,6 +59,20 @@ def describe_reservation(profile: Profile, environ: dict | None = None) -> str:
     """One line for people: which reservation jobs will carry and where that name was set."""
     found = find_reservation(profile, environ)
     if found is None:
-        return (f"jobs carry no reservation (on the workshop day: export {RESERVATION_VARIABLE}=NAME, "
-                f"NAME from `{LIST_COMMAND}`)")
+        return (f"jobs carry no reservation (on the workshop day: export {RESERVATION_VARIABLE}=NAME with the "
+                f"name the instructor announced; `{LIST_COMMAND} NAME` shows it)")
     return f"jobs carry --reservation={found.name} (set by {found.origin})"
+
+
+def start_if_not_started(name: str) -> str | None:
+    """The StartTime of reservation NAME when SLURM holds it and it has not started yet; else None (it has started,
+    SLURM does not know the name, or there is no SLURM to ask: jobs then meet what SLURM says)."""
+    try:
+        shown = subprocess.run(["scontrol", "--oneliner", "show", "reservation", name], capture_output=True,
+                               text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    fields = dict(word.split("=", 1) for word in shown.stdout.split() if "=" in word)
+    if shown.returncode != 0 or fields.get("State") != "INACTIVE":
+        return None
+    return fields.get("StartTime", "a later time")

@@ -18,8 +18,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from workshop_lib.core.paths import SOURCE_ROOT
-from workshop_lib.sites.nemo_checkpoint import COMPLETE_FILES, checkpoint_shell_path, complete_test
-from workshop_lib.sites.profiles import Profile, STAGED_CACHE, STAGED_CHECKOUT, STAGED_SQUAD, staged_profile
+from workshop_lib.sites.nemo_checkpoint import (
+    COMPLETE_FILES, LOCK_SUFFIX, checkpoint_shell_path, complete_test, lock_owner_function,
+)
+from workshop_lib.sites.profiles import (
+    Profile, STAGED_BUNDLE, STAGED_CACHE, STAGED_CHECKOUT, STAGED_SQUAD, staged_profile,
+)
 from workshop_lib.sites.requirements import (
     CACHE_VARIABLES, MANIFEST, SetupError, marker_test, profile_argument, state_dir, hub_models, import_step,
     is_staged_step, marker, shared_exports,
@@ -134,7 +138,17 @@ def _checkout_copy_step() -> Step:
                  '| (cd "$SOURCE" && tar --null -T - -cf -) | tar -xf - -C "$CHECKOUT.partial"; '
                  'else tar -C "$SOURCE" --exclude=./runs --exclude=./.venv --exclude=./_build --exclude=./.state '
                  '-cf - . | tar -xf - -C "$CHECKOUT.partial"; fi',
-                 'rm -rf "$CHECKOUT" && mv "$CHECKOUT.partial" "$CHECKOUT"'),
+                 'rm -rf "$CHECKOUT" && mv "$CHECKOUT.partial" "$CHECKOUT"',
+                 # Participants clone the class's commit from the folder itself (`git clone DIR/workshop.bundle`):
+                 # a bundle is a plain file, and git refuses to clone a repository another user owns.
+                 f'rm -f "$STAGE/{STAGED_BUNDLE}"',
+                 'if git -C "$SOURCE" rev-parse --is-inside-work-tree >/dev/null 2>&1; then '
+                 f'git -C "$SOURCE" bundle create "$STAGE/{STAGED_BUNDLE}.partial" HEAD '
+                 f'&& mv "$STAGE/{STAGED_BUNDLE}.partial" "$STAGE/{STAGED_BUNDLE}"; '
+                 'if [ -n "$(git -C "$SOURCE" status --porcelain --untracked-files=no)" ]; then '
+                 f'echo "  note: {STAGED_BUNDLE} holds the last commit; the staged copy also has your uncommitted '
+                 'changes, which participants\x27 clones will lack: commit, then run this step again"; fi; '
+                 f'else echo "  note: $SOURCE is not a git checkout, so there is no {STAGED_BUNDLE} to clone"; fi'),
                 marker_test("workshop-copy"), produces=(f"{STAGED_CHECKOUT}",))
 
 
@@ -146,9 +160,10 @@ def _publish_step(profile: Profile, staged: list[str]) -> Step:
     if profile.offline and profile.training.data == "squad":
         commands.append(f'{python_bin} -m workshop_lib.site_check export-squad "$STAGE/{STAGED_SQUAD}"')
     commands += [
-        # The commit the class's copy was taken from: a participant's clone can be compared with it.
+        # The commit the class's copy was taken from, as its bundle holds it: participants clone that commit.
         f'{python_bin} -m workshop_lib.site_check manifest "$STAGE" '
-        '--commit "$(git -C "$SOURCE" rev-parse HEAD 2>/dev/null || echo unknown)" '
+        f'--commit "$(git bundle list-heads "$STAGE/{STAGED_BUNDLE}" 2>/dev/null | cut -d " " -f 1 | grep . '
+        '|| echo unknown)" '
         + " ".join(f"--step {name}" for name in staged),
         # Everyone reads, nobody but the instructor writes (participants' jobs never write here).
         'chmod -R a+rX,go-w "$STAGE"',
@@ -259,18 +274,26 @@ def _nemo_steps(profile: Profile, staging: bool = False) -> list[Step]:
     for model in nemo.hub_ids:
         step = import_step(model)
         checkpoint = checkpoint_shell_path(nemo.hub_ids[model])
+        running = "".join([shlex.quote(f"An import of {nemo.hub_ids[model]} is running as job "), '"$owner"',
+                           shlex.quote(" (its log: "), '"$PWD/slurm-$owner.out"',
+                           shlex.quote("). Leave it running; once it has ended (squeue -j "), '"$owner"',
+                           shlex.quote(" shows nothing), run the setup again: it resumes at this step.")])
         missing = (shlex.quote("The import job ended without a complete checkpoint in ") + '"$CHECKPOINT"'
                    + shlex.quote(f" (it needs {', '.join(COMPLETE_FILES)}); the job's log is slurm-*.out in ") + '"$PWD"')
         steps.append(Step(
             step, f"convert {nemo.hub_ids[model]} to NeMo's format (`nemo llm import`, a batch job; waits for it)",
             ('mkdir -p "$SETUP_STATE"/' + shlex.quote(step),
              'cd "$SETUP_STATE"/' + shlex.quote(step),
+             f"CHECKPOINT={checkpoint}",
+             # The job refuses to start beside a running import too (its lock); this says so before submitting.
+             f'LOCK="$CHECKPOINT{LOCK_SUFFIX}"',
+             lock_owner_function(),
+             f'owner=$(running_owner); if [ -n "$owner" ]; then echo {running} >&2; exit 1; fi',
              f"{workshop} render --import-model {shlex.quote(model)} --profile {shlex.quote(profile_argument(profile))} "
              + ('--stage "$STAGE" ' if staging else "") + "-o job.sbatch",
              # --wait: sbatch returns when the job ends, with the job's exit status.
              "sbatch --wait job.sbatch",
              # Checked again on this side: the step is done only once the complete checkpoint is in place.
-             f"CHECKPOINT={checkpoint}",
              f'{complete_test(chr(34) + "$CHECKPOINT" + chr(34))} || {{ echo {missing} >&2; exit 1; }}'),
             f"{marker_test(step)} && {complete_test(checkpoint)}", produces=(marker(profile, step),)))
     return steps

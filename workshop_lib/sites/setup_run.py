@@ -51,7 +51,7 @@ def describe(plan: Plan, steps: list[Step]) -> str:
         lines.append(f"[{number}/{len(steps)}] {step.name}: {step.title} ({state})")
         if step.requires_environment:
             lines.append(f"    needs: {', '.join('$' + name for name in step.requires_environment)} set in this shell")
-        lines += [f"    {command}" for command in step.commands]
+        lines += ["    " + command.replace("\n", "\n    ") for command in step.commands]
         lines.append(f"    then: {_marker_note(step)}")
     return "\n".join(lines)
 
