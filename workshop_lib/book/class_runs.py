@@ -16,7 +16,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from workshop_lib.book.html import as_html, display, escape, message, scrollable, table_html
+from workshop_lib.book.html import as_html, display, message, scrollable, table_html
 from workshop_lib.book.selection import Selection, select
 from workshop_lib.book.your_runs import (
     for_profile, profile_title, resolve_runs_dir, results_frame, submitting_enabled,
@@ -25,9 +25,10 @@ from workshop_lib.book.tables import Table, tables_from_results
 from workshop_lib.core.vocabulary import DEFAULT_RECIPE
 from workshop_lib.experiments import Experiment
 from workshop_lib.results import record_of
-from workshop_lib.results.class_pool import Pool, PooledRun, publish, published_rows, read_pool
+from workshop_lib.results.class_pool import Pool, PooledRun, PoolError, publish, published_rows, read_pool
 from workshop_lib.results.read import MISSING, RunResult
 from workshop_lib.sites.class_folder import CLASS_DIR_VARIABLE, class_folder_of
+from workshop_lib.sites.profiles import ProfileError
 
 SHOWN_PROBLEMS = 20  # lines about skipped files; the rest are counted
 
@@ -83,18 +84,32 @@ def show_class_results(selection: Selection, runs_dir: Path | str | None = None,
     """Publish your completed runs (unless $WORKSHOP_SUBMIT=0 or ``publish_mine=False``) and show the chapter's
     tables filled by the whole class (those of part ``keys``, or all); one note and nothing else where the class
     has no folder."""
-    found = class_folder_of(selection.profile)
+    try:
+        found = class_folder_of(selection.profile)
+    except ProfileError as error:
+        message(f"The class's runs cannot be shown: {error}", "warning")
+        return []
     if found is None:
         message(f"The class's runs: no class folder is set here, so there is nothing to pool. On the workshop day "
                 f"the instructor's staged folder holds one (or export {CLASS_DIR_VARIABLE}=FOLDER); this cell then "
                 "publishes your completed runs and shows the tables filled by everyone.", "note")
         return []
     folder = found.path
+    # A class folder that is missing or unsafe, or a folder squatted under your name, is the class's problem to
+    # fix, not a reason to stop the chapter: the message says who fixes it and how, and the chapter goes on.
     if publish_mine and submitting_enabled():
-        path, count = publish_own(selection, folder, runs_dir)
-        message(f"Published {count} completed run(s) of yours to the class folder ({path.parent.name}/{path.name}).")
+        try:
+            path, count = publish_own(selection, folder, runs_dir)
+            message(f"Published {count} completed run(s) of yours to the class folder "
+                    f"({path.parent.name}/{path.name}).")
+        except PoolError as error:
+            message(f"Your runs were not published: {error}", "warning")
     chapter = whole_chapter(selection)
-    pool = read_pool(folder, selection.chapter, selection.profile.name, chapter.runnable)
+    try:
+        pool = read_pool(folder, selection.chapter, selection.profile.name, chapter.runnable)
+    except PoolError as error:
+        message(f"The class's runs cannot be shown: {error}", "warning")
+        return []
     _show_problems(pool)
     pooled = class_results(pool, chapter.runnable)
     if not pool.runs:

@@ -201,7 +201,13 @@ def read_pool(folder: Path, chapter: int, profile_name: str, experiments: Sequen
     # A folder without the sticky bit may have had files replaced by others: read, validated, but say so.
     problems: list[str] = [problem] if problem else []
     users: list[str] = []
-    for entry in sorted(os.scandir(folder), key=lambda item: item.name):
+    try:
+        entries = sorted(os.scandir(folder), key=lambda item: item.name)
+    except PermissionError:
+        raise PoolError(f"you ({current_user()}) may not read the class folder {folder}: you are not in its group "
+                        f"({_group_name(folder.stat().st_gid)}); ask the instructor to add you, then log in again"
+                        ) from None
+    for entry in entries:
         if entry.name.startswith("."):
             continue
         shown = _printable(entry.name)
