@@ -247,7 +247,7 @@ nb.show_results(selection, ["mixtral"], runs_dir)
 # `workshop class publish --chapter 1` and `workshop class pool --chapter 1`.
 
 # %% tags=["hide-input"]
-nb.show_class_results(selection, runs_dir)
+nb.show_class_results(selection, runs_dir);
 
 # %% [markdown]
 # ## Questions

@@ -237,7 +237,7 @@ nb.show_results(selection, ["mixtral"], runs_dir, missing="needs 2 nodes of 8 GP
 # `workshop class publish --chapter 2` and `workshop class pool --chapter 2`.
 
 # %% tags=["hide-input"]
-nb.show_class_results(selection, runs_dir)
+nb.show_class_results(selection, runs_dir);
 
 # %% [markdown]
 # ## Questions

@@ -386,7 +386,7 @@ nb.show_recipe_benchmark();
 # `workshop class publish --chapter 3` and `workshop class pool --chapter 3`.
 
 # %% tags=["hide-input"]
-nb.show_class_results(selection, runs_dir)
+nb.show_class_results(selection, runs_dir);
 
 # %% [markdown]
 # ## Questions

@@ -292,7 +292,7 @@ nb.show_results(selection, ["prediction"], runs_dir, plots=False)
 # `workshop class publish --chapter 4` and `workshop class pool --chapter 4`.
 
 # %% tags=["hide-input"]
-nb.show_class_results(selection, runs_dir)
+nb.show_class_results(selection, runs_dir);
 
 # %% [markdown]
 # ## Questions

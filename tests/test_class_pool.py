@@ -213,6 +213,20 @@ def test_the_class_row_is_the_median_run_and_says_who_ran_what():
     assert pooled.results.set_index("id").loc["lora/llama/2-gpus"]["state"] == "MISSING"
 
 
+def test_the_chapter_cell_publishes_your_runs_and_shows_the_class_table(class_folder, tmp_path, capsys):
+    from workshop_lib.book import chapter as nb
+
+    runs = tmp_path / "runs"
+    completed_run(runs, "lora/llama/2-gpus")
+    # The participant chose one experiment; the class table is the whole chapter's.
+    tables = nb.show_class_results(nb.select(CHAPTER, TINY, ["lora/llama/1-gpu"]), runs)
+    out = capsys.readouterr().out
+    assert "Published 1 completed run(s)" in out and own_file(class_folder).is_file()
+    assert "the class's runs (tiny)" in out and "1 participant(s)" in out and "Who ran what" in out
+    llama = tables[0].frame.to_dict("records")
+    assert [row["Total job time (HH:MM:SS)"] for row in llama[:2]] == ["MISSING", "00:01:40"]
+
+
 def test_a_chapter_without_a_class_folder_shows_one_note_and_publishes_nothing(monkeypatch, tmp_path, capsys):
     from workshop_lib.book import chapter as nb
 
