@@ -99,8 +99,12 @@ def prepare_class_folder(folder: Path | str, group: str | None = None) -> Path:
     info = folder.lstat()
     if not stat.S_ISDIR(info.st_mode):
         raise PoolError(f"{folder} is not a folder: give a folder path for the class folder")
-    os.chown(folder, -1, gid)
-    os.chmod(folder, CLASS_FOLDER_MODE)
+    try:
+        os.chown(folder, -1, gid)
+        os.chmod(folder, CLASS_FOLDER_MODE)
+    except PermissionError:
+        raise PoolError(f"you ({current_user()}) may not give {folder} to group {group!r} or change its mode: make "
+                        "the class folder as its owner, in a group you belong to (`id` lists yours)") from None
     return folder
 
 
@@ -289,7 +293,7 @@ def _document_problem(document, owner: str, chapter: int, profile_name: str,
     if type(document["format"]) is not int or document["format"] != FORMAT:
         return f"is format {_printable(repr(document['format']))[:20]}, not {FORMAT} (published by another version)"
     if document["user"] != owner:
-        return f"claims to be {_printable(repr(document['user']))[:40]}'s, but its folder belongs to {owner}"
+        return f"claims to be by {_printable(repr(document['user']))[:40]}, but its folder belongs to {owner}"
     if type(document["chapter"]) is not int or document["chapter"] != chapter:
         return f"says chapter {_printable(repr(document['chapter']))[:20]}, not {chapter}"
     if document["profile"] != profile_name:

@@ -25,8 +25,8 @@ WORD = re.compile(r"[A-Za-z0-9_.:/+-]{1,100}")  # names, states, precisions, job
 LARGEST = 1e15  # no measurement of a workshop run comes near this; a larger one is made up
 MAX_SETTINGS = 64
 MAX_EPOCHS = 1000
-# Engine settings the book reads as whole numbers (int(value)): anything else there would stop a table.
-WHOLE_NUMBER_SETTINGS = ("max_steps", "samples_per_gpu", "samples_total", "fsdp_shard_group", "per_device_batch",
+# Engine settings the book turns into whole numbers (int(value)): a word there would stop a table.
+NUMBER_SETTINGS = ("max_steps", "samples_per_gpu", "samples_total", "fsdp_shard_group", "per_device_batch",
                          "grad_accum", "epochs", "max_length", "zero_stage", "layers", "hidden", "heads", "ffn",
                          "vocab", "seq_len")
 
@@ -48,12 +48,15 @@ ROW_KEYS = ("id", "hash", *PUBLISHED)
 
 
 def _number_problem(value, whole: bool = False) -> str | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (whole and not isinstance(value, int)):
+    """Why `value` is not a measurement: a finite number from 0 to LARGEST (whole: 49 or 49.0, not 49.5)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         return f"{_shown(value)} is not a {'whole number' if whole else 'number'}"
     if not math.isfinite(value):
         return f"{_shown(value)} is not a finite number"
     if not 0 <= value <= LARGEST:
         return f"{_shown(value)} is outside 0 to {LARGEST:g}"
+    if whole and not float(value).is_integer():
+        return f"{_shown(value)} is not a whole number"
     return None
 
 
@@ -64,15 +67,13 @@ def _word_problem(value) -> str | None:
 
 
 def setting_problem(key, value) -> str | None:
-    """Why one engine setting may not be pooled, or None: plain names only, scalar values, whole numbers where
-    the book reads them as such."""
+    """Why one engine setting may not be pooled, or None: plain names, scalar values, numbers where the book
+    reads a number."""
     if not isinstance(key, str) or not WORD.fullmatch(key):
         return f"setting name {_shown(key)} is not a plain name"
     if value is None or isinstance(value, bool):
         return None
-    if key in WHOLE_NUMBER_SETTINGS:
-        return _number_problem(value, whole=True)
-    if isinstance(value, str):
+    if isinstance(value, str) and key not in NUMBER_SETTINGS:
         return _word_problem(value)
     return _number_problem(value)
 
@@ -144,6 +145,9 @@ def publishable_row(experiment: Experiment, result: RunResult) -> dict:
 def result_of(row: dict) -> RunResult:
     """A checked row (`row_problem` said None) as the RunResult the tables read."""
     values = {name: row.get(name) for name in PUBLISHED if row.get(name) is not None}
+    for name in values:
+        if PUBLISHED[name] == "count":
+            values[name] = int(values[name])  # 49.0 from a tool that widened the column
     if "eval_loss_by_epoch" in values:
         values["eval_loss_by_epoch"] = {int(epoch): loss for epoch, loss in values["eval_loss_by_epoch"].items()}
     return RunResult(experiment_id=row["id"], **values)
