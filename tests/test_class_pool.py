@@ -255,6 +255,12 @@ def test_the_chapter_cell_publishes_your_runs_and_shows_the_class_table(class_fo
     assert "the class's runs (tiny)" in out and "1 participant(s)" in out and "Who ran what" in out
     llama = tables[0].frame.to_dict("records")
     assert [row["Total job time (HH:MM:SS)"] for row in llama[:2]] == ["MISSING", "00:01:40"]
+    # Published and read back, the runs fill the very tables they fill at home: nothing lost on the way.
+    from workshop_lib.book.your_runs import for_profile, selection_tables
+
+    whole = whole_chapter(nb.select(CHAPTER, TINY))
+    at_home = [for_profile(table, whole.profile) for table in selection_tables(whole, runs)]
+    assert [table.frame.to_json() for table in tables] == [table.frame.to_json() for table in at_home]
 
 
 def test_a_chapter_without_a_class_folder_shows_one_note_and_publishes_nothing(monkeypatch, tmp_path, capsys):
