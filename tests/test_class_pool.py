@@ -108,12 +108,19 @@ def test_publish_writes_only_completed_rows_of_this_profile_with_the_pools_modes
     assert "1 run(s) from 1 participant(s)" in printed.err
 
 
+def test_with_no_completed_run_nothing_is_published(class_folder, tmp_path, capsys):
+    assert main(["class", "publish", "--chapter", "1", "--profile", TINY, "--runs-dir", str(tmp_path / "none")]) == 0
+    assert "nothing published: no completed run of chapter 1 on profile tiny" in capsys.readouterr().err
+    assert not any(class_folder.iterdir())
+
+
 def test_publish_refuses_a_class_folder_others_could_tamper_with(tmp_path, monkeypatch, capsys):
     folder = tmp_path / "class"
     folder.mkdir(mode=0o770)
     folder.chmod(0o770)
     monkeypatch.setenv(CLASS_DIR_VARIABLE, str(folder))
-    assert main(["class", "publish", "--chapter", "1", "--profile", TINY, "--runs-dir", str(tmp_path)]) == 2
+    completed_run(tmp_path / "runs", "lora/llama/1-gpu")
+    assert main(["class", "publish", "--chapter", "1", "--profile", TINY, "--runs-dir", str(tmp_path / "runs")]) == 2
     error = capsys.readouterr().err
     assert "without the sticky bit, setgid bit" in error and "workshop class init" in error
     monkeypatch.setenv(CLASS_DIR_VARIABLE, str(tmp_path / "nowhere"))

@@ -72,10 +72,13 @@ def class_results(pool: Pool, experiments: Sequence[Experiment]) -> ClassResults
     return ClassResults(results_frame(records, experiments), pd.DataFrame(who), pool)
 
 
-def publish_own(selection: Selection, folder: Path, runs_dir: Path | str | None = None) -> tuple[Path, int]:
-    """Publish this participant's completed runs of the whole chapter on this profile: (file, rows)."""
+def publish_own(selection: Selection, folder: Path, runs_dir: Path | str | None = None) -> tuple[Path | None, int]:
+    """Publish this participant's completed runs of the whole chapter on this profile: (file, rows). With none
+    completed nothing is written (None, 0), so an earlier publication stays as it was."""
     chapter = whole_chapter(selection)
     rows = published_rows(chapter.runnable, selection.profile, resolve_runs_dir(runs_dir))
+    if not rows:
+        return None, 0
     return publish(folder, selection.chapter, selection.profile.name, rows), len(rows)
 
 
@@ -100,8 +103,9 @@ def show_class_results(selection: Selection, runs_dir: Path | str | None = None,
     if publish_mine and submitting_enabled():
         try:
             path, count = publish_own(selection, folder, runs_dir)
-            message(f"Published {count} completed run(s) of yours to the class folder "
-                    f"({path.parent.name}/{path.name}).")
+            if path is not None:
+                message(f"Published {count} completed run(s) of yours to the class folder "
+                        f"({path.parent.name}/{path.name}).")
         except PoolError as error:
             message(f"Your runs were not published: {error}", "warning")
     chapter = whole_chapter(selection)
@@ -117,8 +121,9 @@ def show_class_results(selection: Selection, runs_dir: Path | str | None = None,
                 f"chapter {selection.chapter} to {folder} yet.", "note")
         return []
     profile = selection.profile
-    caption = (f"The class's runs — {len(pool.users)} participant(s), {profile_title(profile)}. Where several ran "
-               "an experiment, its row is the run with the median total job time.")
+    participants = len({run.user for run in pool.runs})
+    caption = (f"The class's runs — {participants} participant(s), {profile_title(profile)}. Where several ran an "
+               "experiment, its row is the run with the median total job time.")
     tables = [for_profile(table, profile) for table in tables_from_results(selection.chapter, pooled.results)
               if not table.frame.empty and len(table.frame.columns) > 1 and (keys is None or table.key in keys)]
     for table in tables:

@@ -84,10 +84,12 @@ def run_publish(args: argparse.Namespace) -> int:
 
     profile, found = _folder(args.profile)
     path, count = publish_own(select(args.chapter, profile), found.path, args.runs_dir)
+    if path is None:
+        print(f"workshop class publish: nothing published: no completed run of chapter {args.chapter} on profile "
+              f"{profile.name} in your runs folder yet; run the chapter first (or give --runs-dir, --profile)",
+              file=sys.stderr)
+        return 0
     print(f"published {count} completed run(s) of chapter {args.chapter} on profile {profile.name} to {path}")
-    if count == 0:
-        print(f"workshop class publish: note: no completed run of chapter {args.chapter} on profile {profile.name} "
-              "in your runs folder yet: run the chapter first (or give --runs-dir, --profile)", file=sys.stderr)
     return 0
 
 
@@ -107,6 +109,6 @@ def run_pool(args: argparse.Namespace) -> int:
     tables = [for_profile(table, profile) for table in tables_from_results(args.chapter, pooled.results)
               if not table.frame.empty and len(table.frame.columns) > 1]
     print(render_tables(tables, args.format))
-    print(f"workshop class pool: {len(pool.runs)} run(s) from {len(pool.users)} participant(s) in {found.path}",
-          file=sys.stderr)
+    print(f"workshop class pool: {len(pool.runs)} run(s) from {len({run.user for run in pool.runs})} participant(s) "
+          f"in {found.path}", file=sys.stderr)
     return 0
