@@ -28,7 +28,8 @@ from workshop_lib.book.selection import select
 from workshop_lib.cli import main
 from workshop_lib.experiments import get_experiment
 from workshop_lib.results.class_pool import (
-    CLASS_FOLDER_MODE, FILE_MODE, MAX_FILE_BYTES, USER_FOLDER_MODE, current_user, prepare_class_folder, read_pool,
+    CLASS_FOLDER_MODE, FILE_MODE, MAX_FILE_BYTES, USER_FOLDER_MODE, PoolError, current_user, prepare_class_folder,
+    publish, read_pool,
 )
 from workshop_lib.runs import RunRecord
 from workshop_lib.sites.class_folder import CLASS_DIR_VARIABLE, class_folder_of
@@ -232,6 +233,8 @@ def test_links_pipes_and_folders_in_the_wrong_place_are_skipped(class_folder, tm
     (class_folder / "not-a-user-here").mkdir()  # named after someone else than its owner
     problems = read_pool(class_folder, CHAPTER, TINY, experiments()).problems
     assert any(line.startswith(f"{current_user()}: is not a folder") for line in problems), problems
+    with pytest.raises(PoolError, match=r"is a link, not a folder, so readers would skip it: remove it"):
+        publish(class_folder, CHAPTER, TINY, [])
     assert any(line.startswith(f"not-a-user-here/: is owned by {current_user()}") for line in problems), problems
 
 

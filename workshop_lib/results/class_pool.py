@@ -109,14 +109,12 @@ def prepare_class_folder(folder: Path | str, group: str | None = None) -> Path:
 
 
 def class_folder_problem(folder: Path) -> str | None:
-    """Why participants could not share `folder` safely, or None: it must be a folder (not a link) with the
-    sticky and setgid bits and a group that may write in it."""
+    """Why participants could not share `folder` safely, or None: it must be a folder with the sticky and setgid
+    bits and a group that may write in it. (Its place is the instructor's to choose: a link to it is followed.)"""
     try:
-        info = folder.lstat()
+        info = folder.stat()
     except FileNotFoundError:
         return f"the class folder {folder} does not exist: {INIT_HINT}"
-    if stat.S_ISLNK(info.st_mode):
-        return f"the class folder {folder} is a link: name the folder itself ({os.path.realpath(folder)})"
     if not stat.S_ISDIR(info.st_mode):
         return f"the class folder {folder} is not a folder: {INIT_HINT}"
     mode = stat.S_IMODE(info.st_mode)
@@ -164,6 +162,9 @@ def publish(folder: Path, chapter: int, profile_name: str, rows: Sequence[dict])
                         f"({_group_name(folder.stat().st_gid)}); ask the instructor to add you, then log in again"
                         ) from None
     info = own.lstat()
+    if stat.S_ISLNK(info.st_mode) and info.st_uid == os.geteuid():
+        raise PoolError(f"{own} is a link, not a folder, so readers would skip it: remove it (`rm {own}`) and "
+                        "publish again")
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
         owner = _user_name(info.st_uid)
         raise PoolError(f"{own} belongs to {owner}, not to you ({user}), so you cannot publish there: ask the "
