@@ -15,7 +15,9 @@ import json
 import os
 import pickle
 import pwd
+import select as select_module
 import shutil
+import signal
 import stat
 import subprocess
 import tempfile
@@ -38,6 +40,7 @@ from workshop_lib.sites.profiles import ProfileError, SHARED_ROOT_VARIABLE, load
 SAMPLES = Path(__file__).parent / "samples"
 CHAPTER = 1
 TINY = "tiny"
+CHILD_TIMEOUT_S = 60
 
 
 def completed_run(runs: Path, experiment_id: str, total: str = "00:01:40", profile: str = TINY) -> Path:
@@ -291,7 +294,7 @@ def as_user(user: str, function, *args):
     entry = pwd.getpwnam(user)
     reader, writer = os.pipe()
     pid = os.fork()
-    if pid == 0:  # the child: drop to the user, run, send the outcome back, never return into pytest
+    if pid == 0:  # the child: drop to the user, run, send the outcome back, and never return into pytest
         try:
             os.close(reader)
             os.setgroups(os.getgrouplist(user, entry.pw_gid))
@@ -302,16 +305,25 @@ def as_user(user: str, function, *args):
                 outcome = ("returned", function(*args))
             except Exception as error:  # noqa: BLE001 - the parent asserts on it
                 outcome = ("raised", type(error).__name__, str(error))
-            data = pickle.dumps(outcome)
-        except BaseException as error:  # noqa: BLE001
-            data = pickle.dumps(("raised", type(error).__name__, f"in the child: {error}"))
-        with os.fdopen(writer, "wb") as handle:
-            handle.write(data)
-        os._exit(0)
+            with os.fdopen(writer, "wb") as handle:
+                handle.write(pickle.dumps(outcome))
+        finally:
+            os._exit(0)
     os.close(writer)
+    data = b""
     with os.fdopen(reader, "rb") as handle:
-        data = handle.read()
+        while True:  # until the child closes its end, or a minute: a child stuck at a lock fails the test, not CI
+            ready, _, _ = select_module.select([handle], [], [], CHILD_TIMEOUT_S)
+            if not ready:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                raise AssertionError(f"the process acting as {user} gave no answer in {CHILD_TIMEOUT_S} s")
+            chunk = os.read(handle.fileno(), 1 << 16)
+            if not chunk:
+                break
+            data += chunk
     os.waitpid(pid, 0)
+    assert data, f"the process acting as {user} ended without an answer (could it become {user}?)"
     outcome = pickle.loads(data)
     return outcome[1] if outcome[0] == "returned" else outcome
 
