@@ -23,7 +23,7 @@ from workshop_lib.book.your_runs import (
 )
 from workshop_lib.book.tables import Table, tables_from_results
 from workshop_lib.core.vocabulary import DEFAULT_RECIPE
-from workshop_lib.experiments import Experiment
+from workshop_lib.experiments import Experiment, chapter_experiments
 from workshop_lib.results import record_of
 from workshop_lib.results.class_pool import Pool, PooledRun, PoolError, publish, published_rows, read_pool
 from workshop_lib.results.read import MISSING, RunResult
@@ -43,10 +43,11 @@ class ClassResults:
 
 
 def whole_chapter(selection: Selection) -> Selection:
-    """The chapter's every experiment on the selection's profile and recipe: the class fills all of it, whatever
-    part this participant chose."""
+    """The chapter's every experiment the selection's profile runs, on its recipe: the class fills all of it,
+    whatever part this participant chose (each named, so runs a class leaves to the instructor count too)."""
     recipe = next((e.recipe for e in selection.chosen if e.recipe != DEFAULT_RECIPE), DEFAULT_RECIPE)
-    return select(selection.chapter, selection.profile, None, recipe)
+    every = [experiment.id for experiment in chapter_experiments(selection.chapter)]
+    return select(selection.chapter, selection.profile, every, recipe)
 
 
 def representative(runs: Sequence[PooledRun]) -> PooledRun:

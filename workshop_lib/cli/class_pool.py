@@ -4,7 +4,7 @@
     workshop class publish --chapter N           a participant: their completed runs of chapter N, to the class
     workshop class pool --chapter N              anyone: the chapter's tables filled by the class; skipped files named
 
-Other `workshop class` verbs register through `class_verbs(subparsers)`, so the group is made once.
+Other `workshop class` verbs (the class plan) register through `class_verbs(subparsers)`, so the group is made once.
 """
 
 from __future__ import annotations
@@ -18,14 +18,20 @@ CHAPTERS = (1, 2, 3, 4)
 
 
 def class_verbs(subparsers: argparse._SubParsersAction) -> argparse._SubParsersAction:
-    """The verbs of `workshop class`, made by whichever module registers first."""
+    """The verbs of `workshop class`: the group is made by whichever module registers first, and found by the
+    others (its one sub-parsers action), so each area adds its own verbs."""
     parser = subparsers.choices.get("class")
     if parser is None:
-        parser = subparsers.add_parser("class", help="the class: its pooled results (init, publish, pool)",
-                                       description="What a class shares on the workshop day.")
-        parser.set_defaults(handler=lambda args: parser.print_help() or 1)
-        parser.set_defaults(class_verbs=parser.add_subparsers(dest="class_verb", metavar="VERB"))
-    return parser.get_default("class_verbs")
+        parser = subparsers.add_parser("class", help="the class: its plan and its pooled results",
+                                       description="What a class of participants shares on the workshop day.")
+        parser.add_subparsers(dest="class_command", metavar="COMMAND")
+        parser.set_defaults(handler=_no_command)
+    return next(action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
+
+
+def _no_command(args: argparse.Namespace) -> int:
+    raise WorkshopError("`workshop class` needs a command (`workshop class --help` lists them), e.g. "
+                        "`workshop class pool --chapter 1`")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
