@@ -78,6 +78,20 @@ def test_the_class_folder_is_the_variable_else_class_in_the_staged_folder_else_n
         class_folder_of(tiny, {CLASS_DIR_VARIABLE: "pool"})
 
 
+def test_the_class_verbs_join_a_class_group_another_area_made_first():
+    import argparse
+
+    from workshop_lib.cli import class_pool
+
+    parser = argparse.ArgumentParser(prog="workshop")
+    commands = parser.add_subparsers(dest="command")
+    group = commands.add_parser("class")  # as the class plan's module makes it
+    group.add_subparsers(dest="class_command").add_parser("plan").set_defaults(handler="plan")
+    class_pool.register(commands)
+    assert parser.parse_args(["class", "plan"]).handler == "plan"
+    assert parser.parse_args(["class", "pool", "--chapter", "2"]).handler is class_pool.run_pool
+
+
 # ---- one participant: publish, then read -------------------------------------------------------------------
 @pytest.fixture
 def class_folder(tmp_path, monkeypatch):
