@@ -27,8 +27,8 @@ MAX_SETTINGS = 64
 MAX_EPOCHS = 1000
 # Engine settings the book turns into whole numbers (int(value)): a word there would stop a table.
 NUMBER_SETTINGS = ("max_steps", "samples_per_gpu", "samples_total", "fsdp_shard_group", "per_device_batch",
-                         "grad_accum", "epochs", "max_length", "zero_stage", "layers", "hidden", "heads", "ffn",
-                         "vocab", "seq_len")
+                   "grad_accum", "epochs", "max_length", "zero_stage", "layers", "hidden", "heads", "ffn", "vocab",
+                   "seq_len")
 
 
 def _kind(annotation) -> str:
@@ -154,7 +154,8 @@ def result_of(row: dict) -> RunResult:
 
 
 def _shown(value) -> str:
-    """A value from someone else's file as a message may quote it: short, one line, no markup."""
+    """A value from someone else's file as a message may quote it: short, one line, printable (a page escapes it
+    like all text)."""
     text = repr(value)
     text = re.sub(r"[^\x20-\x7e]", "?", text)
     return text if len(text) <= 40 else text[:37] + "..."
