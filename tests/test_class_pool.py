@@ -182,6 +182,7 @@ HOSTILE = {  # what a participant's file holds -> what the one line about it say
                                      "is not an experiment of this chapter"),
     "another version of the experiment": (json.dumps(_with_row(hash="0" * 16)).encode(), "another version"),
     "a key no run records": (json.dumps(_with_row(gpus=64)).encode(), "keys no run records: 'gpus'"),
+    "a row naming another user": (json.dumps(_with_row(user="someone-else")).encode(), "keys no run records: 'user'"),
     "a failed run": (json.dumps(_with_row(state="FAILED")).encode(), "only completed runs are pooled"),
     "another user's name": (json.dumps(_good_document("someone-else")).encode(), "claims to be by 'someone-else'"),
     "another profile": (json.dumps({**_good_document(current_user()), "profile": "ibex"}).encode(),
