@@ -262,6 +262,18 @@ nb.show_log_lines("model-parallel/llama/tp4", "Peak =", runs_dir, limit=4);
 # data parallelism does.
 
 # %% [markdown]
+# ## Optional: the class's runs
+#
+# On the workshop day each participant runs part of the chapter, and the class fills the tables together. This
+# cell publishes your completed runs to the class folder (into a folder of your own there: nobody else can change
+# or delete what you publish) and shows the chapter's tables filled by everyone's runs. Where the class has no
+# folder (working alone, or the book) it says so and does nothing. From a shell:
+# `workshop class publish --chapter 2` and `workshop class pool --chapter 2`.
+
+# %% tags=["hide-input"]
+nb.show_class_results(selection, runs_dir);
+
+# %% [markdown]
 # ## Questions
 #
 # Answers: {doc}`../book/answers` (section *Chapter 2*).

@@ -393,7 +393,20 @@ nb.show_recipe_benchmark();
 # --offload optimizer --batch 4` gives the model states, activations and logits of the run above; change
 # `--batch 8`, or pass `--model path/to/config.json` of another model, and see which part grows. Then
 # compare with the tensor-byte columns of your run.
+
+# %% [markdown]
+# ## Optional: the class's runs
 #
+# On the workshop day each participant runs part of the chapter, and the class fills the tables together. This
+# cell publishes your completed runs to the class folder (into a folder of your own there: nobody else can change
+# or delete what you publish) and shows the chapter's tables filled by everyone's runs. Where the class has no
+# folder (working alone, or the book) it says so and does nothing. From a shell:
+# `workshop class publish --chapter 3` and `workshop class pool --chapter 3`.
+
+# %% tags=["hide-input"]
+nb.show_class_results(selection, runs_dir);
+
+# %% [markdown]
 # ## Questions
 #
 # Answers: {doc}`../book/answers` (section *Chapter 3*).

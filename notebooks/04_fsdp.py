@@ -301,7 +301,20 @@ nb.show_results(selection, ["prediction"], runs_dir, plots=False)
 # samples taken while training, where the runs recorded it (not on the tiny profile's CPUs). See
 # chapter 3's section *GPU utilisation* for what the figure means, how it is averaged and how to watch it
 # on a running job.
+
+# %% [markdown]
+# ## Optional: the class's runs
 #
+# On the workshop day each participant runs part of the chapter, and the class fills the tables together. This
+# cell publishes your completed runs to the class folder (into a folder of your own there: nobody else can change
+# or delete what you publish) and shows the chapter's tables filled by everyone's runs. Where the class has no
+# folder (working alone, or the book) it says so and does nothing. From a shell:
+# `workshop class publish --chapter 4` and `workshop class pool --chapter 4`.
+
+# %% tags=["hide-input"]
+nb.show_class_results(selection, runs_dir);
+
+# %% [markdown]
 # ## Questions
 #
 # Answers: {doc}`../book/answers` (section *Chapter 4*).

@@ -91,6 +91,12 @@ def cases(places: dict[str, str]) -> list[list[str]]:
     found += [["lab", "--batch", "--print-only", "--profile", value] for value in (p["missing"], p["folder"],
                                                                                     p["binary"], p["empty"])]
     found += [["lab", "--ibex", "--print-only", "--wait", value] for value in ("0", "-5", "nan", "x")]
+    # class (no class folder is set here: publish and pool say how to set one)
+    found += [["class", verb, "--chapter", value] for verb in ("publish", "pool") for value in ("0", "9", "x")]
+    found += [["class", verb, "--chapter", "1"] for verb in ("publish", "pool")]
+    found += [["class", "pool", "--chapter", "1", "--profile", value] for value in (p["missing"], p["binary"])]
+    found += [["class", "init", value] for value in (p["file"], p["file_child"], p["proc"])]
+    found += [["class", "init", p["folder"], "--group", "no-such-group"], ["class", "init"], ["class"]]
     # the cluster and jobs
     found += [["cluster", "up", "--nodes", value] for value in ("0", "-1", "99", "x")]
     found += [["cluster", "up", "--timeout", value] for value in ("0", "-1", "nan")]

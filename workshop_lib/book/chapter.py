@@ -7,8 +7,10 @@ outside a kernel. Nothing here imports torch (a chapter starts fast on a login n
 Results are shown real measurements first: ``show_results(selection, keys)`` shows a part of a chapter
 (e.g. ``["single-gpu"]``) as the reference measured on real GPUs (``book/reference/chapter<N>.json``, with a
 provenance caption), then the same tables from the participant's runs, titled by profile, with stand-in
-models named as such and all-n/a columns dropped. A chapter's parts, their tables and figures are declared
-in ``workshop_lib.book.parts``; a key that is not one of them is an error.
+models named as such and all-n/a columns dropped. On the workshop day ``show_class_results(selection)`` publishes
+the participant's completed runs to the class folder and shows the tables filled by the whole class
+(``book.class_runs``; one note and nothing else where the class has no folder). A chapter's parts, their tables and
+figures are declared in ``workshop_lib.book.parts``; a key that is not one of them is an error.
 
 The pieces live beside this module (html, selection, reference, your_runs, figures); this one holds what a
 notebook calls and nothing else (``__all__``). It is the only book module that imports the widgets, inside
@@ -23,6 +25,7 @@ from typing import Sequence
 import pandas as pd
 
 from workshop_lib.book import figures, parts
+from workshop_lib.book.class_runs import show_class_results
 from workshop_lib.book.figures import show_figure
 from workshop_lib.book.html import as_html, display, escape, message, script_block, scrollable, text_block
 from workshop_lib.book.reference import (
@@ -258,5 +261,6 @@ def show_log_lines(experiment_id: str, pattern: str, runs_dir: Path | str | None
 
 
 __all__ = ["Selection", "cancel_experiments", "chapter_header", "experiments_overview", "reference_results",
-           "run_experiments", "say", "select", "show_engine_scaling", "show_figure", "show_file", "show_log_lines",
-           "show_recipe_benchmark", "show_reference_script", "show_results", "show_scripts", "show_time_plan"]
+           "run_experiments", "say", "select", "show_class_results", "show_engine_scaling", "show_figure", "show_file",
+           "show_log_lines", "show_recipe_benchmark", "show_reference_script", "show_results", "show_scripts",
+           "show_time_plan"]

@@ -24,6 +24,7 @@ from workshop_lib.book.selection import Selection
 from workshop_lib.book.tables import Table, drop_unrecorded, for_stand_ins, tables_from_results
 from workshop_lib.core.paths import RUNS_VARIABLE, repository_root, runs_root
 from workshop_lib.core.vocabulary import DEFAULT_RECIPE
+from workshop_lib.experiments import Experiment
 from workshop_lib.sites.profiles import Profile
 from workshop_lib.results import COMPLETED, chapter_results, read_run, run_note, run_record
 from workshop_lib.runs import Run, explain_runs, query_runs, read_only_info
@@ -101,8 +102,13 @@ def chapter_results_for(selection: Selection, runs_dir: Path | str | None = None
     root = resolve_runs_dir(runs_dir)
     if not selection.runnable:
         return chapter_results(selection.chapter, root).iloc[0:0]
-    results = pd.DataFrame([run_record(experiment, root) for experiment in selection.runnable])
-    suffixes = {experiment.id: f"-{experiment.recipe}" for experiment in selection.runnable
+    return results_frame([run_record(experiment, root) for experiment in selection.runnable], selection.runnable)
+
+
+def results_frame(records: Sequence[dict], experiments: Sequence[Experiment]) -> pd.DataFrame:
+    """Rows of `experiments` (one each, in order) as the tables read them: ids without a recipe's suffix."""
+    results = pd.DataFrame(list(records))
+    suffixes = {experiment.id: f"-{experiment.recipe}" for experiment in experiments
                 if experiment.recipe != DEFAULT_RECIPE}
     results["id"] = [i.removesuffix(suffixes.get(i, "")) for i in results["id"]]
     return results
@@ -131,7 +137,7 @@ def show_tables(selection: Selection, runs_dir: Path | str | None = None, keys: 
                 f"submission cell (or `workshop submit --chapter {selection.chapter} --profile {profile.name}`) and "
                 "run this cell again.", "note")
         return []
-    tables = [_for_profile(table, profile) for table in selection_tables(selection, runs_dir, results)
+    tables = [for_profile(table, profile) for table in selection_tables(selection, runs_dir, results)
               if keys is None or table.key in keys]
     for table in tables:
         titled = replace(table, title=f"{table.title} — your runs ({profile.name})")
@@ -140,7 +146,7 @@ def show_tables(selection: Selection, runs_dir: Path | str | None = None, keys: 
     return tables
 
 
-def _for_profile(table: Table, profile: Profile) -> Table:
+def for_profile(table: Table, profile: Profile) -> Table:
     """As a reader must see a table of this profile: stand-in models named as such, no all-n/a columns."""
     return drop_unrecorded(for_stand_ins(table, profile))
 

@@ -1,7 +1,8 @@
 """The `workshop` command (pyproject's entry point `workshop_lib.cli:main`, or `python -m workshop_lib.cli`).
 
 Owns: main.py (the parser and error handling), one module per area that adds its sub-commands (cluster,
-experiments, results, estimate, setup, lab), and demo.py (`make demo`: the workshop end to end on the local default).
+experiments, results, estimate, setup, lab, class_pool), and demo.py (`make demo`: the workshop end to end on the
+local default).
 May import: everything below it (core to book); nothing imports it.
 """
 

@@ -16,6 +16,7 @@ COMMAND_MODULES = [
     "estimate",  # estimate
     "setup",  # setup SITE (a login node's one-off preparation)
     "lab",  # lab --batch / --ibex (JupyterLab as a batch job, and its tunnel)
+    "class_pool",  # class init / publish / pool (the class's pooled results)
 ]
 
 

@@ -10,16 +10,20 @@ import pandas as pd
 
 from workshop_lib.experiments import Experiment, chapter_experiments
 from workshop_lib.core.run_directory import RunDirectory
-from workshop_lib.results.read import read_run
+from workshop_lib.results.read import RunResult, read_run
 
 def run_record(experiment: Experiment, runs_dir: str | Path | None = None) -> dict:
     """One flat row: the experiment's fields (gpt shape as gpt_*), `gpus`, then every RunResult field."""
+    return record_of(experiment, read_run(RunDirectory.of(experiment.id, runs_dir).path, experiment.id))
+
+
+def record_of(experiment: Experiment, result: RunResult) -> dict:
+    """The flat row of `run_record` for a result already read (one's own run, or a run the class pooled)."""
     row = {key: value for key, value in experiment.to_dict().items() if key != "gpt"}
     shape = experiment.gpt
     for key, value in (asdict(shape) if shape else {}).items():
         row[f"gpt_{key}"] = value
     row["gpus"] = experiment.gpus
-    result = read_run(RunDirectory.of(experiment.id, runs_dir).path, experiment.id)
     row.update({key: value for key, value in asdict(result).items() if key not in ("experiment_id", "unreadable")})
     row["unreadable_notes"] = [lines.note() for lines in result.unreadable]  # text: rows go to JSON as they are
     return row
