@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from workshop_lib.core.paths import SOURCE_ROOT
+from workshop_lib.sites.class_folder import CLASS_SUBFOLDER
 from workshop_lib.sites.nemo_checkpoint import (
     COMPLETE_FILES, LOCK_SUFFIX, checkpoint_shell_path, complete_test, lock_owner_function,
 )
@@ -165,8 +166,9 @@ def _publish_step(profile: Profile, staged: list[str]) -> Step:
         f'--commit "$(git bundle list-heads "$STAGE/{STAGED_BUNDLE}" 2>/dev/null | cut -d " " -f 1 | grep . '
         '|| echo unknown)" '
         + " ".join(f"--step {name}" for name in staged),
-        # Everyone reads, nobody but the instructor writes (participants' jobs never write here).
-        'chmod -R a+rX,go-w "$STAGE"',
+        # Everyone reads, nobody but the instructor writes (participants' jobs never write here) - except the
+        # class folder, whose group-writable, sticky layout `workshop class init` made (participants publish there).
+        f'find "$STAGE" -path "$STAGE/{CLASS_SUBFOLDER}" -prune -o -exec chmod a+rX,go-w {{}} +',
     ]
     return Step("publish", "SQuAD as JSON lines, the manifest (STAGED.json), read-only for the class",
                 tuple(commands), f'[ -f "$STAGE/{MANIFEST}" ] && {marker_test("publish")}',
