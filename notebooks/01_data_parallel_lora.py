@@ -245,13 +245,18 @@ runs = nb.run_experiments(selection, runs_dir, wait_timeout_s)
 # ## Results: Llama 3.1 8B + LoRA
 
 # %% tags=["hide-input"]
+from workshop_lib.book import claims
+
+reference = nb.reference_results(1)[1]
 nb.show_results(selection, ["llama"], runs_dir)
+nb.say(claims.nemo_data_parallel(reference, "llama"));
 
 # %% [markdown]
 # ## Results: Mixtral 8x7B + LoRA
 
 # %% tags=["hide-input"]
 nb.show_results(selection, ["mixtral"], runs_dir)
+nb.say(claims.nemo_data_parallel(reference, "mixtral"));
 
 # %% [markdown]
 # ## Read the log yourself
@@ -285,13 +290,31 @@ nb.show_log_lines("lora/llama/2-gpus", "Peak =", runs_dir, limit=4);
 # much wherever one engine was measured on more than one GPU count of one card.
 
 # %% [markdown]
-# **Why NeMo keeps the GPU mostly idle here.** The GPU utilisation column of NeMo's rows is low (its note says
-# how it is measured). Each optimizer step runs 8 micro-batches one after another, and each micro-batch is one
-# SQuAD record of a couple of hundred tokens: far too little arithmetic per kernel to keep an H100 or an A100
-# busy. The GPU then waits on the CPU, which launches the thousands of small kernels of 32 layers (unfused here,
-# without Transformer Engine) one by one: the step is *launch-bound*. Packing several records into one
-# sequence of the recipe's length gives each kernel more work for the same launches; NeMo's fine-tuning data
-# module has a packed-sequence option for that (`packed_sequence_specs`).
+# ## Why NeMo keeps the GPU mostly idle, and what packing does about it
+#
+# The GPU utilisation column of NeMo's rows is low (its note says how it is measured). Each optimizer step runs
+# 8 micro-batches one after another, and each micro-batch is one SQuAD record of a couple of hundred tokens: far
+# too little arithmetic per kernel to keep the GPU busy. The GPU then waits on the CPU, which launches the
+# thousands of small kernels of 32 layers one by one: the step is *launch-bound*. **Sequence packing** puts
+# several records into one sequence of the recipe's length (2,048 tokens), with their boundaries kept so that
+# each record attends only to itself, so each kernel gets more work for the same launches. It is an option of
+# NeMo's recipe. The run below is that option, measured by NeMo beside the unpacked 1-GPU run on the same card.
+#
+# :::{dropdown} How the packed run was made, and what differs on Ibex
+# The packed run is `lora/llama/1-gpu-packed`: the same command as `lora/llama/1-gpu` with the factory
+# `llama31_8b(packed_sequence=True, seq_length=2048)` (without `seq_length` the recipe packs to 4,096). NeMo then
+# tokenises SQuAD once, packs it (`<datasets>/squad/packed/…/training_2048.npy`) and hands Megatron each record's
+# boundaries. On the machine that measured it, Transformer Engine was not installed, and Megatron's own attention
+# refuses packed input, so the workshop computed the per-record attention with PyTorch's
+# `scaled_dot_product_attention` and a block-diagonal causal mask (`workshop_lib/train/packed_attention.py`, tested
+# against an attention computed record by record). The NeMo container on Ibex has Transformer Engine and uses its
+# own kernel. To try it on Ibex, submit it beside your 1-GPU run, from a terminal in your clone:
+# `workshop submit lora/llama/1-gpu-packed --profile ibex`, then compare the two rows of `workshop collect --chapter 1`.
+# :::
+
+# %% tags=["hide-input"]
+nb.show_results(selection, ["packing"], runs_dir)
+nb.say(claims.nemo_packing(reference));
 
 # %% [markdown]
 # ## Optional: the class's runs

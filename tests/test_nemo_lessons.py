@@ -24,9 +24,24 @@ def test_packing_ratio_is_tokens_per_second_of_one_card():
     table = packing_table(pd.DataFrame(rows))
     assert list(table.frame["Tokens/s"]) == [800, 4000]
     assert "5.0x the tokens per second" in table.note
+    stand_in = _row("lora/llama/1-gpu", run_engine="stand-in", tokens_per_s=None, mean_step_time_s=2.2)
+    assert packing_table(pd.DataFrame([stand_in] + rows)).frame["Tokens/s"].tolist() == [800, 4000]  # NeMo's twin
     rows[1]["run_gpu"] = "NVIDIA H200"
     assert packing_speedup(rows) is None
-    assert "no ratio is formed" in packing_table(pd.DataFrame(rows)).note
+    assert packing_table(pd.DataFrame(rows)) is None  # another card's run is no twin
+
+
+def test_the_packing_sentence_and_figure_come_from_the_rows():
+    from workshop_lib.book import claims, plots
+
+    rows = [_row("lora/llama/1-gpu", tokens_per_s=800.0, tokens_per_step=1400, mean_step_time_s=1.75,
+                 gpu_peak_max_mib=20000, gpu0_util_busy_avg_pct=15.0, loss_by_step={0: 12.0, 1: 11.0}),
+            _row("lora/llama/1-gpu-packed", tokens_per_s=4000.0, tokens_per_step=14000, mean_step_time_s=3.5,
+                 gpu_peak_max_mib=30000, gpu0_util_busy_avg_pct=36.0, loss_by_step={0: 12.0, 1: 9.0})]
+    text = claims.nemo_packing(pd.DataFrame(rows))
+    assert "5.0× the tokens per second" in text and "busy 15 %" in text and "10.0× the tokens" in text
+    figure = plots.loss_against_tokens(pd.DataFrame(rows))
+    assert [list(line.get_xdata()) for line in figure.axes[0].lines] == [[1.4, 2.8], [14.0, 28.0]]
 
 
 def test_lesson_tables_only_where_their_runs_exist():

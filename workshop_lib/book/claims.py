@@ -15,7 +15,7 @@ import pandas as pd
 
 from workshop_lib.book.cells import is_missing
 from workshop_lib.book.series import row_engine, same_series
-from workshop_lib.core.vocabulary import GPT, HF
+from workshop_lib.core.vocabulary import GPT, HF, NEMO
 from workshop_lib.results import COMPLETED
 
 MIB = 2**20
@@ -351,3 +351,101 @@ def gpt_depth(results: pd.DataFrame) -> str:
 __all__ = ["engine_scaling", "fsdp_one_node", "fsdp_single_gpu", "fsdp_strategies", "gib", "gpt_architecture", "gpt_depth",
            "gpt_parameter_counts", "losses_differ",
            "model_states_versus_peak", "pinned_memory", "steps_per_epoch", "zero_one_gpu", "zero_two_gpus", "zero_weak_scaling"]
+
+
+# ---- chapters 1-2: NeMo itself -------------------------------------------------------------------
+
+
+def _card(record: dict) -> str:
+    return str(record.get("run_gpu") or "one kind of card").removeprefix("NVIDIA ")
+
+
+def nemo_data_parallel(results: pd.DataFrame, model: str = "llama") -> str:
+    """Chapter 1's measured data-parallel speed-up: NeMo's mean step time on 1, 2 and 4 GPUs of one card."""
+    runs = _runs(results, NEMO)
+    series = sorted((r for r in runs.values() if r.get("group") == model and not is_missing(r.get("mean_step_time_s"))),
+                    key=lambda r: r["gpus"])
+    if len(series) < 2:
+        return ""
+    base = series[0]
+    steps = ", ".join(f"{int(r['gpus'])} GPU{'s' if r['gpus'] > 1 else ''} {r['mean_step_time_s']:.2f} s"
+                      for r in series)
+    speedups = ", ".join(f"{times(base['mean_step_time_s'] / r['mean_step_time_s'])} on {int(r['gpus'])}"
+                         for r in series[1:])
+    peaks = [r["gpu_peak_max_mib"] for r in series if not is_missing(r.get("gpu_peak_max_mib"))]
+    memory = ""
+    if len(peaks) == len(series) and all(is_missing(r.get("expert_parallel")) for r in series):
+        memory = (f" Every GPU holds the whole frozen model and its adapters, so the peak per GPU stays near "
+                  f"{gib(min(peaks))}–{gib(max(peaks))} whatever the GPU count.")
+    elif len(peaks) == len(series):
+        memory = (f" The experts are spread over the GPUs (EP = GPUs), so the peak per GPU falls with their count: "
+                  + ", ".join(f"{gib(peak)} on {int(r['gpus'])}" for peak, r in zip(peaks, series)) + ".")
+    plural = "s" if base["gpus"] > 1 else ""
+    return (f"NeMo {base.get('nemo_version') or ''} itself, one optimizer step of the same global batch (8 records) "
+            f"on {_card(base)}: {steps}. Against {int(base['gpus'])} GPU{plural}, that is {speedups} GPUs: each GPU computes "
+            f"a smaller share of the micro-batches, and the gradient all-reduce of the small LoRA adapters costs "
+            f"little.{memory}")
+
+
+def nemo_packing(results: pd.DataFrame, unpacked_id: str = "lora/llama/1-gpu",
+                 packed_id: str = "lora/llama/1-gpu-packed") -> str:
+    """The packing lesson in numbers: real tokens per step, step time, tokens/s, GPU busy and memory."""
+    runs = _runs(results, NEMO)
+    plain, packed = runs.get(unpacked_id), runs.get(packed_id)
+    if not (plain and packed) or any(is_missing(r.get("tokens_per_s")) for r in (plain, packed)):
+        return ""
+    same_series(plain, packed)
+    speedup = packed["tokens_per_s"] / plain["tokens_per_s"]
+    busy = [r.get("gpu0_util_busy_avg_pct") for r in (plain, packed)]
+    busy_text = (f"; the GPU was busy {percent(busy[0])} of the time without packing and {percent(busy[1])} with it"
+                 if not any(is_missing(b) for b in busy) else "")
+    return (f"Packing, measured by NeMo on one {_card(plain)}: without it each of the step's 8 micro-batches is one "
+            f"record, {plain['tokens_per_step']:,.0f} real tokens per step in {plain['mean_step_time_s']:.2f} s "
+            f"({plain['tokens_per_s']:,.0f} tokens/s); packed into sequences of 2,048 tokens, the same 8 micro-batches "
+            f"carry {packed['tokens_per_step']:,.0f} real tokens in {packed['mean_step_time_s']:.2f} s "
+            f"({packed['tokens_per_s']:,.0f} tokens/s): {times(speedup)} the tokens per second{busy_text}. The step "
+            f"takes {times(packed['mean_step_time_s'] / plain['mean_step_time_s'])} as long for "
+            f"{times(packed['tokens_per_step'] / plain['tokens_per_step'])} the tokens, because the unpacked step was "
+            f"waiting on kernel launches, not on arithmetic. Peak memory grows from {gib(plain['gpu_peak_max_mib'])} to "
+            f"{gib(packed['gpu_peak_max_mib'])} (longer sequences hold more activations). Per step, the packed run also "
+            f"learns from about {packed['tokens_per_step'] / plain['tokens_per_step']:.0f} times as many records, so its "
+            f"loss falls faster per step; per token trained it falls slower (the figure), because the unpacked run "
+            f"takes that many more optimizer steps for the same tokens, and in a 60-step run with a 50-step warm-up "
+            f"the steps set the pace. Packing shortens an epoch in steps: with it, revisit the global batch and the "
+            f"learning-rate schedule.")
+
+
+def nemo_tensor_parallel(results: pd.DataFrame) -> str:
+    """Chapter 2's measured Llama layouts on 4 GPUs: TP 2 x DP 2 against TP 4."""
+    runs = _runs(results, NEMO)
+    pair = [runs.get("model-parallel/llama/tp2-dp2"), runs.get("model-parallel/llama/tp4")]
+    if not all(pair) or any(is_missing(r.get("mean_step_time_s")) for r in pair):
+        return ""
+    tp2, tp4 = pair
+    return (f"Measured by NeMo on 4 {_card(tp2)} GPUs, full fine-tune: TP 2 × DP 2 took {tp2['mean_step_time_s']:.2f} s "
+            f"per step at {gib(tp2['gpu_peak_max_mib'])} per GPU, TP 4 {tp4['mean_step_time_s']:.2f} s at "
+            f"{gib(tp4['gpu_peak_max_mib'])}. Splitting every layer four ways saves memory "
+            f"({gib(tp2['gpu_peak_max_mib'] - tp4['gpu_peak_max_mib'])} per GPU) but costs "
+            f"{times(tp4['mean_step_time_s'] / tp2['mean_step_time_s'])} the step time: each layer now waits on "
+            f"all-reduces among four GPUs, on matrices a quarter as wide, while TP 2 × DP 2 splits the batch instead "
+            f"and exchanges gradients once per step. Use the smallest TP that fits; add GPUs as data parallel.")
+
+
+def nemo_reduced_mixtral(results: pd.DataFrame) -> str:
+    """Chapter 2's reduced-depth Mixtral layouts: what tensor x expert and pipeline x expert cost."""
+    runs = _runs(results, NEMO)
+    rows = [r for r in runs.values() if r.get("group") == "mixtral-reduced" and not is_missing(r.get("mean_step_time_s"))]
+    if len(rows) < 2:
+        return ""
+    by_layout = {("PP" if int(r.get("pipeline_parallel") or 1) > 1 else "TP"): r for r in rows}
+    tp, pp = by_layout.get("TP"), by_layout.get("PP")
+    if not (tp and pp):
+        return ""
+    layers = int(tp.get("num_layers") or 0)
+    return (f"At Mixtral's full width with {layers} of its 32 layers (so that it fits 4 GPUs; not the 16-GPU layouts), "
+            f"NeMo measured on {_card(tp)}: TP 2 × EP 2 with sequence parallelism {tp['mean_step_time_s']:.2f} s per "
+            f"step, PP 2 × EP 2 {pp['mean_step_time_s']:.2f} s, both near {gib(tp['gpu_peak_max_mib'])} per GPU. With "
+            f"tensor parallelism every layer does two all-reduces (or, with SP, all-gathers and reduce-scatters) in "
+            f"the forward pass and two in the backward, besides the experts' all-to-all; the pipeline sends one "
+            f"activation tensor per micro-batch between the two stages and pays a bubble instead. At this depth and "
+            f"batch the pipeline's cost is the smaller one; with all 32 layers and the 16-GPU layouts, both grow.")

@@ -114,6 +114,14 @@ def memory_per_process(data: FigureData, key: str) -> list:
                               title=f"Peak memory per process ({data.memory[1]}){data.suffix}", ylabel="MiB")]
 
 
+def packing_loss(data: FigureData, key: str) -> list:
+    """The packed and unpacked 1-GPU runs' losses against the real tokens each had trained on."""
+    from workshop_lib.book.tables.nemo_lessons import packing_rows
+
+    rows = packing_rows(data.results)
+    return [plots.loss_against_tokens(pd.DataFrame(rows), f"Packed or not: loss against tokens trained{data.suffix}")] if rows else []
+
+
 def loss_per_run(data: FigureData, key: str) -> list:
     return [plots.loss_curves(data.results, f"Training loss per run{data.suffix}")] if data.has_folders else []
 

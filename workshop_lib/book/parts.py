@@ -30,7 +30,7 @@ def _nemo_parts(model_figure: FigureBuilder) -> tuple[Part, ...]:
 
 
 PARTS: dict[int, tuple[Part, ...]] = {
-    1: _nemo_parts(figures.data_parallel_speedup) + (Part("packing", ("llama-packing",)),),
+    1: _nemo_parts(figures.data_parallel_speedup) + (Part("packing", ("llama-packing",), (figures.packing_loss,)),),
     2: _nemo_parts(figures.step_time_per_layout) + (Part("mixtral-reduced", ("mixtral-reduced",)),),
     3: (Part("baseline", ("baseline",)),
         Part("single-gpu", ("single-gpu",), (figures.zero_one_gpu,)),

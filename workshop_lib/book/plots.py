@@ -135,6 +135,26 @@ def loss_curves(results: pd.DataFrame, title: str = "Training loss"):
     return figure
 
 
+def loss_against_tokens(results: pd.DataFrame, title: str = "Training loss against real tokens trained"):
+    """NeMo's loss per step (``loss_by_step``) against the real tokens trained so far (step x tokens_per_step):
+    runs that put different numbers of tokens into a step compare on one axis. One engine and card only."""
+    done = results[results["state"] == COMPLETED]
+    if "loss_by_step" in done and "tokens_per_step" in done:
+        done = done[done["loss_by_step"].apply(lambda value: isinstance(value, dict) and bool(value))
+                    & done["tokens_per_step"].notna()]
+    else:
+        done = done.iloc[0:0]
+    same_series(*done.to_dict("records"))
+    figure, axes = _figure(title, "real tokens trained (thousands)", "reduced_train_loss")
+    for row in done.itertuples():
+        losses = sorted((int(step), float(loss)) for step, loss in row.loss_by_step.items())
+        axes.plot([(step + 1) * row.tokens_per_step / 1e3 for step, _ in losses], [loss for _, loss in losses],
+                  label=str(row.id).split("/")[-1])
+    if axes.lines:
+        axes.legend(fontsize="small")
+    return figure
+
+
 # ---- diagrams: what each GPU keeps (the 16-bytes-per-parameter rule of mixed-precision Adam) -----------
 
 STATE_BYTES = {"parameters": 2, "gradients": 2, "optimizer states": 12}  # per parameter, fp16/bf16 + fp32 Adam

@@ -42,7 +42,10 @@ def select(chapter: int, profile: Profile | str = "tiny", experiments: Sequence[
         if foreign:
             raise WorkshopError(f"{', '.join(foreign)} belong(s) to another chapter than {chapter}: "
                                 f"list ids of chapter {chapter} (`workshop experiments --chapter {chapter}`)")
-        chosen = [experiment for experiment in matrix if experiment.id in set(wanted)]
+        # The matrix's own rows in its order, then any lesson beyond it named by id (e.g. the packed twin)
+        in_matrix = {experiment.id for experiment in matrix}
+        chosen = ([experiment for experiment in matrix if experiment.id in set(wanted)]
+                  + [get_experiment(i) for i in dict.fromkeys(wanted) if i not in in_matrix])
     chosen = [with_recipe(experiment, recipe) if experiment.engine == HF else experiment for experiment in chosen]
     runnable, left_out = [], []
     for experiment in chosen:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from workshop_lib.experiments import Experiment, chapter_experiments
+from workshop_lib.experiments import Experiment, chapter_experiments, nemo_lesson_experiments
 from workshop_lib.core.run_directory import RunDirectory
-from workshop_lib.results.read import RunResult, read_run
+from workshop_lib.results.read import MISSING, RunResult, read_run
 
 def run_record(experiment: Experiment, runs_dir: str | Path | None = None) -> dict:
     """One flat row: the experiment's fields (gpt shape as gpt_*), `gpus`, then every RunResult field."""
@@ -43,5 +43,8 @@ def unreadable_notes(results: pd.DataFrame) -> list[str]:
 
 
 def chapter_results(chapter: int, runs_dir: str | Path | None = None) -> pd.DataFrame:
-    """One row per experiment of the chapter, in the order of its matrix, missing runs included."""
-    return pd.DataFrame([run_record(experiment, runs_dir) for experiment in chapter_experiments(chapter)])
+    """One row per experiment of the chapter, in the order of its matrix, missing runs included; then the
+    chapter's NeMo lessons beyond the matrix (the packed twin, reduced depth) that were run."""
+    rows = [run_record(experiment, runs_dir) for experiment in chapter_experiments(chapter)]
+    lessons = [run_record(experiment, runs_dir) for experiment in nemo_lesson_experiments() if experiment.chapter == chapter]
+    return pd.DataFrame(rows + [row for row in lessons if row["state"] != MISSING])

@@ -33,10 +33,14 @@ def _tokens_per_s(record: dict):
 
 
 def packing_rows(results: pd.DataFrame) -> list[dict]:
-    """The unpacked 1-GPU run and its packed twin, unpacked first: [] unless both are there."""
-    packed = _records(results, PACKING_GROUP)
-    unpacked = [record for record in results.to_dict("records") if record.get("id") == UNPACKED_ID] if packed else []
-    return unpacked[:1] + packed[:1] if packed and unpacked else []
+    """The packed 1-GPU run and the unpacked run of the same engine and card, unpacked first: [] unless both are
+    there (a reference file also holds the unpacked experiment's stand-in rows, which never pair with NeMo's)."""
+    packed = _records(results, PACKING_GROUP)[:1]
+    if not packed:
+        return []
+    twins = [record for record in results.to_dict("records") if record.get("id") == UNPACKED_ID
+             and all(record.get(key) == packed[0].get(key) for key in ("run_engine", "run_gpu"))]
+    return twins[:1] + packed if twins else []
 
 
 def packing_speedup(records: list[dict]) -> float | None:
