@@ -95,3 +95,11 @@ def test_chapter_one_asks_for_29_gpus_and_one_job_waits_under_the_cap():
 def test_the_sentence_says_when_everything_fits_under_the_cap():
     sentence, table, _ = time_plan.chapter_plan([get_experiment("zero/baseline"), get_experiment("zero/multi-gpu/4-gpus")])
     assert "all of them can run at once" in sentence and set(table["queue wave"]) == {1}
+
+
+def test_a_reduced_depth_or_packed_run_never_stands_in_for_another_job():
+    estimates = {e.experiment.id: e for e in time_plan.estimate_chapter(chapter_experiments(2))}
+    for layout in ("model-parallel/mixtral/tp2-pp4-ep2-sp", "model-parallel/mixtral/tp4-pp2-ep2-sp"):
+        assert "4-layers" not in estimates[layout].basis  # 4 of 32 layers say nothing of the whole model's step
+    (unpacked,) = time_plan.estimate_chapter([get_experiment("lora/llama/8-gpus")])
+    assert "packed" not in unpacked.basis
