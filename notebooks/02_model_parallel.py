@@ -246,8 +246,8 @@ nb.show_results(selection, ["mixtral"], runs_dir,
 # The Mixtral layouts above need 16 GPUs: all 32 layers of a full fine-tune do not fit fewer. To still see what
 # tensor × expert (+ sequence) parallelism and pipeline × expert parallelism cost, NeMo ran the same factors on
 # 4 GPUs with Mixtral's full width and **4 of its 32 layers** (`model.config.num_layers=4`): every all-reduce,
-# all-to-all and pipeline transfer has its real size, there are just 8 times fewer of them per step, and the model
-# states of one GPU (about 28 GiB by the estimator) fit an 80 GB card with room for activations. These rows are
+# all-to-all and pipeline transfer has its real size, there are just 8 times fewer of them per step, and one
+# GPU's model states fit an 80 GB card with room for the activations (try the layout in the memory calculator above). These rows are
 # labelled as reduced depth and are never the 16-GPU layouts' numbers.
 
 # %% tags=["hide-input"]
