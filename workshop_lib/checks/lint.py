@@ -1,7 +1,9 @@
 """The linter: every rule on one job script, rendered or hand-written, in one explicit order.
 
 The rules live with what they check: the seeds' own scripts (``script_rules``), hand-written launches
-(``launches``), and what a job asks SLURM for (``requests``). Findings are sorted by line, then rule id.
+(``launches``), what a job asks SLURM for (``requests``), sbatch's own semantics of the request
+(``directive_rules``), job steps and arrays (``step_rules``), and the launchers' arithmetic against the request
+(``launcher_arithmetic``). Findings are sorted by line, then rule id.
 """
 
 from __future__ import annotations
@@ -9,13 +11,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Iterable
 
-from workshop_lib.checks import launches, requests, script_rules
+from workshop_lib.checks import (directive_rules, launcher_arithmetic, launches, requests, script_rules,
+                                 step_rules)
 from workshop_lib.checks.findings import Finding
 from workshop_lib.checks.sbatch import read_header
 from workshop_lib.checks.script import Script, read_job_script
 
 ScriptRule = Callable[[Script], Iterable[Finding]]
-SCRIPT_RULES: list[ScriptRule] = [*script_rules.RULES, *launches.RULES, *requests.RULES]
+SCRIPT_RULES: list[ScriptRule] = [*script_rules.RULES, *launches.RULES, *requests.RULES, *directive_rules.RULES,
+                                  *step_rules.RULES, *launcher_arithmetic.RULES]
 
 
 def lint_file(path: Path) -> list[Finding]:

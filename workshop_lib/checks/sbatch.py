@@ -1,7 +1,9 @@
 """What a job script asks SLURM for: its #SBATCH directives, read the way sbatch reads them.
 
 sbatch reads `#SBATCH` lines from the top of the script until the first command; on each line an
-unquoted `#` starts a comment (so a second `#SBATCH` glued onto a line is silently dropped).
+unquoted `#` starts a comment (so a second `#SBATCH` glued onto a line is silently dropped). Only a line
+that starts with exactly `#SBATCH` is a directive: an indented `  #SBATCH`, `# SBATCH` or `#sbatch` is a
+comment to sbatch (seen on slurm-wlm 22.05: tests/test_lint_on_cluster.py).
 Options are sbatch's long options (`--nodes=2`, `--nodes 2`) or their one-letter forms (`-N 2`,
 `-N2`); the command line's options win over the script's. The linter, the job layer and the local
 executor all read scripts through this module."""
@@ -46,6 +48,7 @@ class SbatchHeader:
     first_command_line: int | None = None
     after_command_lines: tuple[int, ...] = ()  # #SBATCH lines past the first command: ignored
     glued_lines: tuple[int, ...] = ()  # lines whose second #SBATCH became a comment
+    look_alike_lines: tuple[int, ...] = ()  # comments that look like a directive (`  #SBATCH`, `# SBATCH`)
 
     def get(self, option: str) -> str | None:
         """The value sbatch uses (the last one given), or None."""
@@ -63,7 +66,7 @@ class SbatchHeader:
         """The request once sbatch's own arguments (which win) are added."""
         extra = tuple(Directive(name, value) for name, value in parse_options(list(args)))
         return SbatchHeader(self.directives + extra, self.first_command_line, self.after_command_lines,
-                            self.glued_lines)
+                            self.glued_lines, self.look_alike_lines)
 
     @property
     def gpus_per_node(self) -> int:
@@ -74,6 +77,18 @@ class SbatchHeader:
                 match = re.search(r"(\d+)$", value.split(",")[0])
                 return int(match.group(1)) if match else 1
         return 0
+
+    @property
+    def gpu_type(self) -> str | None:
+        """The GPU model a typed request names (`--gres=gpu:a100:4`, `--gpus=a100:4`), lower case, or None."""
+        for option in ("gres", "gpus", "gpus-per-node", "gpus-per-task"):
+            parts = (self.get(option) or "").split(",")[0].lower().split(":")
+            if option == "gres" and parts[0] != "gpu":
+                continue
+            typed = parts[1:-1] if option == "gres" else parts[:-1]
+            if typed and typed[0] and not typed[0].isdigit():
+                return typed[0]
+        return None
 
     def _last(self, option: str) -> Directive | None:
         return next((d for d in reversed(self.directives) if d.option == option), None)
@@ -133,12 +148,18 @@ def heredoc_lines(text: str) -> set[int]:
     return inside
 
 
+# What people mean as a directive but sbatch reads as a comment: indented, a space after `#`, another case.
+# `##SBATCH` is the usual way to switch one off, and is left alone.
+_LOOK_ALIKE = re.compile(r"^(?:\s+#\s*SBATCH|#\s+SBATCH|#(?!SBATCH)[Ss][Bb][Aa][Tt][Cc][Hh])\b")
+
+
 def read_header(text: str) -> SbatchHeader:
     """The #SBATCH directives of a script (those before its first command). `#SBATCH` text inside a
     heredoc (a job script the script writes) is data, never a directive of this one."""
     directives: list[Directive] = []
     after_command: list[int] = []
     glued: list[int] = []
+    look_alikes: list[int] = []
     first_command: int | None = None
     in_heredoc = heredoc_lines(text)
     for number, line in enumerate(text.splitlines(), start=1):
@@ -147,7 +168,11 @@ def read_header(text: str) -> SbatchHeader:
         stripped = line.strip()
         if number == 1 and stripped.startswith("#!"):
             continue
-        if stripped.startswith(MAGIC):
+        if not line.startswith(MAGIC) and _LOOK_ALIKE.match(line):
+            if first_command is None:
+                look_alikes.append(number)
+            continue
+        if line.startswith(MAGIC):
             if first_command is not None:
                 after_command.append(number)
                 continue
@@ -157,7 +182,7 @@ def read_header(text: str) -> SbatchHeader:
             directives += [Directive(name, value, number) for name, value in parse_options(_words(body))]
         elif stripped and not stripped.startswith("#") and first_command is None:
             first_command = number
-    return SbatchHeader(tuple(directives), first_command, tuple(after_command), tuple(glued))
+    return SbatchHeader(tuple(directives), first_command, tuple(after_command), tuple(glued), tuple(look_alikes))
 
 
 def sbatch_request(text: str, command_line: Sequence[str] = ()) -> SbatchHeader:

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 from typing import Iterable
 
+from workshop_lib.checks import versions
 from workshop_lib.checks.findings import ERROR, WARNING, Finding
 from workshop_lib.checks.layout import PARALLEL_SIZES, deepspeed_layouts, script_layout
 from workshop_lib.checks.nemo_command import nemo_overrides
@@ -132,14 +133,34 @@ def _killed_pids(script: Script) -> Iterable[Finding]:
 
 
 def _fixed_port(script: Script) -> Iterable[Finding]:
-    match = _FIXED_PORT.search(script.code)
-    if match:
-        yield Finding(
-            "fixed-rendezvous-port", WARNING,
-            "rendezvous on the fixed port 29500: a second job on the same node fails with 'address in use'.",
-            "derive the port from the job id, the same on every node of the job: "
-            "MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000)) (before srun, so every node gets it).",
-            script.line_of(match.group(0)))
+    """torchrun (torch 2.13, torch/distributed/run.py): --master_port is read from the command line or
+    PET_MASTER_PORT, never from MASTER_PORT, and a single-node static launch without a port gets a free one
+    (``run()``: max_nodes == 1 -> c10d at localhost:0). So 29500 is bound only where a launcher is handed it, or
+    where MASTER_PORT is read (by `$MASTER_PORT`, or by processes srun starts, which init from the environment)."""
+    match = next((found for found in _FIXED_PORT.finditer(script.code)
+                  if found.group(1) != "MASTER_PORT=" or _master_port_read(script)), None)
+    if match is None:
+        return
+    yield Finding(
+        "fixed-rendezvous-port", WARNING,
+        "rendezvous on the fixed port 29500: a second job on the same node fails with 'address in use'.",
+        "derive the port from the job id, the same on every node of the job: "
+        "MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000)) (before srun, so every node gets it).",
+        script.line_of(match.group(0)))
+
+
+def _master_port_read(script: Script) -> bool:
+    """True when something uses MASTER_PORT: `$MASTER_PORT` in the script, or programs that read it from the
+    environment (srun-started Python, Lightning/NeMo, torch.distributed's env:// init); torchrun on torch >= 2.13
+    alone does not."""
+    code = script.code
+    if re.search(r"\$\{?MASTER_PORT\b", code):
+        return True
+    if re.search(r"(?<![\w./-])srun\b[^\n]*\b(?:python[\d.]*|singularity|apptainer|nemo)\b", code):
+        return True
+    if re.search(r"(?<![\w.-])(?:accelerate\s+launch|deepspeed)\b", code) or _LIGHTNING.search(code):
+        return True
+    return not versions.at_least("torch", (2, 13))
 
 
 # Commands that need no module (shell builtins, coreutils, SLURM's own tools): a `module purge`

@@ -1,0 +1,214 @@
+"""Linter rules from sbatch's own semantics (sbatch(1), slurm-wlm 22.05, Debian's package): options that exclude
+each other or need another, a GPU type that contradicts the node features asked for, `$` in an #SBATCH line
+(sbatch expands no variables), lines that look like directives but are comments, and the output environment
+variables a script reads that its request form never sets.
+
+Each rule's docstring names the section of the man page it rests on; tests/test_lint_on_cluster.py shows each
+on the local SLURM cluster (sbatch --test-only, or a tiny job). ``RULES`` lists them in the order they run."""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable
+
+from workshop_lib.checks.findings import ERROR, WARNING, Finding
+from workshop_lib.checks.script import Script
+
+# ---------------------------------------------------------------------------------------------
+# Options that exclude each other
+# ---------------------------------------------------------------------------------------------
+# (options, what sbatch 22.05 answers), from the option's entry in sbatch(1) and seen with --test-only.
+_EXCLUSIVE = [
+    (("mem", "mem-per-cpu", "mem-per-gpu"), "sbatch: fatal: --mem, --mem-per-cpu, and --mem-per-gpu are mutually "
+                                            "exclusive."),
+    (("cpus-per-gpu", "cpus-per-task"), "sbatch: error: --cpus-per-gpu is mutually exclusive with --cpus-per-task"),
+    (("gpus-per-task", "ntasks-per-gpu"), "sbatch: fatal: --gpus-per-task is mutually exclusive with "
+                                          "--ntasks-per-gpu"),
+]
+
+
+def _exclusive_options(script: Script) -> Iterable[Finding]:
+    """sbatch(1) 22.05, OPTIONS --mem / --mem-per-cpu / --mem-per-gpu ("mutually exclusive"), --cpus-per-gpu
+    ("not compatible with --cpus-per-task") and --ntasks-per-gpu ("not compatible with --gpus-per-task"):
+    sbatch refuses the job at submission."""
+    given = {directive.option for directive in script.header.directives}
+    for options, answer in _EXCLUSIVE:
+        both = [option for option in options if option in given]
+        if len(both) < 2:
+            continue
+        shown = " and ".join(f"--{option}={script.header.get(option)}" for option in both)
+        yield Finding(
+            "exclusive-options", ERROR,
+            f"{shown}: sbatch accepts only one of them and refuses the job ({answer}).",
+            f"keep one: {' or '.join('--' + option for option in both)}.",
+            max(script.header.line(option) or 0 for option in both) or None)
+
+
+def _gpus_per_task_without_tasks(script: Script) -> Iterable[Finding]:
+    """sbatch(1) 22.05, --gpus-per-task ("requires an explicit task count, e.g. -n, --ntasks or ...
+    --gpus=X --gpus-per-task=Y"): without --ntasks, --ntasks-per-node, --nodes or --gpus sbatch refuses the job."""
+    header = script.header
+    if header.get("gpus-per-task") is None or any(header.get(option) for option in (
+            "ntasks", "ntasks-per-node", "nodes", "gpus")):
+        return
+    yield Finding(
+        "gpus-per-task-without-tasks", ERROR,
+        f"--gpus-per-task={header.get('gpus-per-task')} with no task count: sbatch refuses the job ('--gpus-per-task "
+        "used without either --gpus or -n/--ntasks is not allowed').",
+        "say how many tasks: --ntasks=N (or --ntasks-per-node=N), or ask per node: --gpus-per-node=N.",
+        header.line("gpus-per-task"))
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU type and node features
+# ---------------------------------------------------------------------------------------------
+GPU_TYPES = ("a100", "v100", "p100", "h100", "h200", "a6000", "rtx2080ti", "gtx1080ti", "t4", "l40", "l40s", "a40",
+             "p6000", "rtx6000", "mi250", "mi300")
+
+
+def _gpu_type_contradicts_constraint(script: Script) -> Iterable[Finding]:
+    """sbatch(1) 22.05, --constraint (all features joined by `&` must hold on each node; `|` is either) and
+    --gres (`gpu:<type>:<count>` names the GPU model): a typed request whose type the constraint excludes asks
+    for nodes that do not exist, and SLURM refuses the job ('Requested node configuration is not available' or
+    'Invalid feature specification')."""
+    typed, constraint = script.header.gpu_type, (script.header.get("constraint") or "").lower()
+    if not typed or not constraint or "|" in constraint or "[" in constraint:
+        return  # either-or expressions may include the type: nothing certain to say
+    features = {feature.strip("() ") for feature in re.split(r"[&,]", constraint)}
+    other = sorted(features & set(GPU_TYPES) - {typed})
+    if not other:
+        return
+    yield Finding(
+        "gpu-type-contradicts-constraint", ERROR,
+        f"the GPUs are typed {typed} but --constraint={script.header.get('constraint')} asks for {other[0]} nodes: no "
+        "node has both, so SLURM refuses the job (or it pends forever).",
+        f"name one GPU model: --constraint={typed} with --gres=gpu:{typed}:N, or drop the type from the GPU request.",
+        script.header.line("constraint"))
+
+
+# ---------------------------------------------------------------------------------------------
+# #SBATCH lines: no variables, and only `#SBATCH` at the start of a line
+# ---------------------------------------------------------------------------------------------
+_PATH_OPTIONS = ("output", "error", "chdir", "input")
+_NUMBER_OPTIONS = ("nodes", "ntasks", "ntasks-per-node", "cpus-per-task", "gpus", "gpus-per-node", "gpus-per-task",
+                   "gres", "mem", "mem-per-cpu", "mem-per-gpu", "time", "array", "cpus-per-gpu")
+_VARIABLE = re.compile(r"\$\{?[A-Za-z_]\w*\}?|\$\(")
+
+
+def _variable_in_directive(script: Script) -> Iterable[Finding]:
+    """sbatch(1) 22.05, DESCRIPTION (the script's options are read by sbatch "before any executable commands")
+    and filename pattern (only `%` replacement symbols are replaced): sbatch reads #SBATCH lines itself and never
+    expands `$VAR`, so the value is taken literally. A path becomes a folder named `$HOME` that does not exist
+    (the job fails at launch without a log); a number is refused ('"$NODES" is not a valid node count')."""
+    for directive in script.header.directives:
+        if not _VARIABLE.search(directive.value):
+            continue
+        option, value = directive.option, directive.value
+        if option in _PATH_OPTIONS:
+            effect = (f"SLURM opens the literal path {value!r} (a folder named "
+                      f"{_VARIABLE.search(value).group(0)!r} that does not exist), so the job fails at launch, "
+                      "without a log")
+            severity, fix = ERROR, (f"write the path out, or use sbatch's own patterns (%u user, %x job name, %j job "
+                                    f"id): e.g. --{option}=/path/to/logs/%x-%j.out; or pass it on the command line "
+                                    f"(sbatch --{option}=\"$HOME/...\" job.sbatch), where the shell expands it.")
+        elif option in _NUMBER_OPTIONS:
+            effect = f"sbatch refuses the job ('\"{value}\" is not a valid' value)"
+            severity, fix = ERROR, (f"write the number in the script, or pass it when submitting: sbatch "
+                                    f"--{option}=\"$VALUE\" job.sbatch (the shell expands it there).")
+        else:
+            effect = f"the job gets the literal text {value!r}"
+            severity, fix = WARNING, f"write the value out, or pass it when submitting: sbatch --{option}=\"...\"."
+        yield Finding(
+            "variable-in-directive", severity,
+            f"--{option}={value} in an #SBATCH line: sbatch does not expand shell variables there, so {effect}.",
+            fix, directive.line)
+
+
+def _directive_look_alike(script: Script) -> Iterable[Finding]:
+    """sbatch(1) 22.05, DESCRIPTION: options are lines "preceded with #SBATCH"; sbatch compares the start of the
+    line with `#SBATCH` exactly, so `  #SBATCH` (indented), `# SBATCH` or `#sbatch` is a comment and its request
+    is silently dropped (an indented `#SBATCH --comment=x` sets no comment on slurm 22.05)."""
+    for number in script.header.look_alike_lines:
+        line = script.lines[number - 1]
+        spaced = line.startswith("# ")
+        yield Finding(
+            "directive-look-alike", WARNING if spaced else ERROR,
+            f"`{line.strip()[:60]}` is a comment to sbatch (only a line starting with exactly `#SBATCH` is a "
+            "directive), so this request is silently dropped"
+            + (" (if that is meant, `##SBATCH` says so more clearly)." if spaced else "."),
+            "write it as `#SBATCH --option=value` at the very start of the line.", number)
+
+
+# ---------------------------------------------------------------------------------------------
+# Output environment variables: which request form sets which
+# ---------------------------------------------------------------------------------------------
+# sbatch(1) 22.05, OUTPUT ENVIRONMENT VARIABLES: each is set only when its option is given (checked on
+# the local cluster for every GPU request form).
+SET_ONLY_BY = {
+    "SLURM_GPUS_PER_NODE": ("gpus-per-node",),
+    "SLURM_GPUS": ("gpus",),
+    "SLURM_GPUS_PER_TASK": ("gpus-per-task",),
+    "SLURM_CPUS_PER_TASK": ("cpus-per-task",),
+    "SLURM_CPUS_PER_GPU": ("cpus-per-gpu",),
+    "SLURM_NTASKS_PER_NODE": ("ntasks-per-node",),
+    "SLURM_NTASKS": ("ntasks", "ntasks-per-node"),
+    "SLURM_NPROCS": ("ntasks", "ntasks-per-node"),
+    "SLURM_MEM_PER_GPU": ("mem-per-gpu",),
+    "SLURM_MEM_PER_CPU": ("mem-per-cpu",),
+    "SLURM_MEM_PER_NODE": ("mem",),
+    "SLURM_ARRAY_TASK_ID": ("array",),
+    "SLURM_ARRAY_JOB_ID": ("array",),
+    "SLURM_ARRAY_TASK_COUNT": ("array",),
+    "SLURM_ARRAY_TASK_MIN": ("array",),
+    "SLURM_ARRAY_TASK_MAX": ("array",),
+}
+_READ = re.compile(r"\$\{?(" + "|".join(SET_ONLY_BY) + r")\b(\}|:?[-=?+][^}]*\})?")
+
+
+def _unset_slurm_variable(script: Script) -> Iterable[Finding]:
+    """sbatch(1) 22.05, OUTPUT ENVIRONMENT VARIABLES (e.g. SLURM_GPUS_PER_NODE "Requested GPU count per allocated
+    node. Only set if the --gpus-per-node option is specified"): a script that reads a variable its request form
+    does not set gets an empty string, so `--nproc_per_node=$SLURM_GPUS_PER_NODE` under `--gres=gpu:4` is
+    `--nproc_per_node=` and the launcher stops."""
+    given = {directive.option for directive in script.header.directives}
+    reported = set()
+    for number, line in enumerate(script.code.split("\n"), start=1):
+        if number in script.other_job_lines or re.match(r"\s*(?:echo|printf)\b", line):
+            continue
+        for match in _READ.finditer(line):
+            name, modifier = match.group(1), match.group(2) or ""
+            if modifier[:2].lstrip(":")[:1] in ("-", "=", "?", "+") or name in reported:
+                continue  # ${VAR:-default} says what happens when it is unset
+            if given & set(SET_ONLY_BY[name]) or re.search(rf"(?<![\w$]){name}=", script.code):
+                continue
+            if re.search(rf"-[zn]\s+\"?\$\{{?{name}\b", script.code):
+                continue  # the script tests whether it is set
+            reported.add(name)
+            options = " or ".join(f"--{option}" for option in SET_ONLY_BY[name])
+            yield Finding(
+                "slurm-variable-unset", ERROR,
+                f"${name} is set only when the job asks with {options}, which this script does not: it expands "
+                "to an empty string here"
+                + (f" (the GPUs are asked with --{_gpu_form(script)})" if "GPU" in name and _gpu_form(script) else "")
+                + ", and the command that reads it gets no value.",
+                _unset_fix(name, script), number)
+
+
+def _gpu_form(script: Script) -> str | None:
+    for option in ("gres", "gpus-per-node", "gpus", "gpus-per-task"):
+        if script.header.get(option):
+            return f"{option}={script.header.get(option)}"
+    return None
+
+
+def _unset_fix(name: str, script: Script) -> str:
+    if name in ("SLURM_GPUS_PER_NODE", "SLURM_GPUS", "SLURM_GPUS_PER_TASK"):
+        return ("use $SLURM_GPUS_ON_NODE (the GPUs this node holds, set under every GPU request form), or ask with "
+                f"the option that sets {name}.")
+    if name.startswith("SLURM_ARRAY"):
+        return f"add #SBATCH --array=... or do not read ${name}."
+    return f"ask with {' or '.join('--' + option for option in SET_ONLY_BY[name])}, or write ${{{name}:-<default>}}."
+
+
+RULES = [_exclusive_options, _gpus_per_task_without_tasks, _gpu_type_contradicts_constraint, _variable_in_directive,
+         _directive_look_alike, _unset_slurm_variable]

@@ -1,0 +1,215 @@
+"""Linter rules on job steps and job arrays, from srun's and sbatch's own semantics (srun(1), sbatch(1),
+slurm-wlm 22.05): what `--export` leaves a step, steps started in the background, steps that cannot run side by
+side, and array tasks that share a log, a port or a folder.
+
+Each rule's docstring names the section of the man page it rests on; tests/test_lint_on_cluster.py shows each
+on the local SLURM cluster. ``RULES`` lists them in the order they run."""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable
+
+from workshop_lib.checks.findings import ERROR, Finding
+from workshop_lib.checks.script import Script, command_words
+from workshop_lib.checks.steps import Step, batch_code, exported, logical_lines, steps_of
+
+
+# ---------------------------------------------------------------------------------------------
+# srun --export
+# ---------------------------------------------------------------------------------------------
+def _export_drops_environment(script: Script) -> Iterable[Finding]:
+    """srun(1) 22.05, --export: `NONE` defines none of the user's environment ("User must use absolute path to
+    the binary"); a list without `ALL` propagates "only ... EDITOR ..., SLURM_* environment variables and ARG1"
+    (no PATH: `srun --export=MASTER_PORT=1 bash` fails with 'execve(): bash: No such file or directory').
+    sbatch(1) --export=NONE also sets SLURM_EXPORT_ENV=NONE, which every srun of the job inherits."""
+    job_export = (script.header.get("export") or "").upper()
+    job_none = job_export == "NONE" and (exported(script, "SLURM_EXPORT_ENV") or "").upper() != "ALL"
+    for step in steps_of(script):
+        value = step.options.get("export")
+        if value is None and not job_none:
+            continue
+        words = [word.split("=")[0] for word in (value or "NONE").split(",")]
+        if "ALL" in (word.upper() for word in words):
+            continue
+        needs_path = step.program and not step.program.startswith("/")
+        said = f"srun --export={value}" if value is not None else "#SBATCH --export=NONE (inherited by this srun)"
+        lost = ("the script's own exports and the user's PATH" if "NONE" in (w.upper() for w in words)
+                else f"every variable but {', '.join(words)} and SLURM_* (PATH, the conda/module environment, "
+                     "MASTER_ADDR ...)")
+        yield Finding(
+            "srun-export-drops-environment", ERROR,
+            f"{said}: the step starts without {lost}, so "
+            + (f"`{step.program}` is not found ('execve(): {step.program}: No such file or directory')."
+               if needs_path else "what the script exported before srun is not there."),
+            "keep the environment and add to it: srun --export=ALL,NAME=value ... (or leave --export out)"
+            + (", and drop #SBATCH --export=NONE (or export SLURM_EXPORT_ENV=ALL before srun)." if value is None
+               else "."),
+            step.line if value is not None else script.header.line("export"))
+        if value is None:
+            return  # one finding for the job-wide setting
+
+
+# ---------------------------------------------------------------------------------------------
+# Background steps
+# ---------------------------------------------------------------------------------------------
+_LONG_RUNNING = re.compile(r"(?<![\w./-])(?:srun|torchrun|accelerate|deepspeed|python[\d.]*|singularity|apptainer|"
+                           r"nemo|bash\s+\S+\.sh)\b")
+
+
+def _background_not_waited(script: Script) -> Iterable[Finding]:
+    """sbatch(1) 22.05, DESCRIPTION (the batch script is the job: when it exits, the job ends) and srun(1) (a step
+    belongs to the job): a step started with `&` and never waited for is killed when the script reaches its end,
+    moments after it started ('Unable to create step for job: Job/step already completing or completed')."""
+    code = batch_code(script)
+    commands = list(logical_lines(code))
+    waits = [number for number, word in command_words(code) if word == "wait"]
+    for index, (number, text) in enumerate(commands):
+        if not re.search(r"(?<![&>|])&\s*(?:#.*)?$", text.rstrip()) or not _LONG_RUNNING.search(text):
+            continue
+        if any(line > number for line in waits) or re.search(r"\bwait\b", text):
+            continue
+        later = [t for n, t in commands[index + 1:] if t.strip()]
+        if any(_LONG_RUNNING.search(t) and not re.search(r"(?<![&>|])&\s*$", t.rstrip()) for t in later):
+            continue  # a foreground command keeps the job alive (a monitor next to the training)
+        yield Finding(
+            "background-step-not-waited", ERROR,
+            "this command runs in the background (`&`) and nothing waits for it: the batch script reaches its end "
+            "at once, the job ends, and SLURM kills the step (the training never runs).",
+            "add `wait` after the last background command (or drop the `&`).", number)
+        return
+
+
+def _parallel_steps_serialize(script: Script) -> Iterable[Finding]:
+    """srun(1) 22.05, --exact ("By default, all non-GRES resources on each node in the step allocation will be
+    used ... Parallel steps will either be blocked or rejected until requested step resources are available unless
+    --overlap is specified"): on one node, a second background step without --exact (or -c, which implies it)
+    waits for the first to end ('step creation temporarily disabled'), so steps meant to share the node's GPUs run
+    one after the other."""
+    if _nodes(script) != 1 or exported(script, "SLURM_EXACT") or exported(script, "SLURM_OVERLAP") \
+            or exported(script, "SRUN_CPUS_PER_TASK"):
+        return
+    background = [step for step in steps_of(script) if step.background]
+    count = sum(2 if step.in_loop else 1 for step in background)
+    if count < 2:
+        return
+    loose = [step for step in background if not step.has("exact", "overlap", "cpus-per-task", "nodelist")]
+    if not loose:
+        return
+    yield Finding(
+        "parallel-steps-serialize", ERROR,
+        f"{count if count > 2 else 'two'} srun steps in the background on one node, "
+        f"{'this one' if len(loose) == 1 else 'these'} without --exact: a step takes all the job's CPUs on the node, "
+        "so the next waits until it ends ('step creation temporarily disabled') and they run one after the other.",
+        "give each step only what it needs: srun --exact --ntasks=1 --cpus-per-task=N --gres=gpu:K ... & "
+        "(--exact, or -c, which implies it).", loose[0].line)
+
+
+def _nodes(script: Script) -> int | None:
+    """The job's node count: --nodes, else what --ntasks over --ntasks-per-node implies, else 1."""
+    header = script.header
+    if header.get("nodes"):
+        return script.number(header.get("nodes").split("-")[-1])
+    tasks, per_node = script.number(header.get("ntasks")), script.number(header.get("ntasks-per-node"))
+    return -(-tasks // per_node) if tasks and per_node else 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Job arrays: every task is a job of its own, started at once, often on the same node
+# ---------------------------------------------------------------------------------------------
+def _array_shared_output(script: Script) -> Iterable[Finding]:
+    """sbatch(1) 22.05, --array and filename pattern (%A: the array's job id, the same for every task; %a: the
+    task's index; default "slurm-%A_%a.out"): an --output without %a (or %j) names one file for all tasks, and
+    each task truncates it when it starts, so only the last tasks' logs survive."""
+    header = script.header
+    if header.get("array") is None:
+        return
+    for option in ("output", "error"):
+        value = header.get(option)
+        if not value or re.search(r"%[0-9]*[aj]", value) or "$" in value:
+            continue
+        append = (header.get("open-mode") or "").lower() == "append"
+        yield Finding(
+            "array-shared-output", ERROR,
+            f"--{option}={value} in a job array: every task writes the same file"
+            + (", their lines interleaved." if append else
+               "; each task truncates it when it starts, so the logs of the others are lost."),
+            f"put the task's index in the name: --{option}={_with_index(value)} (%A array id, %a task index).",
+            header.line(option))
+
+
+def _with_index(value: str) -> str:
+    stem, dot, suffix = value.rpartition(".")
+    return f"{stem}-%a.{suffix}" if dot and "/" not in suffix else f"{value}-%a"
+
+
+_PORT = re.compile(r"(?:MASTER_PORT|PORT|--master[_-]port|--main[_-]process[_-]port|rdzv[_-]endpoint)(?:=|\s+)"
+                   r"[\"']?(?:[\w.${}-]+:)?(\d{4,5})\b")
+
+
+def _array_shared_port(script: Script) -> Iterable[Finding]:
+    """sbatch(1) 22.05, --array (tasks are separate jobs that run at the same time, placed wherever they fit) and
+    OUTPUT ENVIRONMENT VARIABLES (SLURM_ARRAY_JOB_ID is the same for every task): a fixed rendezvous port, or one
+    derived from SLURM_ARRAY_JOB_ID, is the same for tasks that share a node, and the second fails to bind it
+    ('address already in use')."""
+    if script.header.get("array") is None:
+        return
+    code = batch_code(script)
+    for number, text in logical_lines(code):
+        fixed = _PORT.search(text)
+        derived = re.search(r"PORT\w*=[^\n]*SLURM_ARRAY_JOB_ID", text) and "SLURM_ARRAY_TASK_ID" not in text
+        if not fixed and not derived:
+            continue
+        said = f"the fixed port {fixed.group(1)}" if fixed else "a port derived from SLURM_ARRAY_JOB_ID (the same for every task)"
+        yield Finding(
+            "array-shared-port", ERROR,
+            f"{said} in a job array: tasks that run on the same node rendezvous on the same port, and all but the "
+            "first fail with 'address already in use'.",
+            "derive the port from the task's own job id: MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000)) (each array "
+            "task has its own SLURM_JOB_ID).", number)
+        return
+
+
+_OUTPUT_FOLDER = re.compile(r"(?<![\w-])(--output[_-]dir|--save[_-]dir|--checkpoint[_-]dir|--ckpt[_-]dir|"
+                            r"exp_manager\.exp_dir|log\.log_dir|--log[_-]dir)(?:=|\s+)(\"[^\"]*\"|'[^']*'|[^\s;&|]+)")
+
+
+def _array_shared_folder(script: Script) -> Iterable[Finding]:
+    """sbatch(1) 22.05, --array (the tasks run the same script at the same time): an output folder written without
+    anything that differs between tasks (SLURM_ARRAY_TASK_ID, SLURM_JOB_ID, or a variable set from them) is shared,
+    so the tasks overwrite each other's checkpoints and results."""
+    if script.header.get("array") is None:
+        return
+    code = batch_code(script)
+    per_task = _per_task_variables(code)
+    for number, text in logical_lines(code):
+        for match in _OUTPUT_FOLDER.finditer(text):
+            value = match.group(2).strip("\"'")
+            names = set(re.findall(r"\$\{?([A-Za-z_]\w*)", value))
+            if names & per_task:
+                continue
+            yield Finding(
+                "array-shared-folder", ERROR,
+                f"{match.group(1)} {value} in a job array: every task writes the same folder at the same time, so "
+                "they overwrite each other's checkpoints and results.",
+                f"make it per task: {match.group(1)} {value.rstrip('/')}/task-$SLURM_ARRAY_TASK_ID.", number)
+            return
+
+
+def _per_task_variables(code: str) -> set[str]:
+    """Variables whose value differs between array tasks: SLURM's and any assigned from them (transitively)."""
+    per_task = {"SLURM_ARRAY_TASK_ID", "SLURM_JOB_ID", "SLURM_JOBID", "SLURM_TASK_ID"}
+    assignments = re.findall(r"^\s*(?:export\s+|local\s+|readonly\s+)?([A-Za-z_]\w*)=(.*)$", code, re.MULTILINE)
+    assignments += [(name, value) for name, value in re.findall(r"\bread\b[^<\n]*?([A-Za-z_]\w*)\s*<<<\s*(.*)", code)]
+    changed = True
+    while changed:
+        changed = False
+        for name, value in assignments:
+            if name not in per_task and set(re.findall(r"\$\{?([A-Za-z_]\w*)", value)) & per_task:
+                per_task.add(name)
+                changed = True
+    return per_task
+
+
+RULES = [_export_drops_environment, _background_not_waited, _parallel_steps_serialize, _array_shared_output,
+         _array_shared_port, _array_shared_folder]
