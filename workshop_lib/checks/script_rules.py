@@ -5,6 +5,7 @@ after `module load`. Each rule is a function (Script) -> findings; ``RULES`` lis
 
 from __future__ import annotations
 
+import getpass
 import re
 from pathlib import Path
 from typing import Iterable
@@ -49,25 +50,45 @@ def _directives(script: Script) -> Iterable[Finding]:
 
 
 def _output_folders(script: Script) -> Iterable[Finding]:
+    """sbatch(1) 22.05, --output ("The file will be created ... in the directory that sbatch was run from"; slurmd
+    opens it before the script runs and creates no folder) and filename pattern: %u and %x are expanded here as
+    SLURM will (the user, the job name); a folder named by a per-job pattern (%j, %A, %a, %N ...) cannot exist
+    before the job, so the job fails at launch. `$VAR` is never expanded there (rule variable-in-directive)."""
     for option in ("output", "error"):
         value = script.header.get(option)
-        if not value:
+        if not value or "$" in value:
             continue
-        folder = Path(value).parent
-        if str(folder) in ("", ".") or "%" in str(folder) or "$" in str(folder):
+        written = str(Path(value).parent)
+        folder = _expand_patterns(written, script)
+        if folder is None or folder in ("", "."):
             continue
+        per_job = re.search(r"%[0-9]*[jJAaNnstb]", folder)
         submit_dir = script.submit_dir
-        if submit_dir is None and not folder.is_absolute():
-            if not re.search(rf"mkdir\s+(-p\s+)?[\"']?{re.escape(str(folder))}\b", script.text):
+        if per_job is None and submit_dir is None and not Path(folder).is_absolute():
+            if not re.search(rf"mkdir\s+(-p\s+)?[\"']?{re.escape(folder)}\b", script.text):
                 continue  # where sbatch will run is unknown: nothing to say
-        where = folder if folder.is_absolute() or submit_dir is None else Path(submit_dir) / folder
-        if not where.is_dir():
-            yield Finding(
-                "output-folder-missing", ERROR,
-                f"--{option}={value} writes into {folder}/, which does not exist; SLURM opens this file before "
-                "the script runs (a mkdir inside the script is too late) and the job fails at launch.",
-                f"create {folder}/ before sbatch, or write the log into the submission directory.",
-                script.header.line(option))
+        where = Path(folder) if Path(folder).is_absolute() or submit_dir is None else Path(submit_dir) / folder
+        if per_job is None and where.is_dir():
+            continue
+        reason = (f"names a folder by {per_job.group(0)}, which SLURM fills in per job, so that folder cannot exist "
+                  "before the job starts" if per_job else f"writes into {folder}/, which does not exist")
+        yield Finding(
+            "output-folder-missing", ERROR,
+            f"--{option}={value} {reason}; SLURM opens this file before the script runs (a mkdir inside the script is "
+            "too late) and the job fails at launch.",
+            f"put the per-job pattern in the file name (logs/%x-%j.out) and create the folder before sbatch."
+            if per_job else f"create {folder}/ before sbatch, or write the log into the submission directory.",
+            script.header.line(option))
+
+
+def _expand_patterns(text: str, script: Script) -> str | None:
+    """%u and %x (and %%) as SLURM expands them; None when the job name is needed and unknown."""
+    if "%x" in text:
+        name = script.header.get("job-name")
+        if name is None:
+            return None  # the default name is the script's file name, which the linter may not know
+        text = text.replace("%x", name)
+    return text.replace("%u", getpass.getuser()).replace("%%", "%")
 
 
 def _lightning(script: Script) -> Iterable[Finding]:
