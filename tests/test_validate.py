@@ -25,7 +25,8 @@ BAD = sorted(SAMPLES.glob("*/bad*.sbatch"))
 GOOD = sorted(SAMPLES.glob("*/good*.sbatch"))
 WARNING_RULES = {"fixed-rendezvous-port", "several-options-per-line"}
 # Samples whose finding is a warning although their rule also has errors.
-WARNING_SAMPLES = {"cuda-visible-devices-pinned/bad-every-gpu-by-number.sbatch"}
+WARNING_SAMPLES = {"cuda-visible-devices-pinned/bad-every-gpu-by-number.sbatch",
+                   "directive-look-alike/bad-space.sbatch", "variable-in-directive/bad-job-name.sbatch"}
 # Samples written in the shape of the original workshop's scripts (kaust-rccl/Dist-DL-training): the line
 # each finding belongs on.
 EXPECTED_LINES = {
