@@ -83,6 +83,11 @@ def sbatch_test_only(path: Path) -> subprocess.CompletedProcess:
     ("gpu-type-contradicts-constraint", ["--gres=gpu:a100:1", "--constraint=v100"],
      ["--gres=gpu:a100:1", "--constraint=a100"], "Invalid feature"),
     ("variable-in-directive", ["--nodes=$NODES"], ["--nodes=1"], "not a valid node count"),
+    ("invalid-directive", ["--job-name=zero3 offload"], ["--job-name=\"zero3 offload\""], "Invalid directive"),
+    ("counts-contradict", ["--nodes=1", "--gpus=8", "--gpus-per-node=4"], ["--nodes=2", "--gpus=8",
+     "--gpus-per-node=4"], "required nodes (2)"),
+    ("counts-contradict", ["--nodes=1", "--ntasks=8", "--ntasks-per-node=4"], ["--nodes=2", "--ntasks=8",
+     "--ntasks-per-node=4"], "not available"),
 ])
 def test_request_rules_match_what_sbatch_refuses(local_cluster, job_dir, rule, bad, good, refusal):
     refused = write(job_dir, "bad.sh", *(f"#SBATCH {option}" for option in bad), "sleep 0")
@@ -91,6 +96,26 @@ def test_request_rules_match_what_sbatch_refuses(local_cluster, job_dir, rule, b
     answer = sbatch_test_only(refused)
     assert answer.returncode != 0 and refusal in answer.stderr
     assert sbatch_test_only(accepted).returncode == 0
+
+
+def test_a_script_without_its_interpreter_line_is_refused(local_cluster, job_dir):
+    blank_first = job_dir / "blank.sh"
+    blank_first.write_text("\n#!/bin/bash\nsleep 0\n")
+    no_line = job_dir / "none.sh"
+    no_line.write_text("#SBATCH --nodes=1\nsleep 0\n")
+    good = write(job_dir, "good.sh", "sleep 0")
+    for path in (blank_first, no_line):
+        assert "missing-shebang" in rules(path)
+        assert "does not look like a batch script" in sbatch_test_only(path).stderr
+    assert rules(good) == set() and sbatch_test_only(good).returncode == 0
+
+
+def test_an_option_given_twice_takes_the_last_value(local_cluster, job_dir):
+    twice = write(job_dir, "twice.sh", "#SBATCH --gpus-per-node=4", "#SBATCH --gpus-per-node=2",
+                  "count=$SLURM_GPUS_PER_NODE; echo \"per_node=$count\"")
+    assert "option-given-twice" in rules(twice)
+    [ended] = run(twice)
+    assert "per_node=2" in ended.log
 
 
 def test_a_typed_a100_request_needs_no_constraint(local_cluster, job_dir):
@@ -168,6 +193,15 @@ def test_each_output_variable_is_set_only_by_its_options(local_cluster, job_dir)
         assert re.search(r"gpus_on_node=\d", ended.log), form  # set under every GPU request form
 
 
+def test_the_gpu_id_variables_hold_a_list_not_a_count(local_cluster, job_dir):
+    bad = write(job_dir, "list.sh", "#SBATCH --gres=gpu:2", "torchrun --nproc_per_node=$SLURM_JOB_GPUS train.py")
+    good = write(job_dir, "count.sh", "#SBATCH --gres=gpu:2", "torchrun --nproc_per_node=$SLURM_GPUS_ON_NODE train.py")
+    assert "gpu-list-as-count" in rules(bad) and rules(good) == set()
+    probe = write(job_dir, "probe.sh", "#SBATCH --gres=gpu:2", "gpus=$SLURM_JOB_GPUS; echo \"ids=$gpus\"")
+    [ended] = run(probe)
+    assert re.search(r"^ids=\d+(,\d+)+$", ended.log, re.M)
+
+
 def test_a_variable_the_request_form_does_not_set_is_empty(local_cluster, job_dir):
     body = "workers=$SLURM_GPUS_PER_NODE; echo \"nproc=[$workers] on_node=[$SLURM_GPUS_ON_NODE]\""
     bad = write(job_dir, "gres.sh", "#SBATCH --gres=gpu:2", "#SBATCH --cpus-per-task=2", body)
@@ -222,6 +256,20 @@ def test_background_steps_without_exact_run_one_after_the_other(local_cluster, j
     assert "alone" in serial.log and "step creation temporarily disabled" in serial.log
     devices = re.findall(r"met-(\S+)", side_by_side.log)
     assert len(devices) == 2 and set(devices[0].split(",")).isdisjoint(devices[1].split(","))
+
+
+def test_a_foreground_step_waits_for_a_background_step_without_exact(local_cluster, job_dir):
+    """A monitor step started with `srun ... &` holds the job's CPUs; the training step after it waits."""
+    monitor = "srun{} bash -c 'sleep 1; echo monitor-done' &"
+    training = "srun bash -c 'echo training-started'"
+    bad = write(job_dir, "monitor.sh", "#SBATCH --nodes=1", "#SBATCH --ntasks=1", monitor.format(""), training, "wait")
+    good = write(job_dir, "overlap.sh", "#SBATCH --nodes=1", "#SBATCH --ntasks=1", monitor.format(" --overlap"),
+                 training, "wait")
+    assert "parallel-steps-serialize" in rules(bad) and rules(good) == set()
+    serial, overlapped = run(bad, good)
+    assert serial.log.index("monitor-done") < serial.log.index("training-started")
+    assert "step creation temporarily disabled" in serial.log
+    assert overlapped.log.index("training-started") < overlapped.log.index("monitor-done")
 
 
 def test_a_step_s_own_gpu_request_is_what_its_launcher_sees(local_cluster, job_dir):

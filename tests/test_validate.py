@@ -23,7 +23,7 @@ RULES = sorted(path.name for path in SAMPLES.iterdir() if (path / "bad.sbatch").
 FOLDER_RULES = sorted(path.name for path in SAMPLES.iterdir() if (path / "bad").is_dir())
 BAD = sorted(SAMPLES.glob("*/bad*.sbatch"))
 GOOD = sorted(SAMPLES.glob("*/good*.sbatch"))
-WARNING_RULES = {"fixed-rendezvous-port", "several-options-per-line"}
+WARNING_RULES = {"fixed-rendezvous-port", "several-options-per-line", "option-given-twice"}
 # Samples whose finding is a warning although their rule also has errors.
 WARNING_SAMPLES = {"cuda-visible-devices-pinned/bad-every-gpu-by-number.sbatch",
                    "directive-look-alike/bad-space.sbatch", "variable-in-directive/bad-job-name.sbatch"}

@@ -1,7 +1,8 @@
-"""Linter rules from sbatch's own semantics (sbatch(1), slurm-wlm 22.05, Debian's package): options that exclude
-each other or need another, a GPU type that contradicts the node features asked for, `$` in an #SBATCH line
-(sbatch expands no variables), lines that look like directives but are comments, and the output environment
-variables a script reads that its request form never sets.
+"""Linter rules from sbatch's own semantics (sbatch(1), slurm-wlm 22.05, Debian's package): the `#!` line, words
+of a directive that are no option, options that exclude each other, need another, contradict each other or are
+given twice, a GPU type that contradicts the node features asked for, `$` in an #SBATCH line (sbatch expands no
+variables), lines that look like directives but are comments, and the output environment variables a script reads
+that its request form never sets (or reads as a count when they hold a list).
 
 Each rule's docstring names the section of the man page it rests on; tests/test_lint_on_cluster.py shows each
 on the local SLURM cluster (sbatch --test-only, or a tiny job). ``RULES`` lists them in the order they run."""
@@ -57,6 +58,79 @@ def _gpus_per_task_without_tasks(script: Script) -> Iterable[Finding]:
         "used without either --gpus or -n/--ntasks is not allowed').",
         "say how many tasks: --ntasks=N (or --ntasks-per-node=N), or ask per node: --gpus-per-node=N.",
         header.line("gpus-per-task"))
+
+
+# ---------------------------------------------------------------------------------------------
+# The script's first line, words of a directive, counts that contradict each other, options given twice
+# ---------------------------------------------------------------------------------------------
+def _missing_shebang(script: Script) -> Iterable[Finding]:
+    """sbatch 22.05 refuses a script whose first line is not `#!interpreter` ('This does not look like a batch
+    script. The first line must start with #! followed by the path to an interpreter'), a blank line first too."""
+    first = script.lines[0] if script.lines else ""
+    if first.startswith("#!"):
+        return
+    yield Finding(
+        "missing-shebang", ERROR,
+        "the first line is not `#!/bin/bash`" + (" (it is blank)" if not first.strip() else "")
+        + ": sbatch refuses the script ('This does not look like a batch script').",
+        "make `#!/bin/bash` the very first line (nothing, not even a blank line, above it).", 1)
+
+
+def _invalid_directive_word(script: Script) -> Iterable[Finding]:
+    """sbatch(1) 22.05: an #SBATCH line holds options only; a word that is neither an option nor its value (an
+    unquoted space inside a value: `--job-name=my run`) makes sbatch refuse the script ('Invalid directive found
+    in batch script: run')."""
+    for number, word in script.header.stray_words:
+        yield Finding(
+            "invalid-directive", ERROR,
+            f"`{word}` on this #SBATCH line is neither an option nor an option's value: sbatch refuses the script "
+            f"('Invalid directive found in batch script: {word}').",
+            "quote a value with spaces (--job-name=\"my run\") or join it (--job-name=my-run).", number)
+
+
+def _counts_contradict(script: Script) -> Iterable[Finding]:
+    """sbatch(1) 22.05, --ntasks-per-node (with --ntasks, the task count is a maximum per node) and --gpus
+    (the job's total, with --gpus-per-node on each node): a total that the per-node count times --nodes cannot
+    give is refused ('Requested node configuration is not available'; 'required nodes (2) doesn't fall between
+    min_nodes (1) and max_nodes (1)')."""
+    header, number = script.header, script.number
+    nodes = number((header.get("nodes") or "").split("-")[-1]) if header.get("nodes") else None
+    if not nodes:
+        return
+    pairs = [("ntasks", "ntasks-per-node", lambda total, per_node: total > per_node * nodes),
+             ("gpus", "gpus-per-node", lambda total, per_node: total != per_node * nodes)]
+    for total_option, per_node_option, contradicts in pairs:
+        total = _trailing_number(header.get(total_option))
+        per_node = _trailing_number(header.get(per_node_option))
+        if total is None or per_node is None or not contradicts(total, per_node):
+            continue
+        yield Finding(
+            "counts-contradict", ERROR,
+            f"--{total_option}={header.get(total_option)} with --{per_node_option}={header.get(per_node_option)} on "
+            f"--nodes={header.get('nodes')}: {per_node} per node x {nodes} nodes cannot give {total}, so SLURM refuses "
+            "the job.",
+            f"keep the per-node form (--{per_node_option}) and drop --{total_option}, or make {total_option} = "
+            f"{per_node_option} x nodes.", header.line(total_option))
+
+
+def _trailing_number(value: str | None) -> int | None:
+    match = re.search(r"(\d+)$", (value or "").split(",")[0])
+    return int(match.group(1)) if value and match else None
+
+
+def _option_given_twice(script: Script) -> Iterable[Finding]:
+    """sbatch(1) 22.05: an option given twice takes its last value (a script's line cannot tell which one its
+    author meant: a line added at the bottom silently replaces the request above)."""
+    seen: dict[str, tuple[str, int | None]] = {}
+    for directive in script.header.directives:
+        earlier = seen.get(directive.option)
+        if earlier is not None and earlier[0] != directive.value:
+            yield Finding(
+                "option-given-twice", WARNING,
+                f"--{directive.option} is given twice ({earlier[0]} on line {earlier[1]}, {directive.value} here): "
+                f"sbatch uses the last, {directive.value}.",
+                f"keep one --{directive.option} line.", directive.line)
+        seen[directive.option] = (directive.value, directive.line)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -210,5 +284,26 @@ def _unset_fix(name: str, script: Script) -> str:
     return f"ask with {' or '.join('--' + option for option in SET_ONLY_BY[name])}, or write ${{{name}:-<default>}}."
 
 
-RULES = [_exclusive_options, _gpus_per_task_without_tasks, _gpu_type_contradicts_constraint, _variable_in_directive,
-         _directive_look_alike, _unset_slurm_variable]
+# Variables that hold a list of GPU indices (`0,1,2,3`), not a count, under every request form.
+_GPU_LISTS = ("SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL")
+_COUNT_OPTION = re.compile(r"(--nproc[_-]per[_-]node|--num[_-]gpus|--num[_-]processes|trainer\.devices|--gpus)(?:=|\s+)"
+                           r"[\"']?\$\{?(" + "|".join(_GPU_LISTS) + r")\b")
+
+
+def _gpu_list_as_count(script: Script) -> Iterable[Finding]:
+    """sbatch(1) 22.05, OUTPUT ENVIRONMENT VARIABLES (SLURM_JOB_GPUS: "The global GPU IDs of the GPUs allocated to
+    this job", a comma-separated list, e.g. `0,1,2,3` on the local cluster) and CUDA_VISIBLE_DEVICES (a list too):
+    given where a launcher expects a number of processes, the launcher stops ('invalid literal for int()')."""
+    for number, line in enumerate(script.code.split("\n"), start=1):
+        match = _COUNT_OPTION.search(line)
+        if match and number not in script.other_job_lines:
+            yield Finding(
+                "gpu-list-as-count", ERROR,
+                f"{match.group(1)}=${match.group(2)}: ${match.group(2)} is a list of GPU indices (e.g. 0,1,2,3), not a "
+                "count, so the launcher cannot read it as a number of processes.",
+                f"use the count: $SLURM_GPUS_ON_NODE (or {match.group(1)}=gpu for torchrun).", number)
+
+
+RULES = [_missing_shebang, _invalid_directive_word, _exclusive_options, _gpus_per_task_without_tasks,
+         _counts_contradict, _option_given_twice, _gpu_type_contradicts_constraint, _variable_in_directive,
+         _directive_look_alike, _unset_slurm_variable, _gpu_list_as_count]

@@ -464,21 +464,24 @@ def _launcher_nodes(script: Script) -> Iterable[Finding]:
     if not nodes:
         return
     for launch in _launchers(job):
-        option = {"torchrun": "--nnodes", "accelerate": "--num_machines"}.get(launch.kind)
+        option = {"torchrun": "--nnodes", "accelerate": "--num_machines", "deepspeed": "--num_nodes"}.get(launch.kind)
         if option is None:
             continue
-        found = _option(launch.args, option) if launch.kind == "torchrun" else \
-            accelerate_setting(script, launch, "num_machines")
+        found = accelerate_setting(script, launch, "num_machines") if launch.kind == "accelerate" else \
+            _option(launch.args, option)
         if found and ":" in found[0]:
             continue  # an elastic range (min:max): torchrun waits for what it gets
-        written = script.number(found[0]) if found else 1
+        # no --num_nodes: the deepspeed launcher uses every host of its hostfile (rule deepspeed-without-hostfile)
+        written = script.number(found[0]) if found else (None if launch.kind == "deepspeed" else 1)
         if written is None or written == nodes:
             continue
         said = f"{option}={found[0]}" if found else f"no {option} (so 1)"
         yield Finding(
             "launcher-nodes-mismatch", ERROR,
             f"{_name(launch.kind)} with {said} in a --nodes={nodes} job: "
-            + ("each node forms a group of its own and trains alone (or the rendezvous waits for nodes that "
+            + (f"it starts workers on {written} of the {nodes} nodes of its hostfile and the others sit idle."
+               if launch.kind == "deepspeed" and written < nodes else
+               "each node forms a group of its own and trains alone (or the rendezvous waits for nodes that "
                "never come)." if written < nodes else "the rendezvous waits for nodes the job does not have, "
                "until the time limit."),
             f"use {option}=$SLURM_NNODES (or {option}={nodes}).", launch.line_of(found[1]) if found else launch.line)

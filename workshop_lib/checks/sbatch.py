@@ -49,6 +49,7 @@ class SbatchHeader:
     after_command_lines: tuple[int, ...] = ()  # #SBATCH lines past the first command: ignored
     glued_lines: tuple[int, ...] = ()  # lines whose second #SBATCH became a comment
     look_alike_lines: tuple[int, ...] = ()  # comments that look like a directive (`  #SBATCH`, `# SBATCH`)
+    stray_words: tuple[tuple[int, str], ...] = ()  # (line, word): a word of a directive that is no option
 
     def get(self, option: str) -> str | None:
         """The value sbatch uses (the last one given), or None."""
@@ -66,7 +67,7 @@ class SbatchHeader:
         """The request once sbatch's own arguments (which win) are added."""
         extra = tuple(Directive(name, value) for name, value in parse_options(list(args)))
         return SbatchHeader(self.directives + extra, self.first_command_line, self.after_command_lines,
-                            self.glued_lines, self.look_alike_lines)
+                            self.glued_lines, self.look_alike_lines, self.stray_words)
 
     @property
     def gpus_per_node(self) -> int:
@@ -94,8 +95,9 @@ class SbatchHeader:
         return next((d for d in reversed(self.directives) if d.option == option), None)
 
 
-def parse_options(tokens: list[str]) -> list[tuple[str, str]]:
-    """(long name, value) for each option in sbatch's argument words."""
+def parse_options(tokens: list[str], strays: list[str] | None = None) -> list[tuple[str, str]]:
+    """(long name, value) for each option in sbatch's argument words; words that are neither an option nor its
+    value go to ``strays`` (in an #SBATCH line sbatch refuses them: 'Invalid directive found in batch script')."""
     options = []
     index = 0
     while index < len(tokens):
@@ -113,6 +115,8 @@ def parse_options(tokens: list[str]) -> list[tuple[str, str]]:
             options.append((SHORT_OPTIONS[token[1]], value))
         elif token.startswith("-") and len(token) == 2 and token[1] in SHORT_FLAGS:
             options.append((SHORT_FLAGS[token[1]], ""))
+        elif strays is not None and not token.startswith("-"):
+            strays.append(token)
         index += 1
     return options
 
@@ -160,6 +164,7 @@ def read_header(text: str) -> SbatchHeader:
     after_command: list[int] = []
     glued: list[int] = []
     look_alikes: list[int] = []
+    strays: list[tuple[int, str]] = []
     first_command: int | None = None
     in_heredoc = heredoc_lines(text)
     for number, line in enumerate(text.splitlines(), start=1):
@@ -179,10 +184,13 @@ def read_header(text: str) -> SbatchHeader:
             body = stripped[len(MAGIC):]
             if MAGIC in body:
                 glued.append(number)
-            directives += [Directive(name, value, number) for name, value in parse_options(_words(body))]
+            words: list[str] = []
+            directives += [Directive(name, value, number) for name, value in parse_options(_words(body), words)]
+            strays += [(number, word) for word in words]
         elif stripped and not stripped.startswith("#") and first_command is None:
             first_command = number
-    return SbatchHeader(tuple(directives), first_command, tuple(after_command), tuple(glued), tuple(look_alikes))
+    return SbatchHeader(tuple(directives), first_command, tuple(after_command), tuple(glued), tuple(look_alikes),
+                        tuple(strays))
 
 
 def sbatch_request(text: str, command_line: Sequence[str] = ()) -> SbatchHeader:

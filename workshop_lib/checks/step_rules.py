@@ -89,20 +89,27 @@ def _parallel_steps_serialize(script: Script) -> Iterable[Finding]:
     if _nodes(script) != 1 or exported(script, "SLURM_EXACT") or exported(script, "SLURM_OVERLAP") \
             or exported(script, "SRUN_CPUS_PER_TASK"):
         return
-    background = [step for step in steps_of(script) if step.background]
-    count = sum(2 if step.in_loop else 1 for step in background)
-    if count < 2:
+    steps = steps_of(script)
+    loose = next((step for step in steps if step.background
+                  and not step.has("exact", "overlap", "cpus-per-task", "nodelist")), None)
+    if loose is None:
         return
-    loose = [step for step in background if not step.has("exact", "overlap", "cpus-per-task", "nodelist")]
-    if not loose:
+    others = [step for step in steps if step.line > loose.line or (step is loose and step.in_loop)]
+    if not others:
         return
+    waiting = others[0]
+    if waiting.background or waiting is loose:
+        what = ("srun steps in the background on one node without --exact: a step takes all the job's CPUs on the "
+                "node, so the next waits until it ends ('step creation temporarily disabled') and they run one after "
+                "the other.")
+    else:
+        what = (f"this step runs in the background without --exact and takes all the job's CPUs on the node, so the "
+                f"step on line {waiting.line} waits until it ends ('step creation temporarily disabled'); a monitor "
+                "that runs as long as the job makes the job hang until its time limit.")
     yield Finding(
-        "parallel-steps-serialize", ERROR,
-        f"{count if count > 2 else 'two'} srun steps in the background on one node, "
-        f"{'this one' if len(loose) == 1 else 'these'} without --exact: a step takes all the job's CPUs on the node, "
-        "so the next waits until it ends ('step creation temporarily disabled') and they run one after the other.",
+        "parallel-steps-serialize", ERROR, what[0].upper() + what[1:],
         "give each step only what it needs: srun --exact --ntasks=1 --cpus-per-task=N --gres=gpu:K ... & "
-        "(--exact, or -c, which implies it).", loose[0].line)
+        "(--exact, or -c, which implies it); a monitor that needs no GPU: srun --overlap ... &.", loose.line)
 
 
 def _nodes(script: Script) -> int | None:
