@@ -243,13 +243,13 @@ def _unset_slurm_variable(script: Script) -> Iterable[Finding]:
     """sbatch(1) 22.05, OUTPUT ENVIRONMENT VARIABLES (e.g. SLURM_GPUS_PER_NODE "Requested GPU count per allocated
     node. Only set if the --gpus-per-node option is specified"): a script that reads a variable its request form
     does not set gets an empty string, so `--nproc_per_node=$SLURM_GPUS_PER_NODE` under `--gres=gpu:4` is
-    `--nproc_per_node=` and the launcher stops."""
+    `--nproc_per_node=` and the launcher stops (inside `$(( ))` it reads as 0)."""
     given = {directive.option for directive in script.header.directives}
     reported = set()
     for number, line in enumerate(script.code.split("\n"), start=1):
         if number in script.other_job_lines or re.match(r"\s*(?:echo|printf)\b", line):
             continue
-        for match in _READ.finditer(line):
+        for match in [*_READ.finditer(line), *_arithmetic_reads(line)]:
             name, modifier = match.group(1), match.group(2) or ""
             if modifier[:2].lstrip(":")[:1] in ("-", "=", "?", "+") or name in reported:
                 continue  # ${VAR:-default} says what happens when it is unset
@@ -266,6 +266,15 @@ def _unset_slurm_variable(script: Script) -> Iterable[Finding]:
                 + (f" (the GPUs are asked with --{_gpu_form(script)})" if "GPU" in name and _gpu_form(script) else "")
                 + ", and the command that reads it gets no value.",
                 _unset_fix(name, script), number)
+
+
+_ARITHMETIC = re.compile(r"\$\(\((.*?)\)\)")
+_BARE_NAME = re.compile(r"(?<![\w$])(" + "|".join(SET_ONLY_BY) + r")\b()")
+
+
+def _arithmetic_reads(line: str) -> list[re.Match]:
+    """Variables read by name inside `$(( ... ))`, where bash reads an unset one as 0."""
+    return [found for block in _ARITHMETIC.finditer(line) for found in _BARE_NAME.finditer(block.group(1))]
 
 
 def _gpu_form(script: Script) -> str | None:
