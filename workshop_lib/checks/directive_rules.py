@@ -13,6 +13,7 @@ import re
 from typing import Iterable
 
 from workshop_lib.checks.findings import ERROR, WARNING, Finding
+from workshop_lib.checks.launches import launches_of
 from workshop_lib.checks.script import Script
 
 # ---------------------------------------------------------------------------------------------
@@ -246,6 +247,7 @@ def _unset_slurm_variable(script: Script) -> Iterable[Finding]:
     `--nproc_per_node=` and the launcher stops (inside `$(( ))` it reads as 0)."""
     given = {directive.option for directive in script.header.directives}
     reported = set()
+    in_steps = _lines_run_by_srun(script)
     for number, line in enumerate(script.code.split("\n"), start=1):
         if number in script.other_job_lines or re.match(r"\s*(?:echo|printf)\b", line):
             continue
@@ -255,6 +257,8 @@ def _unset_slurm_variable(script: Script) -> Iterable[Finding]:
                 continue  # ${VAR:-default} says what happens when it is unset
             if given & set(SET_ONLY_BY[name]) or re.search(rf"(?<![\w$]){name}=", script.code):
                 continue
+            if name in _SET_IN_EVERY_STEP and number in in_steps:
+                continue  # srun sets the step's own task count
             if re.search(rf"-[zn]\s+\"?\$\{{?{name}\b", script.code):
                 continue  # the script tests whether it is set
             reported.add(name)
@@ -266,6 +270,19 @@ def _unset_slurm_variable(script: Script) -> Iterable[Finding]:
                 + (f" (the GPUs are asked with --{_gpu_form(script)})" if "GPU" in name and _gpu_form(script) else "")
                 + ", and the command that reads it gets no value.",
                 _unset_fix(name, script), number)
+
+
+# srun sets these for every step (a step has a task count even when the job asked for none).
+_SET_IN_EVERY_STEP = {"SLURM_NTASKS", "SLURM_NPROCS"}
+
+
+def _lines_run_by_srun(script: Script) -> set[int]:
+    """Lines of code that a task of an srun step runs (`srun bash -c '...'`, a heredoc srun runs)."""
+    lines: set[int] = set()
+    for region in launches_of(script).regions[1:]:
+        if region.under_srun and not region.expanded:
+            lines |= set(range(region.first_line, region.first_line + region.text.count("\n") + 1))
+    return lines
 
 
 _ARITHMETIC = re.compile(r"\$\(\((.*?)\)\)")

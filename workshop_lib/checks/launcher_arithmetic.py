@@ -94,6 +94,8 @@ def _deepspeed_batch_size(script: Script) -> Iterable[Finding]:
                 continue
             batches = Batches.of(config)
             line = script.line_of(match.group(1))
+            # the HF Trainer's arguments (and defaults) count only where the script passes them
+            trainer = trainer and _option(code, "--per_device_train_batch_size", "--gradient_accumulation_steps")
             problem = (_trainer_mismatch(script, batches, world) if trainer else None) \
                 or deepspeed_batch_problem(batches, world)
             if problem is None:

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 MAGIC = "#SBATCH"
 # sbatch's one-letter options that take a value, by their long names.
-SHORT_OPTIONS = {"A": "account", "a": "array", "b": "begin", "c": "cpus-per-task", "C": "constraint",
+SHORT_OPTIONS = {"A": "account", "a": "array", "B": "extra-node-info", "b": "begin", "c": "cpus-per-task",
+                 "C": "constraint", "F": "nodefile",
                  "D": "chdir", "d": "dependency", "e": "error", "G": "gpus", "i": "input", "J": "job-name",
                  "L": "licenses", "M": "clusters", "m": "distribution", "N": "nodes", "n": "ntasks",
                  "o": "output", "p": "partition", "q": "qos", "S": "core-spec", "t": "time", "w": "nodelist",

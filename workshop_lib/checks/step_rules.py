@@ -33,6 +33,9 @@ def _export_drops_environment(script: Script) -> Iterable[Finding]:
         if "ALL" in (word.upper() for word in words):
             continue
         needs_path = step.program and not step.program.startswith("/")
+        lost_exports = [name for name in _exports_before(script, step.line) if name not in words]
+        if not needs_path and not lost_exports:
+            continue  # an absolute program that needs nothing the script exported
         said = f"srun --export={value}" if value is not None else "#SBATCH --export=NONE (inherited by this srun)"
         lost = ("the script's own exports and the user's PATH" if "NONE" in (w.upper() for w in words)
                 else f"every variable but {', '.join(words)} and SLURM_* (PATH, the conda/module environment, "
@@ -48,6 +51,14 @@ def _export_drops_environment(script: Script) -> Iterable[Finding]:
             step.line if value is not None else script.header.line("export"))
         if value is None:
             return  # one finding for the job-wide setting
+
+
+def _exports_before(script: Script, line: int) -> list[str]:
+    """The variables the batch shell exports before ``line``."""
+    names = []
+    for number, text in enumerate(script.code.split("\n")[:line - 1], start=1):
+        names += re.findall(r"^\s*export\s+([A-Za-z_]\w*)", text)
+    return names
 
 
 # ---------------------------------------------------------------------------------------------
@@ -150,7 +161,7 @@ def _with_index(value: str) -> str:
     return f"{stem}-%a.{suffix}" if dot and "/" not in suffix else f"{value}-%a"
 
 
-_PORT = re.compile(r"(?:MASTER_PORT|PORT|--master[_-]port|--main[_-]process[_-]port|rdzv[_-]endpoint)(?:=|\s+)"
+_PORT = re.compile(r"(?<![\w-])(?:MASTER_PORT|--master[_-]port|--main[_-]process[_-]port|--rdzv[_-]endpoint)(?:=|\s+)"
                    r"[\"']?(?:[\w.${}-]+:)?(\d{4,5})\b")
 
 
