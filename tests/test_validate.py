@@ -47,6 +47,43 @@ EXPECTED_LINES = {
 }
 
 
+# Issue 38: each rule derived from SLURM's or a launcher's semantics, and the test that shows its defect on the
+# real cluster (tests/test_lint_on_cluster.py) or with the launcher itself (tests/test_launcher_arithmetic.py).
+EVIDENCE = {
+    "exclusive-options": "test_lint_on_cluster.py::test_request_rules_match_what_sbatch_refuses",
+    "gpus-per-task-without-tasks": "test_lint_on_cluster.py::test_request_rules_match_what_sbatch_refuses",
+    "gpu-type-contradicts-constraint": "test_lint_on_cluster.py::test_request_rules_match_what_sbatch_refuses",
+    "invalid-directive": "test_lint_on_cluster.py::test_request_rules_match_what_sbatch_refuses",
+    "counts-contradict": "test_lint_on_cluster.py::test_request_rules_match_what_sbatch_refuses",
+    "missing-shebang": "test_lint_on_cluster.py::test_a_script_without_its_interpreter_line_is_refused",
+    "option-given-twice": "test_lint_on_cluster.py::test_an_option_given_twice_takes_the_last_value",
+    "nemo-needs-a100": "test_lint_on_cluster.py::test_a_typed_a100_request_needs_no_constraint",
+    "variable-in-directive": "test_lint_on_cluster.py::test_variable_in_an_output_path_is_taken_literally_and_the_job_fails",
+    "output-folder-missing": "test_lint_on_cluster.py::test_a_folder_named_by_the_job_id_cannot_exist_and_the_job_fails",
+    "directive-look-alike": "test_lint_on_cluster.py::test_directive_look_alikes_are_comments_to_sbatch",
+    "slurm-variable-unset": "test_lint_on_cluster.py::test_a_variable_the_request_form_does_not_set_is_empty",
+    "gpu-list-as-count": "test_lint_on_cluster.py::test_the_gpu_id_variables_hold_a_list_not_a_count",
+    "srun-export-drops-environment": "test_lint_on_cluster.py::test_srun_export_without_all_loses_path_and_exports",
+    "background-step-not-waited": "test_lint_on_cluster.py::test_a_background_step_nobody_waits_for_is_killed",
+    "parallel-steps-serialize": "test_lint_on_cluster.py::test_background_steps_without_exact_run_one_after_the_other",
+    "workers-gpus-mismatch": "test_lint_on_cluster.py::test_a_step_s_own_gpu_request_is_what_its_launcher_sees",
+    "array-shared-output": "test_lint_on_cluster.py::test_array_tasks_sharing_an_output_file_lose_logs",
+    "array-shared-port": "test_lint_on_cluster.py::test_array_tasks_on_a_fixed_port_collide",
+    "array-shared-folder": "test_lint_on_cluster.py::test_array_tasks_writing_one_folder_overwrite_each_other",
+    "relative-path-after-cd": "test_lint_on_cluster.py::test_a_relative_path_after_cd_into_a_user_folder",
+    "deepspeed-batch-size-mismatch": "test_launcher_arithmetic.py::test_deepspeed_batch_verdicts_match_deepspeed_and_transformers",
+    "nemo-global-batch-mismatch": "test_launcher_arithmetic.py::test_nemo_global_batch_is_a_multiple_of_micro_batch_times_data_parallel",
+    "fixed-rendezvous-port": "test_launcher_arithmetic.py::test_single_node_torchrun_ignores_master_port_and_picks_a_free_one",
+}
+
+
+def test_every_semantic_rule_has_samples_and_names_its_evidence():
+    for rule, test in EVIDENCE.items():
+        module, function = test.split("::")
+        assert (SAMPLES / rule / "bad.sbatch").is_file() and (SAMPLES / rule / "good.sbatch").is_file(), rule
+        assert f"def {function}(" in (Path(__file__).parent / module).read_text(), test
+
+
 def _name(path: Path) -> str:
     return f"{path.parent.name}/{path.name}"
 

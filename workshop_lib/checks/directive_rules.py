@@ -31,8 +31,8 @@ _EXCLUSIVE = [
 
 def _exclusive_options(script: Script) -> Iterable[Finding]:
     """sbatch(1) 22.05, OPTIONS --mem / --mem-per-cpu / --mem-per-gpu ("mutually exclusive"), --cpus-per-gpu
-    ("not compatible with --cpus-per-task") and --ntasks-per-gpu ("not compatible with --gpus-per-task"):
-    sbatch refuses the job at submission."""
+    ("Not compatible with the --cpus-per-task option") and --ntasks-per-gpu ("not compatible with
+    --gpus-per-task"): sbatch refuses the job at submission (the answers below are sbatch 22.05's)."""
     given = {directive.option for directive in script.header.directives}
     for options, answer in _EXCLUSIVE:
         both = [option for option in options if option in given]
@@ -171,9 +171,9 @@ _VARIABLE = re.compile(r"\$\{?[A-Za-z_]\w*\}?|\$\(")
 
 
 def _variable_in_directive(script: Script) -> Iterable[Finding]:
-    """sbatch(1) 22.05, DESCRIPTION (the script's options are read by sbatch "before any executable commands")
-    and filename pattern (only `%` replacement symbols are replaced): sbatch reads #SBATCH lines itself and never
-    expands `$VAR`, so the value is taken literally. A path becomes a folder named `$HOME` that does not exist
+    """sbatch(1) 22.05, DESCRIPTION (options "preceded with #SBATCH before any executable commands" are read by
+    sbatch, not by the shell) and "filename pattern" (only replacement symbols, "%" followed by a letter, are
+    replaced): no `$VAR` is expanded, so the value is taken literally (seen on the local cluster). A path becomes a folder named `$HOME` that does not exist
     (the job fails at launch without a log); a number is refused ('"$NODES" is not a valid node count')."""
     for directive in script.header.directives:
         if not _VARIABLE.search(directive.value):

@@ -50,10 +50,12 @@ def _directives(script: Script) -> Iterable[Finding]:
 
 
 def _output_folders(script: Script) -> Iterable[Finding]:
-    """sbatch(1) 22.05, --output ("The file will be created ... in the directory that sbatch was run from"; slurmd
-    opens it before the script runs and creates no folder) and filename pattern: %u and %x are expanded here as
-    SLURM will (the user, the job name); a folder named by a per-job pattern (%j, %A, %a, %N ...) cannot exist
-    before the job, so the job fails at launch. `$VAR` is never expanded there (rule variable-in-directive)."""
+    """sbatch(1) 22.05, --output ("connect the batch script's standard output directly to the file name specified
+    in the filename pattern": slurmd opens it before the script runs and creates no folder; a missing folder fails
+    the job at launch, seen on the local cluster) and "filename pattern" (replacement symbols, "%" followed by a
+    letter): %u and %x are expanded here as SLURM will (the user, the job name); a folder named by a per-job
+    symbol (%j, %A, %a, %N ...) cannot exist before the job. `$VAR` is no replacement symbol (rule
+    variable-in-directive)."""
     for option in ("output", "error"):
         value = script.header.get(option)
         if not value or "$" in value:
