@@ -134,10 +134,11 @@ def test_a_typed_a100_request_needs_no_constraint(local_cluster, job_dir):
 # ---------------------------------------------------------------------------------------------
 def test_variable_in_an_output_path_is_taken_literally_and_the_job_fails(local_cluster, job_dir):
     bad = write(job_dir, "dollar.sh", f"#SBATCH --output={job_dir}/$USER/%j.out", "echo ran", output=None)
+    tilde = write(job_dir, "tilde.sh", "#SBATCH --output=~/logs/%j.out", "echo ran", output=None)
     good = write(job_dir, "plain.sh", f"#SBATCH --output={job_dir}/%u-%j.out", "echo ran", output=None)
-    assert "variable-in-directive" in rules(bad) and rules(good) == set()
-    failed, ran = run(bad, good)
-    assert failed.state == "FAILED" and not (job_dir / "$USER").exists()
+    assert "variable-in-directive" in rules(bad) & rules(tilde) and rules(good) == set()
+    failed, failed_too, ran = run(bad, tilde, good)
+    assert failed.state == failed_too.state == "FAILED" and not (job_dir / "$USER").exists()
     assert ran.state == "COMPLETED" and ran.log.strip() == "ran"
 
 
@@ -339,6 +340,27 @@ def test_array_tasks_on_a_fixed_port_collide(local_cluster, job_dir):
     assert outcomes == ["bind-failed", "bound"]
     run(good)
     assert [(job_dir / f"perjob-{task}.out").read_text().split()[-1] for task in (0, 1)] == ["bound", "bound"]
+
+
+def test_an_array_index_past_the_end_of_its_list_reads_nothing(local_cluster, job_dir):
+    lines = ["#SBATCH --array={}", "#SBATCH --output=%x-%a.out", "LRS=(1e-4 3e-4)",
+             "LR=${{LRS[$SLURM_ARRAY_TASK_ID]}}", "echo \"lr=[$LR]\""]
+    bad = write(job_dir, "from1.sh", *(line.format("1-2") for line in lines), output=None)
+    good = write(job_dir, "from0.sh", *(line.format("0-1") for line in lines), output=None)
+    (job_dir / "params.txt").write_text("a\nb\n")
+    sed = ["#SBATCH --array={}", "#SBATCH --output=%x-%a.out",
+           "echo \"param=[$(sed -n \"${{SLURM_ARRAY_TASK_ID}}p\" params.txt)]\" 2>&1"]
+    sed_bad = write(job_dir, "sed0.sh", *(line.format("0-1") for line in sed), output=None)
+    sed_good = write(job_dir, "sed1.sh", *(line.format("1-2") for line in sed), output=None)
+    for path in (bad, sed_bad):
+        assert "array-index-out-of-range" in rules(path), path.name
+    for path in (good, sed_good):
+        assert rules(path) == set(), path.name
+    run(bad, good, sed_bad, sed_good)
+    assert (job_dir / "from1.sh-2.out").read_text().strip() == "lr=[]"
+    assert {(job_dir / f"from0.sh-{task}.out").read_text().strip() for task in (0, 1)} == {"lr=[1e-4]", "lr=[3e-4]"}
+    assert "line address 0" in (job_dir / "sed0.sh-0.out").read_text()
+    assert {(job_dir / f"sed1.sh-{task}.out").read_text().strip() for task in (1, 2)} == {"param=[a]", "param=[b]"}
 
 
 def test_array_tasks_writing_one_folder_overwrite_each_other(local_cluster, job_dir):

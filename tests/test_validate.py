@@ -70,6 +70,7 @@ EVIDENCE = {
     "array-shared-output": "test_lint_on_cluster.py::test_array_tasks_sharing_an_output_file_lose_logs",
     "array-shared-port": "test_lint_on_cluster.py::test_array_tasks_on_a_fixed_port_collide",
     "array-shared-folder": "test_lint_on_cluster.py::test_array_tasks_writing_one_folder_overwrite_each_other",
+    "array-index-out-of-range": "test_lint_on_cluster.py::test_an_array_index_past_the_end_of_its_list_reads_nothing",
     "relative-path-after-cd": "test_lint_on_cluster.py::test_a_relative_path_after_cd_into_a_user_folder",
     "deepspeed-batch-size-mismatch": "test_launcher_arithmetic.py::test_deepspeed_batch_verdicts_match_deepspeed_and_transformers",
     "nemo-global-batch-mismatch": "test_launcher_arithmetic.py::test_nemo_global_batch_is_a_multiple_of_micro_batch_times_data_parallel",

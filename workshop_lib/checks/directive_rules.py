@@ -173,16 +173,17 @@ _VARIABLE = re.compile(r"\$\{?[A-Za-z_]\w*\}?|\$\(")
 def _variable_in_directive(script: Script) -> Iterable[Finding]:
     """sbatch(1) 22.05, DESCRIPTION (options "preceded with #SBATCH before any executable commands" are read by
     sbatch, not by the shell) and "filename pattern" (only replacement symbols, "%" followed by a letter, are
-    replaced): no `$VAR` is expanded, so the value is taken literally (seen on the local cluster). A path becomes a folder named `$HOME` that does not exist
+    replaced): no `$VAR` (and no `~`) is expanded, so the value is taken literally (seen on the local cluster). A path becomes a folder named `$HOME` that does not exist
     (the job fails at launch without a log); a number is refused ('"$NODES" is not a valid node count')."""
     for directive in script.header.directives:
-        if not _VARIABLE.search(directive.value):
-            continue
         option, value = directive.option, directive.value
+        tilde = option in _PATH_OPTIONS and value.startswith("~")
+        if not _VARIABLE.search(value) and not tilde:
+            continue
         if option in _PATH_OPTIONS:
-            effect = (f"SLURM opens the literal path {value!r} (a folder named "
-                      f"{_VARIABLE.search(value).group(0)!r} that does not exist), so the job fails at launch, "
-                      "without a log")
+            literal = "~" if tilde else _VARIABLE.search(value).group(0)
+            effect = (f"SLURM opens the literal path {value!r} (a folder named {literal!r} that does not exist), so "
+                      "the job fails at launch, without a log")
             severity, fix = ERROR, (f"write the path out, or use sbatch's own patterns (%u user, %x job name, %j job "
                                     f"id): e.g. --{option}=/path/to/logs/%x-%j.out; or pass it on the command line "
                                     f"(sbatch --{option}=\"$HOME/...\" job.sbatch), where the shell expands it.")
@@ -195,7 +196,8 @@ def _variable_in_directive(script: Script) -> Iterable[Finding]:
             severity, fix = WARNING, f"write the value out, or pass it when submitting: sbatch --{option}=\"...\"."
         yield Finding(
             "variable-in-directive", severity,
-            f"--{option}={value} in an #SBATCH line: sbatch does not expand shell variables there, so {effect}.",
+            f"--{option}={value} in an #SBATCH line: sbatch does not expand shell variables (nor `~`) there, so "
+            f"{effect}.",
             fix, directive.line)
 
 

@@ -407,7 +407,14 @@ def workers_per_node(script: Script, launch: Launch) -> tuple[int, int, str] | N
     if launch.kind == "deepspeed":
         found = _option(launch.args, "--num_gpus")
         number = script.number(found[0]) if found else None
-        return (number, found[1], f"--num_gpus={number}") if number else None
+        if number:
+            return number, found[1], f"--num_gpus={number}"
+        # no --num_gpus: the hostfile's slots=N (deepspeed 0.19.8, launcher/runner.py: fetch_hostfile)
+        slots = set(re.findall(r"\bslots=(\d+)\b", script.code)) if _option(launch.args, "--hostfile", "-H") else set()
+        if len(slots) != 1:
+            return None
+        count = int(slots.pop())
+        return count, 0, f"slots={count} in its hostfile"
     found = accelerate_setting(script, launch, "num_processes")
     machines = accelerate_setting(script, launch, "num_machines")
     number = script.number(found[0]) if found else None
@@ -452,7 +459,7 @@ def _workers_fix(kind: str, per_node: int, nodes: int | None) -> str:
     if kind == "torchrun":
         return f"use --nproc_per_node={per_node} (or --nproc_per_node=gpu: one worker per GPU the node holds)."
     if kind == "deepspeed":
-        return f"use --num_gpus={per_node}, or leave it out (every GPU the node holds)."
+        return f"use --num_gpus={per_node} (and slots={per_node} in the hostfile), or leave it out with slots={per_node}."
     total = per_node * (nodes or 1)
     return (f"use --num_processes={total} (GPUs per node x nodes = {per_node} x {nodes or 1}) with "
             f"--num_machines={nodes or 1}.")

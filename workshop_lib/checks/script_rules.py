@@ -58,8 +58,8 @@ def _output_folders(script: Script) -> Iterable[Finding]:
     variable-in-directive)."""
     for option in ("output", "error"):
         value = script.header.get(option)
-        if not value or "$" in value:
-            continue
+        if not value or "$" in value or value.startswith("~"):
+            continue  # taken literally by sbatch: rule variable-in-directive
         written = str(Path(value).parent)
         folder = _expand_patterns(written, script)
         if folder is None or folder in ("", "."):

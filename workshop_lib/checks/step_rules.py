@@ -8,6 +8,7 @@ on the local SLURM cluster. ``RULES`` lists them in the order they run."""
 from __future__ import annotations
 
 import re
+import shlex
 from typing import Iterable
 
 from workshop_lib.checks.findings import ERROR, Finding
@@ -229,5 +230,61 @@ def _per_task_variables(code: str) -> set[str]:
     return per_task
 
 
+def array_indices(spec: str) -> list[int] | None:
+    """The task indices of an --array value (`0-3`, `1,3,5`, `0-15:4`, `1-8%2`); None when not literal."""
+    indices: list[int] = []
+    for part in spec.split("%")[0].split(","):
+        match = re.fullmatch(r"(\d+)(?:-(\d+)(?::(\d+))?)?", part.strip())
+        if not match:
+            return None
+        first, last, step = int(match.group(1)), int(match.group(2) or match.group(1)), int(match.group(3) or 1)
+        indices += list(range(first, last + 1, step))
+    return indices or None
+
+
+_BASH_ARRAY = re.compile(r"^\s*(?:declare\s+-a\s+)?([A-Za-z_]\w*)=\(([^)]*)\)", re.MULTILINE)
+_INDEXED = re.compile(r"\$\{([A-Za-z_]\w*)\[\$?\{?SLURM_ARRAY_TASK_ID\}?\]\}")
+_SED_LINE = re.compile(r"\bsed\s+-n\s+[\"']?\$\{?SLURM_ARRAY_TASK_ID\}?p")
+
+
+def _array_index_out_of_range(script: Script) -> Iterable[Finding]:
+    """sbatch(1) 22.05, --array (SLURM_ARRAY_TASK_ID takes each index of the range as written, `1-4` is 1, 2, 3,
+    4) and bash (arrays count from 0; `sed -n 0p` is 'invalid usage of line address 0'): an index the list does
+    not have gives that task an empty value, and it trains with the wrong settings or fails (seen on the local
+    cluster)."""
+    spec = script.header.get("array")
+    indices = array_indices(spec) if spec else None
+    if not indices:
+        return
+    code = batch_code(script)
+    lists = {name: len(shlex_words(body)) for name, body in _BASH_ARRAY.findall(code)}
+    for number, line in enumerate(code.split("\n"), start=1):
+        for match in _INDEXED.finditer(line):
+            size = lists.get(match.group(1))
+            if size is None or all(0 <= index < size for index in indices):
+                continue
+            yield Finding(
+                "array-index-out-of-range", ERROR,
+                f"--array={spec} indexes {match.group(1)}, which holds {size} values (indices 0 to {size - 1}): task "
+                f"{max(indices) if max(indices) >= size else min(indices)} reads an empty value.",
+                f"number the tasks as the list: --array=0-{size - 1}.", number)
+            return
+        if _SED_LINE.search(line) and 0 in indices:
+            yield Finding(
+                "array-index-out-of-range", ERROR,
+                f"--array={spec} starts at 0, and `sed -n \"${{SLURM_ARRAY_TASK_ID}}p\"` numbers lines from 1: task 0 "
+                "stops with 'invalid usage of line address 0' and gets no parameters.",
+                f"start the array at 1 (--array=1-{max(indices) + 1}), or read line $((SLURM_ARRAY_TASK_ID + 1)).",
+                number)
+            return
+
+
+def shlex_words(text: str) -> list[str]:
+    try:
+        return shlex.split(text, comments=True)
+    except ValueError:
+        return text.split()
+
+
 RULES = [_export_drops_environment, _background_not_waited, _parallel_steps_serialize, _array_shared_output,
-         _array_shared_port, _array_shared_folder]
+         _array_shared_port, _array_shared_folder, _array_index_out_of_range]
