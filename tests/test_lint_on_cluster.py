@@ -285,6 +285,21 @@ def test_a_step_s_own_gpu_request_is_what_its_launcher_sees(local_cluster, job_d
     assert re.search(r"visible=\d+$", ended.log, re.M)  # one GPU, not four
 
 
+def test_a_task_bound_to_its_gpu_sees_one_device(local_cluster, job_dir):
+    """--gpus-per-task binds each task to its GPU: task 1 sees one device, so device $SLURM_LOCALID = 1 is not there."""
+    report = "srun bash -c 'echo \"task $SLURM_LOCALID sees $CUDA_VISIBLE_DEVICES\"'"
+    use = "srun bash -c 'LOCAL_RANK=$SLURM_LOCALID python3 train.py'"
+    bound = ["#SBATCH --nodes=1", "#SBATCH --ntasks=2", "#SBATCH --gpus-per-task=1"]
+    unbound = ["#SBATCH --nodes=1", "#SBATCH --ntasks-per-node=2", "#SBATCH --gpus-per-node=2"]
+    assert "local-rank-vs-bound-gpu" in rules(write(job_dir, "bad.sh", *bound, use))
+    assert rules(write(job_dir, "good.sh", *unbound, use)) == set()
+    seen_bound, seen_unbound = run(write(job_dir, "bound.sh", *bound, report), write(job_dir, "all.sh", *unbound, report))
+    visible = dict(re.findall(r"task (\d) sees (\S+)", seen_bound.log))
+    assert len(visible["1"].split(",")) == 1  # device index 1 does not exist for task 1
+    visible = dict(re.findall(r"task (\d) sees (\S+)", seen_unbound.log))
+    assert len(visible["1"].split(",")) == 2
+
+
 # ---------------------------------------------------------------------------------------------
 # Job arrays: one log, one port, one folder
 # ---------------------------------------------------------------------------------------------

@@ -67,6 +67,7 @@ EVIDENCE = {
     "background-step-not-waited": "test_lint_on_cluster.py::test_a_background_step_nobody_waits_for_is_killed",
     "parallel-steps-serialize": "test_lint_on_cluster.py::test_background_steps_without_exact_run_one_after_the_other",
     "workers-gpus-mismatch": "test_lint_on_cluster.py::test_a_step_s_own_gpu_request_is_what_its_launcher_sees",
+    "local-rank-vs-bound-gpu": "test_lint_on_cluster.py::test_a_task_bound_to_its_gpu_sees_one_device",
     "array-shared-output": "test_lint_on_cluster.py::test_array_tasks_sharing_an_output_file_lose_logs",
     "array-shared-port": "test_lint_on_cluster.py::test_array_tasks_on_a_fixed_port_collide",
     "array-shared-folder": "test_lint_on_cluster.py::test_array_tasks_writing_one_folder_overwrite_each_other",

@@ -12,6 +12,7 @@ import shlex
 from typing import Iterable
 
 from workshop_lib.checks.findings import ERROR, Finding
+from workshop_lib.checks.launches import launches_of
 from workshop_lib.checks.script import Script, command_words
 from workshop_lib.checks.steps import Step, batch_code, exported, logical_lines, steps_of
 
@@ -131,6 +132,39 @@ def _nodes(script: Script) -> int | None:
         return script.number(header.get("nodes").split("-")[-1])
     tasks, per_node = script.number(header.get("ntasks")), script.number(header.get("ntasks-per-node"))
     return -(-tasks // per_node) if tasks and per_node else 1
+
+
+_LOCAL_INDEX = re.compile(r"(LOCAL_RANK=|CUDA_VISIBLE_DEVICES=|--local[_-]rank[= ]|cuda:)[\"']?\$\{?SLURM_LOCALID\b")
+
+
+def _bound_gpu_by_local_rank(script: Script) -> Iterable[Finding]:
+    """srun(1) 22.05, --gpus-per-task ("will implicitly set --gpu-bind=per_task:<gpus_per_task>") and --gpu-bind
+    per_task / single ("Each task will be bound to the number of gpus specified"): a bound task sees only its own
+    GPU (CUDA_VISIBLE_DEVICES holds one index, seen on the local cluster), so a device chosen by SLURM_LOCALID
+    (LOCAL_RANK, cuda:N, CUDA_VISIBLE_DEVICES=N) does not exist for every task but the first on each node
+    ('CUDA error: invalid device ordinal')."""
+    job = launches_of(script)
+    job_per_task = script.header.get("gpus-per-task")
+    for step in steps_of(script):
+        bind = step.options.get("gpu-bind", "")
+        bound = (step.has("gpus-per-task") or bind.split(":")[0].replace("verbose,", "") in ("per_task", "single")
+                 or (job_per_task is not None and bind != "none" and not step.has("gres", "gpus", "gpus-per-node")))
+        match = _LOCAL_INDEX.search(" ".join(step.words))
+        if not bound or not match:
+            continue
+        options = " ".join(f"--{name}={value}" for name, value in step.options.items() if value)
+        per_node = job.tasks_per_node(options) if options else job.tasks_per_node()
+        if not per_node or per_node < 2:
+            continue
+        yield Finding(
+            "local-rank-vs-bound-gpu", ERROR,
+            f"each of the {per_node} tasks per node is bound to its own GPU (--gpus-per-task / --gpu-bind), so it sees "
+            f"one GPU, numbered 0; {match.group(1)}$SLURM_LOCALID asks for GPU 1, 2 ... in the other tasks, which "
+            "they do not have (CUDA error: invalid device ordinal).",
+            "either keep the binding and use device 0 in every task (LOCAL_RANK=0), or drop --gpus-per-task "
+            "(ask --gpus-per-node) so every task sees all the node's GPUs and picks its own by SLURM_LOCALID.",
+            step.line)
+        return
 
 
 # ---------------------------------------------------------------------------------------------
@@ -286,5 +320,5 @@ def shlex_words(text: str) -> list[str]:
         return text.split()
 
 
-RULES = [_export_drops_environment, _background_not_waited, _parallel_steps_serialize, _array_shared_output,
-         _array_shared_port, _array_shared_folder, _array_index_out_of_range]
+RULES = [_export_drops_environment, _background_not_waited, _parallel_steps_serialize, _bound_gpu_by_local_rank,
+         _array_shared_output, _array_shared_port, _array_shared_folder, _array_index_out_of_range]
