@@ -156,8 +156,8 @@ def _relative_after_cd(script: Script) -> Iterable[Finding]:
         if target is None:
             continue
         where = _folder(script, target, Path(submit))
-        if where is None:
-            continue
+        if where is None or not where.is_dir():
+            continue  # a folder known only at run time, or not on this machine: nothing certain to say
         for path in _RELATIVE_FILE.findall(line):
             if (Path(submit) / path).is_file() and not (where / path).exists():
                 yield Finding(
