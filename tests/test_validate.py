@@ -383,3 +383,16 @@ def test_nemo_fit_uses_the_experiments_estimate():
     assert finding.message.split(" needs ")[1] == expected.message.split(" needs ")[1].replace(
         "the profile's", "ibex's")
     assert finding.fix == expected.fix
+
+
+def test_what_a_path_rule_cannot_decide_here_is_said_not_silenced(capsys):
+    """Issue 38: a path on a file system this machine lacks is neither an error nor silence: `workshop check`
+    prints a note (and exits 0); the library's findings leave notes out unless asked."""
+    samples = [SAMPLES / "output-folder-missing" / "good-another-machine.sbatch",
+               SAMPLES / "relative-path-after-cd" / "good-another-machine.sbatch"]
+    assert main(["check", *map(str, samples)]) == 0
+    out = capsys.readouterr().out
+    assert "note [output-folder-missing]" in out and "note [relative-path-after-cd]" in out
+    assert "2 undecided here" in out
+    assert [f.severity for sample in samples for f in lint_file(sample, notes=True)] == ["note", "note"]
+    assert all(lint_file(sample) == [] for sample in samples)

@@ -22,14 +22,16 @@ SCRIPT_RULES: list[ScriptRule] = [*script_rules.RULES, *launches.RULES, *request
                                   *step_rules.RULES, *launcher_arithmetic.RULES]
 
 
-def lint_file(path: Path) -> list[Finding]:
+def lint_file(path: Path, notes: bool = False) -> list[Finding]:
     """Lint a script on disk; --output folders are checked relative to the script's directory."""
     path = Path(path)
-    return lint_script(read_job_script(path), submit_dir=path.parent)
+    return lint_script(read_job_script(path), submit_dir=path.parent, notes=notes, name=path.name)
 
 
-def lint_script(text: str, submit_dir: Path | None = None) -> list[Finding]:
-    """Every finding for one script, sorted by line. ``submit_dir`` is where sbatch will be called."""
-    script = Script(text, read_header(text), submit_dir)
-    findings = [finding for rule in SCRIPT_RULES for finding in rule(script)]
+def lint_script(text: str, submit_dir: Path | None = None, notes: bool = False,
+                name: str | None = None) -> list[Finding]:
+    """Every finding for one script, sorted by line. ``submit_dir`` is where sbatch will be called, ``name`` the
+    script's file name; ``notes`` adds what a rule could not decide here."""
+    script = Script(text, read_header(text), submit_dir, name)
+    findings = [finding for rule in SCRIPT_RULES for finding in rule(script) if notes or not finding.is_note]
     return sorted(findings, key=lambda finding: (finding.line or 0, finding.rule))

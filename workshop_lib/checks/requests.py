@@ -11,7 +11,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable
 
-from workshop_lib.checks.findings import ERROR, Finding
+from workshop_lib.checks.findings import ERROR, NOTE, Finding
 from workshop_lib.checks.fit import fit_findings
 from workshop_lib.checks.launches import launches_of, workers_per_node
 from workshop_lib.checks.nemo_command import STRATEGY, nemo_overrides
@@ -156,8 +156,18 @@ def _relative_after_cd(script: Script) -> Iterable[Finding]:
         if target is None:
             continue
         where = _folder(script, target, Path(submit))
-        if where is None or not where.is_dir():
-            continue  # a folder known only at run time, or not on this machine: nothing certain to say
+        relative = [path for path in _RELATIVE_FILE.findall(line) if (Path(submit) / path).is_file()]
+        if relative and (where is None or not where.is_dir()):
+            yield Finding(  # a folder known only at run time, or not on this machine
+                "relative-path-after-cd", NOTE,
+                f"{relative[0]} is relative and is looked up in the folder of `cd {target}`, which cannot be "
+                + ("known before the job runs" if where is None else "seen from this machine")
+                + f"; it is next to the job script, so it is found there only if that folder holds a copy.",
+                f"use \"$SLURM_SUBMIT_DIR/{relative[0].removeprefix('./')}\" to be sure.", number)
+            target = None  # said once per cd
+            continue
+        if where is None:
+            continue
         for path in _RELATIVE_FILE.findall(line):
             if (Path(submit) / path).is_file() and not (where / path).exists():
                 yield Finding(

@@ -28,6 +28,7 @@ class Script:
     text: str
     header: SbatchHeader
     submit_dir: Path | None = None
+    name: str | None = None  # the script's file name (SLURM's default job name), when linted from a file
 
     @cached_property
     def lines(self) -> list[str]:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Iterable
 
 from workshop_lib.checks import versions
-from workshop_lib.checks.findings import ERROR, WARNING, Finding
+from workshop_lib.checks.findings import ERROR, NOTE, WARNING, Finding
 from workshop_lib.checks.layout import PARALLEL_SIZES, deepspeed_layouts, script_layout
 from workshop_lib.checks.nemo_command import nemo_overrides
 from workshop_lib.checks.pitfalls import (MEGATRON_LAYOUT, findings, hybrid_shard_single_node, nemo_needs_a100,
@@ -73,7 +73,12 @@ def _output_folders(script: Script) -> Iterable[Finding]:
         if per_job is None and where.is_dir():
             continue
         if per_job is None and where.is_absolute() and not Path(*where.parts[:2]).exists():
-            continue  # another machine's file system (/ibex/... linted on a laptop): nothing certain to say
+            yield Finding(  # another machine's file system (/ibex/... linted on a laptop)
+                "output-folder-missing", NOTE,
+                f"--{option}={value}: {where.parts[1]}/ is not on this machine, so whether {folder}/ exists cannot be "
+                "checked here; SLURM creates no folder, and the job fails at launch if it is missing.",
+                f"check on the cluster: ls -d {folder}", script.header.line(option))
+            continue
         reason = (f"names a folder by {per_job.group(0)}, which SLURM fills in per job, so that folder cannot exist "
                   "before the job starts" if per_job else f"writes into {folder}/, which does not exist")
         yield Finding(
@@ -88,9 +93,9 @@ def _output_folders(script: Script) -> Iterable[Finding]:
 def _expand_patterns(text: str, script: Script) -> str | None:
     """%u and %x (and %%) as SLURM expands them; None when the job name is needed and unknown."""
     if "%x" in text:
-        name = script.header.get("job-name")
+        name = script.header.get("job-name") or script.name  # SLURM's default job name: the script's file name
         if name is None:
-            return None  # the default name is the script's file name, which the linter may not know
+            return None  # a script given as text, with no name: nothing certain to say
         text = text.replace("%x", name)
     return text.replace("%u", getpass.getuser()).replace("%%", "%")
 
