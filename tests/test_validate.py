@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -396,3 +397,10 @@ def test_what_a_path_rule_cannot_decide_here_is_said_not_silenced(capsys):
     assert "2 undecided here" in out
     assert [f.severity for sample in samples for f in lint_file(sample, notes=True)] == ["note", "note"]
     assert all(lint_file(sample) == [] for sample in samples)
+
+
+def test_every_rule_the_slurm_primer_names_exists():
+    page = (Path(__file__).resolve().parents[1] / "book" / "slurm_primer.md").read_text()
+    named = {name for row in page.splitlines() if row.startswith("| `")
+             for name in re.findall(r"`([a-z0-9]+(?:-[a-z0-9]+)+)`", row.split("|")[1])}
+    assert len(named) >= 40 and named <= set(RULES) | set(FOLDER_RULES)
