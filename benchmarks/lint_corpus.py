@@ -86,7 +86,16 @@ DEFECTS = [
            "array-shared-folder", "arrays"),
     Defect("array-fixed-port", "lr_sweep_array", "torchrun --nproc_per_node=2", "torchrun --nproc_per_node=2 --master_port=29600",
            "array-shared-port", "arrays"),
+    Defect("array-from-one", "lr_sweep_array", "#SBATCH --array=0-3", "#SBATCH --array=1-4",
+           "array-index-out-of-range", "arrays"),
+    # step vs job GPU binding
+    Defect("bound-task-local-rank", "ddp_srun_tasks", "LOCAL_RANK=0", "LOCAL_RANK=$SLURM_LOCALID",
+           "local-rank-vs-bound-gpu", "steps"),
+    Defect("tilde-in-output", "bloom_user_logs", "#SBATCH --output=%x-%u-%j.out", "#SBATCH --output=~/logs/%x-%j.out",
+           "variable-in-directive", "directives"),
     # launcher arithmetic
+    Defect("num-gpus-of-8-gpu-nodes", "ds_multinode", "--num_gpus 4", "--num_gpus 8", "workers-gpus-mismatch",
+           "arithmetic"),
     Defect("ds-batch-of-4-gpus-on-2", "ds_zero2_hf_2gpu", "ds_zero2_auto.json", "ds_zero2_fixed32.json",
            "deepspeed-batch-size-mismatch", "arithmetic"),
     Defect("ds-native-on-two-gpus", "ds_native_4gpu", "--num_gpus=4", "--num_gpus=2", "deepspeed-batch-size-mismatch",
