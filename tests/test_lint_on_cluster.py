@@ -118,6 +118,15 @@ def test_an_option_given_twice_takes_the_last_value(local_cluster, job_dir):
     assert "per_node=2" in ended.log
 
 
+def test_ntasks_wins_over_tasks_per_node(local_cluster, job_dir):
+    capped = write(job_dir, "capped.sh", "#SBATCH --nodes=2", "#SBATCH --ntasks=2", "#SBATCH --ntasks-per-node=4",
+                   "srun hostname | wc -l")
+    full = write(job_dir, "full.sh", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=4", "srun hostname | wc -l")
+    assert "ntasks-caps-tasks-per-node" in rules(capped) and rules(full) == set()
+    two, eight = run(capped, full)
+    assert two.log.split() == ["2"] and eight.log.split() == ["8"]
+
+
 def test_a_typed_a100_request_needs_no_constraint(local_cluster, job_dir):
     """The false alarm of issue 38: `--gres=gpu:a100:8` picks A100 nodes by itself (a v100 type finds none)."""
     nemo = ["#SBATCH --nodes=1", "#SBATCH --ntasks-per-node=8", "srun singularity exec --nv \"$NEMO_IMAGE\" "
@@ -231,6 +240,14 @@ def test_srun_export_without_all_loses_path_and_exports(local_cluster, job_dir):
     assert "addr=head-node" in good.log
 
 
+def test_a_step_cannot_ask_for_more_nodes_than_the_job(local_cluster, job_dir):
+    bad = write(job_dir, "twonode.sh", "#SBATCH --nodes=1", "srun --nodes=2 --ntasks-per-node=1 hostname")
+    good = write(job_dir, "onenode.sh", "#SBATCH --nodes=1", "srun --ntasks-per-node=1 hostname")
+    assert "step-exceeds-job" in rules(bad) and rules(good) == set()
+    refused, ran = run(bad, good)
+    assert "Only allocated 1 nodes asked for 2" in refused.log and ran.state == "COMPLETED" and ran.log.strip()
+
+
 def test_a_background_step_nobody_waits_for_is_killed(local_cluster, job_dir):
     step = "srun bash -c 'sleep 1; echo step-finished' &"
     bad = write(job_dir, "nowait.sh", step, "echo batch-done")
@@ -241,12 +258,13 @@ def test_a_background_step_nobody_waits_for_is_killed(local_cluster, job_dir):
     assert "step-finished" in waited.log
 
 
+@pytest.mark.slow
 def test_background_steps_without_exact_run_one_after_the_other(local_cluster, job_dir):
-    """Each step waits (at most 3 s) for a marker the other writes: side by side they meet, one after the other
+    """Each step waits (at most 5 s) for a marker the other writes: side by side they meet, one after the other
     they do not, and srun says 'step creation temporarily disabled'."""
     def steps(extra: str) -> list[str]:
         return ["#SBATCH --nodes=1", "#SBATCH --ntasks=2", "#SBATCH --gres=gpu:4"] + [
-            f"srun {extra}--ntasks=1 --gres=gpu:2 bash -c 'touch {me}; for i in $(seq 30); do "
+            f"srun {extra}--ntasks=1 --gres=gpu:2 bash -c 'touch {me}; for i in $(seq 50); do "
             f"[ -e {other} ] && {{ echo met-$CUDA_VISIBLE_DEVICES; exit 0; }}; sleep 0.1; done; echo alone' &"
             for me, other in (("$PWD/m.$SLURM_JOB_ID.a", "$PWD/m.$SLURM_JOB_ID.b"),
                               ("$PWD/m.$SLURM_JOB_ID.b", "$PWD/m.$SLURM_JOB_ID.a"))] + ["wait"]
@@ -259,18 +277,21 @@ def test_background_steps_without_exact_run_one_after_the_other(local_cluster, j
     assert len(devices) == 2 and set(devices[0].split(",")).isdisjoint(devices[1].split(","))
 
 
+@pytest.mark.slow
 def test_a_foreground_step_waits_for_a_background_step_without_exact(local_cluster, job_dir):
-    """A monitor step started with `srun ... &` holds the job's CPUs; the training step after it waits."""
-    monitor = "srun{} bash -c 'sleep 1; echo monitor-done' &"
-    training = "srun bash -c 'echo training-started'"
+    """A monitor step started with `srun ... &` and the training step after it cannot run at once: one waits for
+    the other to end. With --overlap the monitor sees (within 5 s) the marker the training step writes."""
+    monitor = ("srun{} bash -c 'for i in $(seq 50); do [ -e \"$PWD/started.$SLURM_JOB_ID\" ] && "
+               "{{ echo monitor-met; exit 0; }}; sleep 0.1; done; echo monitor-alone' &")
+    training = "srun bash -c 'touch \"$PWD/started.$SLURM_JOB_ID\"'"
     bad = write(job_dir, "monitor.sh", "#SBATCH --nodes=1", "#SBATCH --ntasks=1", monitor.format(""), training, "wait")
     good = write(job_dir, "overlap.sh", "#SBATCH --nodes=1", "#SBATCH --ntasks=1", monitor.format(" --overlap"),
                  training, "wait")
     assert "parallel-steps-serialize" in rules(bad) and rules(good) == set()
     serial, overlapped = run(bad, good)
-    assert serial.log.index("monitor-done") < serial.log.index("training-started")
-    assert "step creation temporarily disabled" in serial.log
-    assert overlapped.log.index("training-started") < overlapped.log.index("monitor-done")
+    # whichever srun is created first, the other waits for it to end
+    assert "step creation temporarily disabled" in serial.log, serial.log
+    assert "monitor-met" in overlapped.log and "temporarily disabled" not in overlapped.log, overlapped.log
 
 
 def test_a_step_s_own_gpu_request_is_what_its_launcher_sees(local_cluster, job_dir):
@@ -304,13 +325,15 @@ def test_a_task_bound_to_its_gpu_sees_one_device(local_cluster, job_dir):
 # Job arrays: one log, one port, one folder
 # ---------------------------------------------------------------------------------------------
 def test_array_tasks_sharing_an_output_file_lose_logs(local_cluster, job_dir):
-    bad = write(job_dir, "shared.sh", "#SBATCH --array=0-1", "#SBATCH --output=shared.out",
+    # one task at a time (%1), so what the second does to the first's log is the same on every run
+    bad = write(job_dir, "shared.sh", "#SBATCH --array=0-1%1", "#SBATCH --output=shared.out",
                 "echo \"task $SLURM_ARRAY_TASK_ID\"", output=None)
-    good = write(job_dir, "apart.sh", "#SBATCH --array=0-1", "#SBATCH --output=apart-%A_%a.out",
+    good = write(job_dir, "apart.sh", "#SBATCH --array=0-1%1", "#SBATCH --output=apart-%A_%a.out",
                  "echo \"task $SLURM_ARRAY_TASK_ID\"", output=None)
     assert "array-shared-output" in rules(bad) and rules(good) == set()
     run(bad, good)
-    assert len((job_dir / "shared.out").read_text().splitlines()) == 1  # two tasks, one log left
+    shared = (job_dir / "shared.out").read_text()
+    assert shared == "task 1\n"  # the second task truncated the first's log
     assert len(list(job_dir.glob("apart-*_*.out"))) == 2
 
 
@@ -320,7 +343,7 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-# Binds the port, writes a marker, and waits (at most 2 s) for the other task's marker before letting go.
+# Binds the port, writes a marker, and waits (at most 5 s) for the other task's marker before letting go.
 _BIND = """import os, socket, sys, time
 sock = socket.socket()
 try:
@@ -328,7 +351,7 @@ try:
 except OSError:
     sys.exit("bind-failed")
 open(f"bound.{os.environ['SLURM_ARRAY_TASK_ID']}", "w").close()
-for _ in range(20):
+for _ in range(50):
     if len([name for name in os.listdir() if name.startswith("bound.")]) == 2:
         break
     time.sleep(0.1)
@@ -339,7 +362,7 @@ print("bound")
 @pytest.mark.slow
 def test_array_tasks_on_a_fixed_port_collide(local_cluster, job_dir):
     """Both tasks of the array run at once (the cluster's two nodes share this host, as array tasks share an Ibex
-    node); each binds the port, then waits (at most 2 s) for the other's marker."""
+    node); each binds the port, then waits (at most 5 s) for the other's marker."""
     (job_dir / "bind.py").write_text(_BIND)
     bind = f"python3 {job_dir}/bind.py \"$MASTER_PORT\" 2>&1"
     port = _free_port()

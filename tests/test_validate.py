@@ -24,7 +24,8 @@ RULES = sorted(path.name for path in SAMPLES.iterdir() if (path / "bad.sbatch").
 FOLDER_RULES = sorted(path.name for path in SAMPLES.iterdir() if (path / "bad").is_dir())
 BAD = sorted(SAMPLES.glob("*/bad*.sbatch"))
 GOOD = sorted(SAMPLES.glob("*/good*.sbatch"))
-WARNING_RULES = {"fixed-rendezvous-port", "several-options-per-line", "option-given-twice"}
+WARNING_RULES = {"fixed-rendezvous-port", "several-options-per-line", "option-given-twice",
+                 "ntasks-caps-tasks-per-node"}
 # Samples whose finding is a warning although their rule also has errors.
 WARNING_SAMPLES = {"cuda-visible-devices-pinned/bad-every-gpu-by-number.sbatch",
                    "directive-look-alike/bad-space.sbatch", "variable-in-directive/bad-job-name.sbatch"}
@@ -57,6 +58,8 @@ EVIDENCE = {
     "invalid-directive": "test_lint_on_cluster.py::test_request_rules_match_what_sbatch_refuses",
     "counts-contradict": "test_lint_on_cluster.py::test_request_rules_match_what_sbatch_refuses",
     "missing-shebang": "test_lint_on_cluster.py::test_a_script_without_its_interpreter_line_is_refused",
+    "ntasks-caps-tasks-per-node": "test_lint_on_cluster.py::test_ntasks_wins_over_tasks_per_node",
+    "step-exceeds-job": "test_lint_on_cluster.py::test_a_step_cannot_ask_for_more_nodes_than_the_job",
     "option-given-twice": "test_lint_on_cluster.py::test_an_option_given_twice_takes_the_last_value",
     "nemo-needs-a100": "test_lint_on_cluster.py::test_a_typed_a100_request_needs_no_constraint",
     "variable-in-directive": "test_lint_on_cluster.py::test_variable_in_an_output_path_is_taken_literally_and_the_job_fails",

@@ -114,6 +114,24 @@ def _counts_contradict(script: Script) -> Iterable[Finding]:
             f"{per_node_option} x nodes.", header.line(total_option))
 
 
+def _ntasks_caps_tasks_per_node(script: Script) -> Iterable[Finding]:
+    """sbatch(1) 22.05, --ntasks-per-node ("If used with the --ntasks option, the --ntasks option will take
+    precedence and the --ntasks-per-node will be treated as a maximum count of tasks per node"): fewer tasks in all
+    than per node x nodes leaves task slots, and the GPUs meant for them, unused (NumTasks=2 for --ntasks=2
+    --ntasks-per-node=4 --nodes=2 on the local cluster)."""
+    header, number = script.header, script.number
+    nodes = number((header.get("nodes") or "1").split("-")[-1])
+    total, per_node = number(header.get("ntasks")), number(header.get("ntasks-per-node"))
+    if not nodes or not total or not per_node or total >= per_node * nodes:
+        return
+    yield Finding(
+        "ntasks-caps-tasks-per-node", WARNING,
+        f"--ntasks={total} with --ntasks-per-node={per_node} on {nodes} node{'s' if nodes > 1 else ''}: --ntasks wins, "
+        f"so the job has {total} tasks, not {per_node * nodes} (--ntasks-per-node is only a maximum).",
+        f"drop --ntasks (the per-node count x --nodes gives {per_node * nodes}), or make it {per_node * nodes}.",
+        header.line("ntasks"))
+
+
 def _trailing_number(value: str | None) -> int | None:
     match = re.search(r"(\d+)$", (value or "").split(",")[0])
     return int(match.group(1)) if value and match else None
@@ -333,5 +351,5 @@ def _gpu_list_as_count(script: Script) -> Iterable[Finding]:
 
 
 RULES = [_missing_shebang, _invalid_directive_word, _exclusive_options, _gpus_per_task_without_tasks,
-         _counts_contradict, _option_given_twice, _gpu_type_contradicts_constraint, _variable_in_directive,
+         _counts_contradict, _ntasks_caps_tasks_per_node, _option_given_twice, _gpu_type_contradicts_constraint, _variable_in_directive,
          _directive_look_alike, _unset_slurm_variable, _gpu_list_as_count]

@@ -63,6 +63,25 @@ def _exports_before(script: Script, line: int) -> list[str]:
     return names
 
 
+def _step_exceeds_job(script: Script) -> Iterable[Finding]:
+    """srun(1) 22.05, -N/--nodes (a step is created inside the job's allocation, which it cannot outgrow): a step
+    that asks for more nodes than the job holds is not started ('srun: error: Only allocated 1 nodes asked for 2'
+    on the local cluster), typically an srun line kept from a two-node script."""
+    job_nodes = _nodes(script)
+    if not job_nodes:
+        return
+    for step in steps_of(script):
+        asked = script.number((step.options.get("nodes") or "").split("-")[0] or None)
+        if asked and asked > job_nodes:
+            yield Finding(
+                "step-exceeds-job", ERROR,
+                f"srun --nodes={step.options['nodes']} in a job of {job_nodes} node{'s' if job_nodes > 1 else ''}: "
+                f"srun refuses the step ('Only allocated {job_nodes} nodes asked for {asked}').",
+                f"ask the job for {asked} nodes (#SBATCH --nodes={asked}), or drop --nodes from srun (it takes the "
+                "job's).", step.line)
+            return
+
+
 # ---------------------------------------------------------------------------------------------
 # Background steps
 # ---------------------------------------------------------------------------------------------
@@ -172,8 +191,9 @@ def _bound_gpu_by_local_rank(script: Script) -> Iterable[Finding]:
 # ---------------------------------------------------------------------------------------------
 def _array_shared_output(script: Script) -> Iterable[Finding]:
     """sbatch(1) 22.05, --array and filename pattern (%A: the array's job id, the same for every task; %a: the
-    task's index; default "slurm-%A_%a.out"): an --output without %a (or %j) names one file for all tasks, and
-    each task truncates it when it starts, so only the last tasks' logs survive."""
+    task's index; default "slurm-%A_%a.out"): an --output without %a (or %j) names one file for all tasks; each
+    task truncates it when it starts (on the local cluster, of two tasks run one after the other only the second's
+    log is left) and tasks that run at once interleave their lines."""
     header = script.header
     if header.get("array") is None:
         return
@@ -186,7 +206,8 @@ def _array_shared_output(script: Script) -> Iterable[Finding]:
             "array-shared-output", ERROR,
             f"--{option}={value} in a job array: every task writes the same file"
             + (", their lines interleaved." if append else
-               "; each task truncates it when it starts, so the logs of the others are lost."),
+               "; each task truncates it when it starts (the logs of the tasks before it are lost), and tasks that "
+               "run at once interleave their lines."),
             f"put the task's index in the name: --{option}={_with_index(value)} (%A array id, %a task index).",
             header.line(option))
 
@@ -320,5 +341,5 @@ def shlex_words(text: str) -> list[str]:
         return text.split()
 
 
-RULES = [_export_drops_environment, _background_not_waited, _parallel_steps_serialize, _bound_gpu_by_local_rank,
+RULES = [_export_drops_environment, _step_exceeds_job, _background_not_waited, _parallel_steps_serialize, _bound_gpu_by_local_rank,
          _array_shared_output, _array_shared_port, _array_shared_folder, _array_index_out_of_range]
