@@ -28,7 +28,8 @@ WARNING_RULES = {"fixed-rendezvous-port", "several-options-per-line", "option-gi
                  "ntasks-caps-tasks-per-node"}
 # Samples whose finding is a warning although their rule also has errors.
 WARNING_SAMPLES = {"cuda-visible-devices-pinned/bad-every-gpu-by-number.sbatch",
-                   "directive-look-alike/bad-space.sbatch", "variable-in-directive/bad-job-name.sbatch"}
+                   "directive-look-alike/bad-space.sbatch", "variable-in-directive/bad-job-name.sbatch",
+                   "slurm-variable-unset/bad-array-index.sbatch"}
 # Samples written in the shape of the original workshop's scripts (kaust-rccl/Dist-DL-training): the line
 # each finding belongs on.
 EXPECTED_LINES = {

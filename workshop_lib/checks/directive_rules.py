@@ -15,6 +15,7 @@ from typing import Iterable
 from workshop_lib.checks.findings import ERROR, WARNING, Finding
 from workshop_lib.checks.launches import launches_of
 from workshop_lib.checks.script import Script
+from workshop_lib.checks.steps import step_options
 
 # ---------------------------------------------------------------------------------------------
 # Options that exclude each other
@@ -95,7 +96,7 @@ def _counts_contradict(script: Script) -> Iterable[Finding]:
     give is refused ('Requested node configuration is not available'; 'required nodes (2) doesn't fall between
     min_nodes (1) and max_nodes (1)')."""
     header, number = script.header, script.number
-    nodes = number((header.get("nodes") or "").split("-")[-1]) if header.get("nodes") else None
+    nodes = number(header.get("nodes")) if header.get("nodes") else None  # a range (2-4): nothing certain
     if not nodes:
         return
     pairs = [("ntasks", "ntasks-per-node", lambda total, per_node: total > per_node * nodes),
@@ -120,7 +121,7 @@ def _ntasks_caps_tasks_per_node(script: Script) -> Iterable[Finding]:
     than per node x nodes leaves task slots, and the GPUs meant for them, unused (NumTasks=2 for --ntasks=2
     --ntasks-per-node=4 --nodes=2 on the local cluster)."""
     header, number = script.header, script.number
-    nodes = number((header.get("nodes") or "1").split("-")[-1])
+    nodes = number(header.get("nodes") or "1")  # a range (2-4): nothing certain
     total, per_node = number(header.get("ntasks")), number(header.get("ntasks-per-node"))
     if not nodes or not total or not per_node or total >= per_node * nodes:
         return
@@ -277,14 +278,15 @@ def _unset_slurm_variable(script: Script) -> Iterable[Finding]:
                 continue  # ${VAR:-default} says what happens when it is unset
             if given & set(SET_ONLY_BY[name]) or re.search(rf"(?<![\w$]){name}=", script.code):
                 continue
-            if name in _SET_IN_EVERY_STEP and number in in_steps:
-                continue  # srun sets the step's own task count
+            if number in in_steps and (name in _SET_IN_EVERY_STEP or in_steps[number] & set(SET_ONLY_BY[name])):
+                continue  # srun sets it for the step: its task count, or the option the srun line gives
             if re.search(rf"-[zn]\s+\"?\$\{{?{name}\b", script.code):
                 continue  # the script tests whether it is set
             reported.add(name)
             options = " or ".join(f"--{option}" for option in SET_ONLY_BY[name])
+            # an array is often asked for when submitting (sbatch --array=0-3 job.sbatch): said, not refused
             yield Finding(
-                "slurm-variable-unset", ERROR,
+                "slurm-variable-unset", WARNING if name.startswith("SLURM_ARRAY") else ERROR,
                 f"${name} is set only when the job asks with {options}, which this script does not: it expands "
                 "to an empty string here"
                 + (f" (the GPUs are asked with --{_gpu_form(script)})" if "GPU" in name and _gpu_form(script) else "")
@@ -296,12 +298,15 @@ def _unset_slurm_variable(script: Script) -> Iterable[Finding]:
 _SET_IN_EVERY_STEP = {"SLURM_NTASKS", "SLURM_NPROCS"}
 
 
-def _lines_run_by_srun(script: Script) -> set[int]:
-    """Lines of code that a task of an srun step runs (`srun bash -c '...'`, a heredoc srun runs)."""
-    lines: set[int] = set()
+def _lines_run_by_srun(script: Script) -> dict[int, set[str]]:
+    """Lines of code that a task of an srun step runs (`srun bash -c '...'`, a heredoc srun runs), each with the
+    options of that srun (which set their variables for the step: `srun -c 8` sets SLURM_CPUS_PER_TASK)."""
+    lines: dict[int, set[str]] = {}
     for region in launches_of(script).regions[1:]:
         if region.under_srun and not region.expanded:
-            lines |= set(range(region.first_line, region.first_line + region.text.count("\n") + 1))
+            options = set(step_options(region.srun_text))
+            for number in range(region.first_line, region.first_line + region.text.count("\n") + 1):
+                lines[number] = options
     return lines
 
 
@@ -326,7 +331,7 @@ def _unset_fix(name: str, script: Script) -> str:
         return ("use $SLURM_GPUS_ON_NODE (the GPUs this node holds, set under every GPU request form), or ask with "
                 f"the option that sets {name}.")
     if name.startswith("SLURM_ARRAY"):
-        return f"add #SBATCH --array=... or do not read ${name}."
+        return (f"add #SBATCH --array=... (or always submit with sbatch --array=...), or do not read ${name}.")
     return f"ask with {' or '.join('--' + option for option in SET_ONLY_BY[name])}, or write ${{{name}:-<default>}}."
 
 

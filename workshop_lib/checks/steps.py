@@ -74,6 +74,12 @@ def _parse(words: list[str]) -> tuple[dict[str, str], int]:
     return options, index
 
 
+def step_options(srun_text: str) -> dict[str, str]:
+    """srun's options (long names) in the text of an srun command (`srun --ntasks-per-node=1 -c 8 ...`)."""
+    words = _words(srun_text)
+    return _parse(words[1:])[0] if words and words[0] == "srun" else {}
+
+
 def logical_lines(text: str) -> Iterator[tuple[int, str]]:
     """(first line, command) with backslash continuations joined."""
     buffer, start = [], None
@@ -100,6 +106,7 @@ def steps_of(script: Script) -> list[Step]:
     steps = []
     depth = 0
     for number, text in logical_lines(batch_code(script)):
+        text = re.sub(r"&>", ">", text)  # `&> file` redirects both streams: no background
         words = _words(text)
         depth += sum(word == "do" for word in words)
         for match in _SRUN.finditer(text):
