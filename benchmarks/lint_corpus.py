@@ -37,8 +37,8 @@ class Defect:
 
 DEFECTS = [
     # option conflicts and overrides
-    Defect("mem-and-mem-per-gpu", "nemo_lora_4gpu", "#SBATCH --mem-per-gpu=64G", "#SBATCH --mem=256G\n#SBATCH --mem-per-gpu=64G",
-           "exclusive-options", "options"),
+    Defect("mem-and-mem-per-gpu", "nemo_lora_4gpu", "#SBATCH --mem-per-gpu=64G",
+           "#SBATCH --mem=256G\n#SBATCH --mem-per-gpu=64G", "exclusive-options", "options"),
     Defect("gpus-total-on-one-node", "fsdp_two_nodes", "#SBATCH --nodes=2", "#SBATCH --nodes=1\n#SBATCH --gpus=8",
            "counts-contradict", "options"),
     Defect("typed-gpu-vs-constraint", "nemo_typed_gres", "#SBATCH --gres=gpu:a100:8",
@@ -69,9 +69,10 @@ DEFECTS = [
            "output-folder-missing", "directives"),
     # job steps
     Defect("srun-export-list", "fsdp_two_nodes", "srun --ntasks-per-node=1 torchrun",
-           "srun --ntasks-per-node=1 --export=HEAD_NODE,MASTER_PORT torchrun", "srun-export-drops-environment", "steps"),
-    Defect("job-export-none", "nemo_lora_4gpu", "#SBATCH --time=01:00:00", "#SBATCH --time=01:00:00\n#SBATCH --export=NONE",
-           "srun-export-drops-environment", "steps"),
+           "srun --ntasks-per-node=1 --export=HEAD_NODE,MASTER_PORT torchrun", "srun-export-drops-environment",
+           "steps"),
+    Defect("job-export-none", "nemo_lora_4gpu", "#SBATCH --time=01:00:00",
+           "#SBATCH --time=01:00:00\n#SBATCH --export=NONE", "srun-export-drops-environment", "steps"),
     Defect("no-wait", "two_loras_side_by_side", "done\nwait", "done", "background-step-not-waited", "steps"),
     Defect("no-exact", "two_loras_side_by_side", "srun --exact --ntasks=1 --cpus-per-task=8", "srun --ntasks=1",
            "parallel-steps-serialize", "steps"),
@@ -84,8 +85,8 @@ DEFECTS = [
            "array-shared-output", "arrays"),
     Defect("array-one-folder", "lr_sweep_array", '--output_dir "$RUN_DIR"', "--output_dir sweep/runs",
            "array-shared-folder", "arrays"),
-    Defect("array-fixed-port", "lr_sweep_array", "torchrun --nproc_per_node=2", "torchrun --nproc_per_node=2 --master_port=29600",
-           "array-shared-port", "arrays"),
+    Defect("array-fixed-port", "lr_sweep_array", "torchrun --nproc_per_node=2",
+           "torchrun --nproc_per_node=2 --master_port=29600", "array-shared-port", "arrays"),
     Defect("array-from-one", "lr_sweep_array", "#SBATCH --array=0-3", "#SBATCH --array=1-4",
            "array-index-out-of-range", "arrays"),
     # step vs job GPU binding
@@ -138,6 +139,7 @@ def measure(corpus: Path = CORPUS) -> dict:
                                               "outcome": outcome}
     false_alarms = [name for name, found in report["correct"].items() if any(s == "error" for _, s in found)]
     outcomes = [entry["outcome"] for entry in report["defects"].values()]
+    flagged = len(DEFECTS) - outcomes.count("missed")
     report["totals"] = {
         "correct scripts": len(goods), "errors on correct scripts": len(false_alarms),
         "warnings on correct scripts": sum(1 for found in report["correct"].values()
@@ -145,8 +147,7 @@ def measure(corpus: Path = CORPUS) -> dict:
         "defects": len(DEFECTS), "caught for the right reason": outcomes.count("caught"),
         "caught for another reason": outcomes.count("other reason"), "missed": outcomes.count("missed"),
         "recall": round(outcomes.count("caught") / len(DEFECTS), 3),
-        "precision (flagged scripts that are defective)": round(
-            (len(DEFECTS) - outcomes.count("missed")) / max(1, len(DEFECTS) - outcomes.count("missed") + len(false_alarms)), 3),
+        "precision (flagged scripts that are defective)": round(flagged / max(1, flagged + len(false_alarms)), 3),
     }
     return report
 

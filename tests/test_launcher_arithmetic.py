@@ -123,7 +123,8 @@ def test_nemo_global_batch_is_a_multiple_of_micro_batch_times_data_parallel(gpus
 # ---------------------------------------------------------------------------------------------
 # torchrun's port on one node (the fixed-port warning's condition)
 # ---------------------------------------------------------------------------------------------
-_WORKER = "import os, torch.distributed as dist; dist.init_process_group('gloo'); print('port', os.environ['MASTER_PORT'])"
+_WORKER = ("import os, torch.distributed as dist; dist.init_process_group('gloo'); "
+           "print('port', os.environ['MASTER_PORT'])")
 
 
 @pytest.mark.slow

@@ -314,7 +314,8 @@ def test_a_task_bound_to_its_gpu_sees_one_device(local_cluster, job_dir):
     unbound = ["#SBATCH --nodes=1", "#SBATCH --ntasks-per-node=2", "#SBATCH --gpus-per-node=2"]
     assert "local-rank-vs-bound-gpu" in rules(write(job_dir, "bad.sh", *bound, use))
     assert rules(write(job_dir, "good.sh", *unbound, use)) == set()
-    seen_bound, seen_unbound = run(write(job_dir, "bound.sh", *bound, report), write(job_dir, "all.sh", *unbound, report))
+    seen_bound, seen_unbound = run(write(job_dir, "bound.sh", *bound, report),
+                                   write(job_dir, "all.sh", *unbound, report))
     visible = dict(re.findall(r"task (\d) sees (\S+)", seen_bound.log))
     assert len(visible["1"].split(",")) == 1  # device index 1 does not exist for task 1
     visible = dict(re.findall(r"task (\d) sees (\S+)", seen_unbound.log))

@@ -192,8 +192,9 @@ _VARIABLE = re.compile(r"\$\{?[A-Za-z_]\w*\}?|\$\(")
 def _variable_in_directive(script: Script) -> Iterable[Finding]:
     """sbatch(1) 22.05, DESCRIPTION (options "preceded with #SBATCH before any executable commands" are read by
     sbatch, not by the shell) and "filename pattern" (only replacement symbols, "%" followed by a letter, are
-    replaced): no `$VAR` (and no `~`) is expanded, so the value is taken literally (seen on the local cluster). A path becomes a folder named `$HOME` that does not exist
-    (the job fails at launch without a log); a number is refused ('"$NODES" is not a valid node count')."""
+    replaced): no `$VAR` (and no `~`) is expanded, so the value is taken literally (seen on the local cluster). A
+    path becomes a folder named `$HOME` that does not exist (the job fails at launch without a log); a number is
+    refused ('"$NODES" is not a valid node count')."""
     for directive in script.header.directives:
         option, value = directive.option, directive.value
         tilde = option in _PATH_OPTIONS and value.startswith("~")
@@ -356,5 +357,5 @@ def _gpu_list_as_count(script: Script) -> Iterable[Finding]:
 
 
 RULES = [_missing_shebang, _invalid_directive_word, _exclusive_options, _gpus_per_task_without_tasks,
-         _counts_contradict, _ntasks_caps_tasks_per_node, _option_given_twice, _gpu_type_contradicts_constraint, _variable_in_directive,
-         _directive_look_alike, _unset_slurm_variable, _gpu_list_as_count]
+         _counts_contradict, _ntasks_caps_tasks_per_node, _option_given_twice, _gpu_type_contradicts_constraint,
+         _variable_in_directive, _directive_look_alike, _unset_slurm_variable, _gpu_list_as_count]

@@ -150,14 +150,15 @@ def _nemo_global_batch(script: Script) -> Iterable[Finding]:
     if gpus % model_parallel:
         return  # parallel-sizes-mismatch says why
     data_parallel = gpus // model_parallel
-    if global_batch % (micro * data_parallel) == 0:
+    per_step = micro * data_parallel
+    if global_batch % per_step == 0:
         return
     yield Finding(
         "nemo-global-batch-mismatch", ERROR,
         f"data.global_batch_size={global_batch} is not a multiple of micro batch x data parallel = {micro} x "
         f"{data_parallel} (data parallel = {gpus} GPUs / TP x PP x CP {model_parallel}): Megatron stops at start-up.",
-        f"use a global batch that {micro * data_parallel} divides (e.g. {micro * data_parallel * max(1, global_batch // (micro * data_parallel))}),"
-        " or change the GPU count or the micro batch.", command.line("data.global_batch_size"))
+        f"use a global batch that {per_step} divides (e.g. {per_step * max(1, global_batch // per_step)}), or change "
+        "the GPU count or the micro batch.", command.line("data.global_batch_size"))
 
 
 RULES = [_deepspeed_batch_size, _nemo_global_batch]

@@ -459,7 +459,8 @@ def _workers_fix(kind: str, per_node: int, nodes: int | None) -> str:
     if kind == "torchrun":
         return f"use --nproc_per_node={per_node} (or --nproc_per_node=gpu: one worker per GPU the node holds)."
     if kind == "deepspeed":
-        return f"use --num_gpus={per_node} (and slots={per_node} in the hostfile), or leave it out with slots={per_node}."
+        return (f"use --num_gpus={per_node} (and slots={per_node} in the hostfile), or leave it out with "
+                f"slots={per_node}.")
     total = per_node * (nodes or 1)
     return (f"use --num_processes={total} (GPUs per node x nodes = {per_node} x {nodes or 1}) with "
             f"--num_machines={nodes or 1}.")

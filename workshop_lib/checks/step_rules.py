@@ -14,7 +14,7 @@ from typing import Iterable
 from workshop_lib.checks.findings import ERROR, Finding
 from workshop_lib.checks.launches import launches_of
 from workshop_lib.checks.script import Script, command_words
-from workshop_lib.checks.steps import Step, batch_code, exported, logical_lines, steps_of
+from workshop_lib.checks.steps import batch_code, exported, logical_lines, steps_of
 
 
 # ---------------------------------------------------------------------------------------------
@@ -234,7 +234,8 @@ def _array_shared_port(script: Script) -> Iterable[Finding]:
         derived = re.search(r"PORT\w*=[^\n]*SLURM_ARRAY_JOB_ID", text) and "SLURM_ARRAY_TASK_ID" not in text
         if not fixed and not derived:
             continue
-        said = f"the fixed port {fixed.group(1)}" if fixed else "a port derived from SLURM_ARRAY_JOB_ID (the same for every task)"
+        said = (f"the fixed port {fixed.group(1)}" if fixed
+                else "a port derived from SLURM_ARRAY_JOB_ID (the same for every task)")
         yield Finding(
             "array-shared-port", ERROR,
             f"{said} in a job array: tasks that run on the same node rendezvous on the same port, and all but the "
@@ -341,5 +342,6 @@ def shlex_words(text: str) -> list[str]:
         return text.split()
 
 
-RULES = [_export_drops_environment, _step_exceeds_job, _background_not_waited, _parallel_steps_serialize, _bound_gpu_by_local_rank,
-         _array_shared_output, _array_shared_port, _array_shared_folder, _array_index_out_of_range]
+RULES = [_export_drops_environment, _step_exceeds_job, _background_not_waited, _parallel_steps_serialize,
+         _bound_gpu_by_local_rank, _array_shared_output, _array_shared_port, _array_shared_folder,
+         _array_index_out_of_range]

@@ -39,9 +39,3 @@ def at_least(package: str, minimum: Version) -> bool:
     """True when the profile's ``package`` is known and at least ``minimum``."""
     version = profile_version(package)
     return version is not None and version >= minimum
-
-
-def shown(package: str) -> str:
-    """`torch 2.13.0` for a message, or `torch (version unknown)`."""
-    version = profile_version(package)
-    return f"{package} {'.'.join(map(str, version))}" if version else f"{package} (version unknown)"
