@@ -240,6 +240,20 @@ def test_srun_export_without_all_loses_path_and_exports(local_cluster, job_dir):
     assert "addr=head-node" in good.log
 
 
+def test_a_step_with_fewer_tasks_than_nodes_leaves_nodes_without_a_launcher(local_cluster, job_dir):
+    launch = "srun {}torchrun --nnodes=2 --nproc_per_node=4 --rdzv_backend=c10d --rdzv_endpoint=\"$HEAD:29400\" t.py"
+    head = ["#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1", "#SBATCH --gpus-per-node=4",
+            "HEAD=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)"]
+    assert "launcher-missing-on-nodes" in rules(write(job_dir, "one.sh", *head, launch.format("--ntasks=1 ")))
+    assert rules(write(job_dir, "each.sh", *head, launch.format("--ntasks-per-node=1 "))) == set()
+    probe = "srun {}bash -c 'echo \"launcher on $SLURMD_NODENAME\"'"
+    one, each = run(write(job_dir, "probe1.sh", *head, probe.format("--ntasks=1 ")),
+                    write(job_dir, "probe2.sh", *head, probe.format("--ntasks-per-node=1 ")))
+    # srun says "can't run 1 processes on 2 nodes, setting nnodes to 1"
+    assert sorted(re.findall(r"launcher on (\S+)", one.log)) == ["node1"], one.log
+    assert sorted(re.findall(r"launcher on (\S+)", each.log)) == ["node1", "node2"]
+
+
 def test_a_step_cannot_ask_for_more_nodes_than_the_job(local_cluster, job_dir):
     bad = write(job_dir, "twonode.sh", "#SBATCH --nodes=1", "srun --nodes=2 --ntasks-per-node=1 hostname")
     good = write(job_dir, "onenode.sh", "#SBATCH --nodes=1", "srun --ntasks-per-node=1 hostname")

@@ -60,6 +60,8 @@ EVIDENCE = {
     "counts-contradict": "test_lint_on_cluster.py::test_request_rules_match_what_sbatch_refuses",
     "missing-shebang": "test_lint_on_cluster.py::test_a_script_without_its_interpreter_line_is_refused",
     "ntasks-caps-tasks-per-node": "test_lint_on_cluster.py::test_ntasks_wins_over_tasks_per_node",
+    "launcher-missing-on-nodes":
+        "test_lint_on_cluster.py::test_a_step_with_fewer_tasks_than_nodes_leaves_nodes_without_a_launcher",
     "step-exceeds-job": "test_lint_on_cluster.py::test_a_step_cannot_ask_for_more_nodes_than_the_job",
     "option-given-twice": "test_lint_on_cluster.py::test_an_option_given_twice_takes_the_last_value",
     "nemo-needs-a100": "test_lint_on_cluster.py::test_a_typed_a100_request_needs_no_constraint",

@@ -304,6 +304,21 @@ def _launch_placement(script: Script) -> Iterable[Finding]:
                 + ("the other node sits" if nodes == 2 else f"the other {nodes - 1} nodes sit")
                 + " idle (and a multi-node rendezvous waits for them until the time limit).",
                 f"start it once per node: srun --ntasks-per-node=1 {launch.args.split()[0]} ...", launch.line)
+        if launch.under_srun and nodes and nodes > 1 and not _has_flag(launch.srun_text, "-w", "--nodelist"):
+            # srun(1): -n/--ntasks and -N/--nodes of a step; fewer than the job's nodes leave nodes without a launcher
+            tasks = _option(launch.srun_text, "--ntasks") or _short(launch.srun_text, "n")
+            step_nodes = _option(launch.srun_text, "--nodes") or _short(launch.srun_text, "N")
+            counts = [script.number(found[0]) for found in (tasks, step_nodes) if found]
+            reach = min((count for count in counts if count), default=None)
+            if reach is not None and reach < nodes:
+                yield Finding(
+                    "launcher-missing-on-nodes", ERROR,
+                    f"srun starts {_name(launch.kind)} on {reach} of the job's {nodes} nodes (its "
+                    f"{'--ntasks' if tasks else '--nodes'} is {reach}): the other "
+                    f"node{'s run' if nodes - reach > 1 else ' runs'} no launcher, so a multi-node rendezvous waits "
+                    "until the time limit.",
+                    f"start one per node: srun --nodes={nodes} --ntasks-per-node=1 {launch.args.split()[0]} ...",
+                    launch.line)
         if launch.under_srun:
             per_node = job.tasks_per_node(launch.srun_text)
             if per_node and per_node > 1:
