@@ -73,6 +73,8 @@ DEFECTS = [
            "steps"),
     Defect("job-export-none", "nemo_lora_4gpu", "#SBATCH --time=01:00:00",
            "#SBATCH --time=01:00:00\n#SBATCH --export=NONE", "srun-export-drops-environment", "steps"),
+    Defect("one-launcher-for-two-nodes", "fsdp_two_nodes", "srun --ntasks-per-node=1 torchrun", "srun --ntasks=1 torchrun",
+           "launcher-missing-on-nodes", "steps"),
     Defect("no-wait", "two_loras_side_by_side", "done\nwait", "done", "background-step-not-waited", "steps"),
     Defect("no-exact", "two_loras_side_by_side", "srun --exact --ntasks=1 --cpus-per-task=8", "srun --ntasks=1",
            "parallel-steps-serialize", "steps"),
