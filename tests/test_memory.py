@@ -12,6 +12,7 @@ import pytest
 
 from workshop_lib.cli import main
 from workshop_lib.results.memory import memory_stats, memory_summary
+from workshop_lib.results.parse.nvidia_smi import read_nvidia_smi
 from workshop_lib.core.errors import WorkshopError
 
 SAMPLES = Path(__file__).parent / "samples"
@@ -103,6 +104,25 @@ def test_gpu_only_and_json(capsys):
     assert main(["memory", "--json", str(SAMPLES / "nvidia_smi" / "h200x2_nounits.csv")]) == 0
     assert '"peak": 6251.0' in capsys.readouterr().out
 
+
+@pytest.mark.parametrize("units", [True, False], ids=["units", "nounits"])
+def test_headerless_utilization_first_log_after_date_lines(tmp_path, capsys, units):
+    """`date; nvidia-smi --query-gpu=utilization.gpu,memory.used,memory.total,temperature.gpu,power.draw
+    --format=csv,noheader` in a loop (issue 38): the date lines stamp the samples, the columns come from the cells."""
+    readings = [(0, 3, 34, 61.2), (97, 41234, 58, 301.75), (99, 61234, 61, 322.1)]
+    lines = []
+    for second, (busy, used, temperature, watts) in zip((0, 5, 10), readings):
+        lines.append(f"Fri Nov 27 10:00:{second:02d} UTC 2026")
+        lines.append(f"{busy} %, {used} MiB, 81920 MiB, {temperature}, {watts:.2f} W" if units
+                     else f"{busy}, {used}, 81920, {temperature}, {watts:.2f}")
+    log = tmp_path / "gpu_util.log"
+    log.write_text("\n".join(lines) + "\n")
+    assert main(["memory", str(log)]) == 0
+    out = capsys.readouterr().out
+    assert "Peak = 61234 MiB" in out and "Utilization: Peak = 99 %" in out
+    samples = read_nvidia_smi(log).samples
+    assert [sample.timestamp.second for sample in samples] == [0, 5, 10]
+    assert [sample.total_mib for sample in samples] == [81920.0] * 3
 
 def test_missing_path_and_directory_without_logs(tmp_path, capsys):
     assert main(["memory", str(tmp_path / "nope")]) == 2

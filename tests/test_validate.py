@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -23,9 +24,12 @@ RULES = sorted(path.name for path in SAMPLES.iterdir() if (path / "bad.sbatch").
 FOLDER_RULES = sorted(path.name for path in SAMPLES.iterdir() if (path / "bad").is_dir())
 BAD = sorted(SAMPLES.glob("*/bad*.sbatch"))
 GOOD = sorted(SAMPLES.glob("*/good*.sbatch"))
-WARNING_RULES = {"fixed-rendezvous-port", "several-options-per-line"}
+WARNING_RULES = {"fixed-rendezvous-port", "several-options-per-line", "option-given-twice",
+                 "ntasks-caps-tasks-per-node"}
 # Samples whose finding is a warning although their rule also has errors.
-WARNING_SAMPLES = {"cuda-visible-devices-pinned/bad-every-gpu-by-number.sbatch"}
+WARNING_SAMPLES = {"cuda-visible-devices-pinned/bad-every-gpu-by-number.sbatch",
+                   "directive-look-alike/bad-space.sbatch", "variable-in-directive/bad-job-name.sbatch",
+                   "slurm-variable-unset/bad-array-index.sbatch"}
 # Samples written in the shape of the original workshop's scripts (kaust-rccl/Dist-DL-training): the line
 # each finding belongs on.
 EXPECTED_LINES = {
@@ -44,6 +48,49 @@ EXPECTED_LINES = {
     "rendezvous-localhost/bad-variable.sbatch": 9,
     "parallel-sizes-mismatch/bad-context-parallel.sbatch": 10,
 }
+
+
+# Issue 38: each rule derived from SLURM's or a launcher's semantics, and the test that shows its defect on the
+# real cluster (tests/test_lint_on_cluster.py) or with the launcher itself (tests/test_launcher_arithmetic.py).
+EVIDENCE = {
+    "exclusive-options": "test_lint_on_cluster.py::test_request_rules_match_what_sbatch_refuses",
+    "gpus-per-task-without-tasks": "test_lint_on_cluster.py::test_request_rules_match_what_sbatch_refuses",
+    "gpu-type-contradicts-constraint": "test_lint_on_cluster.py::test_request_rules_match_what_sbatch_refuses",
+    "invalid-directive": "test_lint_on_cluster.py::test_request_rules_match_what_sbatch_refuses",
+    "counts-contradict": "test_lint_on_cluster.py::test_request_rules_match_what_sbatch_refuses",
+    "missing-shebang": "test_lint_on_cluster.py::test_a_script_without_its_interpreter_line_is_refused",
+    "ntasks-caps-tasks-per-node": "test_lint_on_cluster.py::test_ntasks_wins_over_tasks_per_node",
+    "launcher-missing-on-nodes":
+        "test_lint_on_cluster.py::test_a_step_with_fewer_tasks_than_nodes_leaves_nodes_without_a_launcher",
+    "step-exceeds-job": "test_lint_on_cluster.py::test_a_step_cannot_ask_for_more_nodes_than_the_job",
+    "option-given-twice": "test_lint_on_cluster.py::test_an_option_given_twice_takes_the_last_value",
+    "nemo-needs-a100": "test_lint_on_cluster.py::test_a_typed_a100_request_needs_no_constraint",
+    "variable-in-directive": "test_lint_on_cluster.py::test_variable_in_an_output_path_is_taken_literally_and_the_job_fails",
+    "output-folder-missing": "test_lint_on_cluster.py::test_a_folder_named_by_the_job_id_cannot_exist_and_the_job_fails",
+    "directive-look-alike": "test_lint_on_cluster.py::test_directive_look_alikes_are_comments_to_sbatch",
+    "slurm-variable-unset": "test_lint_on_cluster.py::test_a_variable_the_request_form_does_not_set_is_empty",
+    "gpu-list-as-count": "test_lint_on_cluster.py::test_the_gpu_id_variables_hold_a_list_not_a_count",
+    "srun-export-drops-environment": "test_lint_on_cluster.py::test_srun_export_without_all_loses_path_and_exports",
+    "background-step-not-waited": "test_lint_on_cluster.py::test_a_background_step_nobody_waits_for_is_killed",
+    "parallel-steps-serialize": "test_lint_on_cluster.py::test_background_steps_without_exact_run_one_after_the_other",
+    "workers-gpus-mismatch": "test_lint_on_cluster.py::test_a_step_s_own_gpu_request_is_what_its_launcher_sees",
+    "local-rank-vs-bound-gpu": "test_lint_on_cluster.py::test_a_task_bound_to_its_gpu_sees_one_device",
+    "array-shared-output": "test_lint_on_cluster.py::test_array_tasks_sharing_an_output_file_lose_logs",
+    "array-shared-port": "test_lint_on_cluster.py::test_array_tasks_on_a_fixed_port_collide",
+    "array-shared-folder": "test_lint_on_cluster.py::test_array_tasks_writing_one_folder_overwrite_each_other",
+    "array-index-out-of-range": "test_lint_on_cluster.py::test_an_array_index_past_the_end_of_its_list_reads_nothing",
+    "relative-path-after-cd": "test_lint_on_cluster.py::test_a_relative_path_after_cd_into_a_user_folder",
+    "deepspeed-batch-size-mismatch": "test_launcher_arithmetic.py::test_deepspeed_batch_verdicts_match_deepspeed_and_transformers",
+    "nemo-global-batch-mismatch": "test_launcher_arithmetic.py::test_nemo_global_batch_is_a_multiple_of_micro_batch_times_data_parallel",
+    "fixed-rendezvous-port": "test_launcher_arithmetic.py::test_single_node_torchrun_ignores_master_port_and_picks_a_free_one",
+}
+
+
+def test_every_semantic_rule_has_samples_and_names_its_evidence():
+    for rule, test in EVIDENCE.items():
+        module, function = test.split("::")
+        assert (SAMPLES / rule / "bad.sbatch").is_file() and (SAMPLES / rule / "good.sbatch").is_file(), rule
+        assert f"def {function}(" in (Path(__file__).parent / module).read_text(), test
 
 
 def _name(path: Path) -> str:
@@ -343,3 +390,23 @@ def test_nemo_fit_uses_the_experiments_estimate():
     assert finding.message.split(" needs ")[1] == expected.message.split(" needs ")[1].replace(
         "the profile's", "ibex's")
     assert finding.fix == expected.fix
+
+
+def test_what_a_path_rule_cannot_decide_here_is_said_not_silenced(capsys):
+    """Issue 38: a path on a file system this machine lacks is neither an error nor silence: `workshop check`
+    prints a note (and exits 0); the library's findings leave notes out unless asked."""
+    samples = [SAMPLES / "output-folder-missing" / "good-another-machine.sbatch",
+               SAMPLES / "relative-path-after-cd" / "good-another-machine.sbatch"]
+    assert main(["check", *map(str, samples)]) == 0
+    out = capsys.readouterr().out
+    assert "note [output-folder-missing]" in out and "note [relative-path-after-cd]" in out
+    assert "2 undecided here" in out
+    assert [f.severity for sample in samples for f in lint_file(sample, notes=True)] == ["note", "note"]
+    assert all(lint_file(sample) == [] for sample in samples)
+
+
+def test_every_rule_the_slurm_primer_names_exists():
+    page = (Path(__file__).resolve().parents[1] / "book" / "slurm_primer.md").read_text()
+    named = {name for row in page.splitlines() if row.startswith("| `")
+             for name in re.findall(r"`([a-z0-9]+(?:-[a-z0-9]+)+)`", row.split("|")[1])}
+    assert len(named) >= 40 and named <= set(RULES) | set(FOLDER_RULES)

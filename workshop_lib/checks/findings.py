@@ -1,5 +1,7 @@
 """What a check reports: a Finding (where, which rule, what is wrong, how to fix it), and the error raised when
-an experiment or a script breaks a rule that would make its job fail. Errors stop a submission; warnings do not."""
+an experiment or a script breaks a rule that would make its job fail. Errors stop a submission; warnings do not;
+a note says what a rule could not decide here (a path on another machine's file system), and is shown only
+where asked for (`workshop check`)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from workshop_lib.core.errors import WorkshopError
 
 ERROR = "error"
 WARNING = "warning"
+NOTE = "note"
 
 
 @dataclass(frozen=True)
@@ -25,6 +28,10 @@ class Finding:
     @property
     def is_error(self) -> bool:
         return self.severity == ERROR
+
+    @property
+    def is_note(self) -> bool:
+        return self.severity == NOTE
 
     def format(self, source: str = "") -> str:
         where = f"{source}:{self.line}" if self.line else (source or "experiment")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 from typing import Iterable
 
 from workshop_lib.checks.findings import ERROR, WARNING, Finding
@@ -303,6 +304,21 @@ def _launch_placement(script: Script) -> Iterable[Finding]:
                 + ("the other node sits" if nodes == 2 else f"the other {nodes - 1} nodes sit")
                 + " idle (and a multi-node rendezvous waits for them until the time limit).",
                 f"start it once per node: srun --ntasks-per-node=1 {launch.args.split()[0]} ...", launch.line)
+        if launch.under_srun and nodes and nodes > 1 and not _has_flag(launch.srun_text, "-w", "--nodelist"):
+            # srun(1): -n/--ntasks and -N/--nodes of a step; fewer than the job's nodes leave nodes without a launcher
+            tasks = _option(launch.srun_text, "--ntasks") or _short(launch.srun_text, "n")
+            step_nodes = _option(launch.srun_text, "--nodes") or _short(launch.srun_text, "N")
+            counts = [script.number(found[0]) for found in (tasks, step_nodes) if found]
+            reach = min((count for count in counts if count), default=None)
+            if reach is not None and reach < nodes:
+                yield Finding(
+                    "launcher-missing-on-nodes", ERROR,
+                    f"srun starts {_name(launch.kind)} on {reach} of the job's {nodes} nodes (its "
+                    f"{'--ntasks' if tasks else '--nodes'} is {reach}): the other "
+                    f"node{'s run' if nodes - reach > 1 else ' runs'} no launcher, so a multi-node rendezvous waits "
+                    "until the time limit.",
+                    f"start one per node: srun --nodes={nodes} --ntasks-per-node=1 {launch.args.split()[0]} ...",
+                    launch.line)
         if launch.under_srun:
             per_node = job.tasks_per_node(launch.srun_text)
             if per_node and per_node > 1:
@@ -334,15 +350,27 @@ def _gpus_and_workers(script: Script) -> Iterable[Finding]:
             "workers on every node.",
             f"ask per node: --gpus-per-node={max(job.gpus_total // nodes, 1)} (and drop --gpus).", header.line("gpus"))
         return
-    visible = job.gpus_per_task if job.gpus_per_task else job.gpus_per_node
+    job_visible = job.gpus_per_task if job.gpus_per_task else job.gpus_per_node
+    side_by_side = [launch for launch in launchers if _in_background(launch)]
     for launch in launchers:
         workers = workers_per_node(script, launch)
+        own = own_gpus(script, launch)
+        visible = own or job_visible
         if workers is None or visible is None:
             continue
         number, offset, said = workers
         if number == visible:
             continue
-        if job.gpus_per_task and launch.kind != "accelerate":
+        if own is None and len(side_by_side) > 1 and launch in side_by_side:
+            yield Finding(
+                "workers-gpus-mismatch", ERROR,
+                f"{len(side_by_side)} launches run side by side and each sees all {visible} GPUs of the node: every "
+                f"one numbers its workers from 0, so all of them use the first {number} GPU{'s' if number > 1 else ''} "
+                "and the rest sit idle.",
+                "give each launch its own GPUs: CUDA_VISIBLE_DEVICES=0,1 torchrun ... & CUDA_VISIBLE_DEVICES=2,3 "
+                "torchrun ... & (or srun --exact --gres=gpu:2 ... &), then wait.", launch.line_of(offset))
+            return
+        if job.gpus_per_task and own is None and launch.kind != "accelerate":
             yield Finding(
                 "gpus-per-task-with-launcher", ERROR,
                 f"--gpus-per-task={header.get('gpus-per-task')}: the task that runs {_name(launch.kind)} sees only "
@@ -360,6 +388,29 @@ def _gpus_and_workers(script: Script) -> Iterable[Finding]:
             _workers_fix(launch.kind, visible, nodes), launch.line_of(offset))
 
 
+_STEP_GPUS = re.compile(r"(?<![\w-])(?:--gres(?:=|\s+)gpu:(?:[A-Za-z]\w*:)?|--gpus(?:-per-node|-per-task)?(?:=|\s+)"
+                        r"(?:[A-Za-z]\w*:)?|-G\s*)(\d+)")
+_DEVICES_PREFIX = re.compile(r"(?<![\w$])CUDA_VISIBLE_DEVICES=[\"']?(\d+(?:,\d+)*)[\"']?\s+(?:\S+=\S*\s+)*$")
+
+
+def own_gpus(script: Script, launch: Launch) -> int | None:
+    """The GPUs this launch alone sees, where it is given its own: `CUDA_VISIBLE_DEVICES=2,3 torchrun ...`, or
+    srun's GPU options on its step (srun(1) 22.05: a step's --gres/--gpus* win over the job's for that step)."""
+    line = script.lines[launch.line - 1] if launch.line <= len(script.lines) else ""
+    word = launch.args.split()[0] if launch.args.split() else ""
+    start = line.find(word) if word else -1
+    if start > 0:
+        prefix = _DEVICES_PREFIX.search(_segment_before(line, start))
+        if prefix:
+            return len(prefix.group(1).split(","))
+    step = _STEP_GPUS.search(launch.srun_text)
+    return int(step.group(1)) if step else None
+
+
+def _in_background(launch: Launch) -> bool:
+    return re.search(r"(?<![&>|])&\s*$", launch.args.rstrip()) is not None
+
+
 def workers_per_node(script: Script, launch: Launch) -> tuple[int, int, str] | None:
     """(workers the launcher starts on each node, offset of the option, the option as said in a message)."""
     if launch.kind == "torchrun":
@@ -371,9 +422,16 @@ def workers_per_node(script: Script, launch: Launch) -> tuple[int, int, str] | N
     if launch.kind == "deepspeed":
         found = _option(launch.args, "--num_gpus")
         number = script.number(found[0]) if found else None
-        return (number, found[1], f"--num_gpus={number}") if number else None
-    found = _option(launch.args, "--num_processes")
-    machines = _option(launch.args, "--num_machines")
+        if number:
+            return number, found[1], f"--num_gpus={number}"
+        # no --num_gpus: the hostfile's slots=N (deepspeed 0.19.8, launcher/runner.py: fetch_hostfile)
+        slots = set(re.findall(r"\bslots=(\d+)\b", script.code)) if _option(launch.args, "--hostfile", "-H") else set()
+        if len(slots) != 1:
+            return None
+        count = int(slots.pop())
+        return count, 0, f"slots={count} in its hostfile"
+    found = accelerate_setting(script, launch, "num_processes")
+    machines = accelerate_setting(script, launch, "num_machines")
     number = script.number(found[0]) if found else None
     machine_count = script.number(machines[0]) if machines else 1
     if not number or not machine_count or number % machine_count:
@@ -384,11 +442,40 @@ def workers_per_node(script: Script, launch: Launch) -> tuple[int, int, str] | N
             f"--num_processes={number} over --num_machines={machine_count} ({number // machine_count} per machine)")
 
 
+def accelerate_setting(script: Script, launch: Launch, key: str) -> tuple[str, int] | None:
+    """An `accelerate launch` setting: its command-line option, else its --config_file (accelerate 1.15,
+    `accelerate launch --help`: options on the command line override the config file). The offset of a
+    config file's value is the option --config_file's."""
+    found = _option(launch.args, f"--{key}")
+    if found:
+        return found
+    config = _option(launch.args, "--config_file")
+    if not config:
+        return None
+    settings = _read_yaml(config[0], script)
+    value = settings.get(key) if isinstance(settings, dict) else None
+    return (str(value), config[1]) if isinstance(value, int) else None
+
+
+def _read_yaml(name: str, script: Script) -> object:
+    import yaml  # only for scripts that name an Accelerate config file
+
+    candidates = [Path(name)] + ([Path(script.submit_dir) / name] if script.submit_dir else [])
+    for candidate in candidates:
+        if "$" not in name and candidate.is_file():
+            try:
+                return yaml.safe_load(candidate.read_text())
+            except (OSError, yaml.YAMLError):
+                return None
+    return None
+
+
 def _workers_fix(kind: str, per_node: int, nodes: int | None) -> str:
     if kind == "torchrun":
         return f"use --nproc_per_node={per_node} (or --nproc_per_node=gpu: one worker per GPU the node holds)."
     if kind == "deepspeed":
-        return f"use --num_gpus={per_node}, or leave it out (every GPU the node holds)."
+        return (f"use --num_gpus={per_node} (and slots={per_node} in the hostfile), or leave it out with "
+                f"slots={per_node}.")
     total = per_node * (nodes or 1)
     return (f"use --num_processes={total} (GPUs per node x nodes = {per_node} x {nodes or 1}) with "
             f"--num_machines={nodes or 1}.")
@@ -400,20 +487,24 @@ def _launcher_nodes(script: Script) -> Iterable[Finding]:
     if not nodes:
         return
     for launch in _launchers(job):
-        option = {"torchrun": "--nnodes", "accelerate": "--num_machines"}.get(launch.kind)
+        option = {"torchrun": "--nnodes", "accelerate": "--num_machines", "deepspeed": "--num_nodes"}.get(launch.kind)
         if option is None:
             continue
-        found = _option(launch.args, option)
+        found = accelerate_setting(script, launch, "num_machines") if launch.kind == "accelerate" else \
+            _option(launch.args, option)
         if found and ":" in found[0]:
             continue  # an elastic range (min:max): torchrun waits for what it gets
-        written = script.number(found[0]) if found else 1
+        # no --num_nodes: the deepspeed launcher uses every host of its hostfile (rule deepspeed-without-hostfile)
+        written = script.number(found[0]) if found else (None if launch.kind == "deepspeed" else 1)
         if written is None or written == nodes:
             continue
         said = f"{option}={found[0]}" if found else f"no {option} (so 1)"
         yield Finding(
             "launcher-nodes-mismatch", ERROR,
             f"{_name(launch.kind)} with {said} in a --nodes={nodes} job: "
-            + ("each node forms a group of its own and trains alone (or the rendezvous waits for nodes that "
+            + (f"it starts workers on {written} of the {nodes} nodes of its hostfile and the others sit idle."
+               if launch.kind == "deepspeed" and written < nodes else
+               "each node forms a group of its own and trains alone (or the rendezvous waits for nodes that "
                "never come)." if written < nodes else "the rendezvous waits for nodes the job does not have, "
                "until the time limit."),
             f"use {option}=$SLURM_NNODES (or {option}={nodes}).", launch.line_of(found[1]) if found else launch.line)
@@ -602,9 +693,10 @@ def _pinned_devices(script: Script) -> Iterable[Finding]:
     gpus = job.gpus_per_node or job.gpus_total or 0
     if gpus < 2 and (job.nodes or 1) < 2:
         return
+    shares = _device_shares(script, gpus)
     for start, text in _logical_lines(script.code, 1):
         match = re.search(r"(?<![\w$])(export\s+)?CUDA_VISIBLE_DEVICES=[\"']?(\d+(?:,\d+)*)[\"']?(\s*$|\s*;|\s+\S)", text)
-        if not match:
+        if not match or start in shares:
             continue
         whole_job = match.group(1) or not match.group(3).strip() or match.group(3).strip() == ";"
         if not whole_job and not _LAUNCHER.search(text[match.end() - 1:]):
@@ -621,6 +713,21 @@ def _pinned_devices(script: Script) -> Iterable[Finding]:
             + ("" if every_gpu else ", and SLURM had already set it to the GPUs it gave this job."),
             "delete it: SLURM sets CUDA_VISIBLE_DEVICES to the job's GPUs on every node.",
             start + text.count("\n", 0, match.start()))
+
+
+def _device_shares(script: Script, gpus: int) -> set[int]:
+    """Lines of launches run side by side (`CUDA_VISIBLE_DEVICES=0,1 torchrun ... &`) whose device lists split
+    the node's GPUs between them, each GPU once: a deliberate split, not a pinning mistake."""
+    shares: dict[int, list[int]] = {}
+    for launch in launches_of(script).launches:
+        if launch.kind == "nemo" or not _in_background(launch):
+            continue
+        line = script.lines[launch.line - 1]
+        prefix = _DEVICES_PREFIX.search(_segment_before(line, max(line.find(launch.args.split()[0]), 0)))
+        if prefix:
+            shares[launch.line] = [int(index) for index in prefix.group(1).split(",")]
+    devices = sorted(index for listed in shares.values() for index in listed)
+    return set(shares) if len(shares) > 1 and devices == list(range(gpus)) else set()
 
 
 RULES = [_launch_placement, _gpus_and_workers, _launcher_nodes, _rendezvous, _ranks_expanded_early, _deepspeed_hostfile,

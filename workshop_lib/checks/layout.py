@@ -111,7 +111,9 @@ def script_layout(script: Script) -> Layout:
                   context_parallel=sizes.get("context_parallel", 1),
                   sequence_parallel=(sequence_parallel or "").lower() in ("true", "1"),
                   lora=not (overrides.value("peft") == "none" or _PEFT_SCHEME_NONE.search(code)),
-                  fsdp="HYBRID_SHARD" if hybrid else None, constraint=header.get("constraint"),
+                  fsdp="HYBRID_SHARD" if hybrid else None,
+                  # a typed GPU request (--gres=gpu:a100:8) picks the model as surely as a constraint does
+                  constraint=header.get("constraint") or header.gpu_type,
                   nemo_container="nemo llm" in code, model=factory.group(1) if factory else None,
                   unknown=frozenset(unknown), lines=lines)
 
@@ -121,7 +123,7 @@ def deepspeed_layouts(script: Script) -> Iterator[Layout]:
     its ZeRO stage and whether it offloads (to CPU or NVMe)."""
     base = script_layout(script)
     for match in _DEEPSPEED_CONFIG.finditer(script.code):
-        config = _read_json(match.group(1), script.submit_dir)
+        config = read_json_config(match.group(1), script.submit_dir)
         if not config:
             continue
         zero = config.get("zero_optimization") or {}
@@ -131,7 +133,7 @@ def deepspeed_layouts(script: Script) -> Iterator[Layout]:
                       lines={**base.lines, "deepspeed_config": script.line_of(match.group(1))})
 
 
-def _read_json(name: str, submit_dir: Path | None) -> dict | None:
+def read_json_config(name: str, submit_dir: Path | None) -> dict | None:
     """A config by its name as written: next to the script, as given, or among the workshop's configs."""
     candidates = [Path(name)]
     if submit_dir is not None:

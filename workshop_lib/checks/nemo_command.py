@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from workshop_lib.core.errors import WorkshopError
 
 STRATEGY = "trainer.strategy."
-# The overrides the linter reads: the job's size, Megatron's parallel layout and PEFT.
+# The overrides the linter reads: the job's size, Megatron's parallel layout, PEFT and the batch sizes.
 LINTED_KEYS = ("trainer.devices", "trainer.num_nodes", f"{STRATEGY}tensor_model_parallel_size",
                f"{STRATEGY}expert_model_parallel_size", f"{STRATEGY}pipeline_model_parallel_size",
-               f"{STRATEGY}context_parallel_size", f"{STRATEGY}sequence_parallel", "peft")
+               f"{STRATEGY}context_parallel_size", f"{STRATEGY}sequence_parallel", "peft",
+               "data.global_batch_size", "data.micro_batch_size")
 _LINTED = re.compile(r"(?<![\w.])(" + "|".join(map(re.escape, LINTED_KEYS)) + r")=(\S+)")
 
 

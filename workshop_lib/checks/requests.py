@@ -4,13 +4,14 @@ by the estimate the workshop's own experiments are checked with (``checks.fit``)
 
 from __future__ import annotations
 
+import getpass
 import math
 import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Iterable
 
-from workshop_lib.checks.findings import ERROR, Finding
+from workshop_lib.checks.findings import ERROR, NOTE, Finding
 from workshop_lib.checks.fit import fit_findings
 from workshop_lib.checks.launches import launches_of, workers_per_node
 from workshop_lib.checks.nemo_command import STRATEGY, nemo_overrides
@@ -155,6 +156,16 @@ def _relative_after_cd(script: Script) -> Iterable[Finding]:
         if target is None:
             continue
         where = _folder(script, target, Path(submit))
+        relative = [path for path in _RELATIVE_FILE.findall(line) if (Path(submit) / path).is_file()]
+        if relative and (where is None or not where.is_dir()):
+            yield Finding(  # a folder known only at run time, or not on this machine
+                "relative-path-after-cd", NOTE,
+                f"{relative[0]} is relative and is looked up in the folder of `cd {target}`, which cannot be "
+                + ("known before the job runs" if where is None else "seen from this machine")
+                + f"; it is next to the job script, so it is found there only if that folder holds a copy.",
+                f"use \"$SLURM_SUBMIT_DIR/{relative[0].removeprefix('./')}\" to be sure.", number)
+            target = None  # said once per cd
+            continue
         if where is None:
             continue
         for path in _RELATIVE_FILE.findall(line):
@@ -167,16 +178,26 @@ def _relative_after_cd(script: Script) -> Iterable[Finding]:
 
 
 def _folder(script: Script, target: str, submit: Path) -> Path | None:
-    """The folder a literal `cd` goes to (a variable assigned a literal path counts); None when unknown."""
-    variable = re.fullmatch(r"\$\{?([A-Za-z_]\w*)\}?(/.*)?", target)
-    if variable:
-        values = re.findall(rf"^\s*(?:export\s+)?{variable.group(1)}=[\"']?([^\"'\s$`]+)[\"']?\s*$", script.code, re.M)
-        if len(values) != 1:
-            return None
-        target = values[0] + (variable.group(2) or "")
-    if "$" in target or "`" in target or target.startswith("~"):
+    """The folder a `cd` goes to, with what the shell would expand here ($USER, $HOME, ~, $SLURM_SUBMIT_DIR, and
+    a variable the script assigns once); None when a part is known only at run time."""
+    known = {"USER": getpass.getuser(), "HOME": str(Path.home()), "SLURM_SUBMIT_DIR": str(submit)}
+
+    def expand(text: str, depth: int = 0) -> str | None:
+        def value(match: re.Match) -> str:
+            name = match.group(1)
+            if name in known:
+                return known[name]
+            values = re.findall(rf"^\s*(?:export\s+)?{name}=[\"']?([^\"'\s`]+)[\"']?\s*$", script.code, re.M)
+            found = expand(values[0], depth + 1) if len(values) == 1 and depth < 3 else None
+            return found if found is not None else "\0"
+        expanded = re.sub(r"\$\{?([A-Za-z_]\w*)\}?", value, text)
+        return None if "\0" in expanded or "$" in expanded or "`" in expanded else expanded
+
+    target = known["HOME"] + target[1:] if target.startswith("~") else target
+    expanded = expand(target)
+    if expanded is None:
         return None
-    folder = Path(target)
+    folder = Path(expanded)
     return folder if folder.is_absolute() else submit / folder
 
 

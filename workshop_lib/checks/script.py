@@ -18,7 +18,8 @@ _BASH_C = re.compile(r"\bbash\s+-c\s+(['\"])")
 # SLURM's variables for what the directives asked, by the directive that sets them.
 _SLURM_VARIABLES = {"SLURM_GPUS_PER_NODE": "gpus-per-node", "SLURM_GPUS_ON_NODE": "gpus-per-node",
                     "SLURM_NTASKS_PER_NODE": "ntasks-per-node", "SLURM_JOB_NUM_NODES": "nodes",
-                    "SLURM_NNODES": "nodes"}
+                    "SLURM_NNODES": "nodes", "SLURM_GPUS": "gpus", "SLURM_NTASKS": "ntasks",
+                    "SLURM_CPUS_PER_TASK": "cpus-per-task"}
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,7 @@ class Script:
     text: str
     header: SbatchHeader
     submit_dir: Path | None = None
+    name: str | None = None  # the script's file name (SLURM's default job name), when linted from a file
 
     @cached_property
     def lines(self) -> list[str]:
@@ -75,6 +77,13 @@ class Script:
             directive = _SLURM_VARIABLES[name]
             if directive == "gpus-per-node":
                 return self.header.gpus_per_node or None
+            if directive == "ntasks" and self.header.get("ntasks") is None and self.header.get("ntasks-per-node"):
+                per_node = self.number(self.header.get("ntasks-per-node"))
+                nodes = self.number(self.header.get("nodes") or "1")
+                return per_node * nodes if per_node and nodes else None  # SLURM_NTASKS = per node x nodes
+            if directive == "gpus":
+                match = re.search(r"(\d+)$", self.header.get("gpus") or "")
+                return int(match.group(1)) if match else None
             return self.number(self.header.get(directive) or ("1" if directive == "nodes" else None))
         assigned = [int(found[1]) for found in _NUMBER_ASSIGNMENT.findall(self.text) if found[0] == name]
         return assigned[-1] if len(set(assigned)) == 1 else None

@@ -5,11 +5,13 @@ after `module load`. Each rule is a function (Script) -> findings; ``RULES`` lis
 
 from __future__ import annotations
 
+import getpass
 import re
 from pathlib import Path
 from typing import Iterable
 
-from workshop_lib.checks.findings import ERROR, WARNING, Finding
+from workshop_lib.checks import versions
+from workshop_lib.checks.findings import ERROR, NOTE, WARNING, Finding
 from workshop_lib.checks.layout import PARALLEL_SIZES, deepspeed_layouts, script_layout
 from workshop_lib.checks.nemo_command import nemo_overrides
 from workshop_lib.checks.pitfalls import (MEGATRON_LAYOUT, findings, hybrid_shard_single_node, nemo_needs_a100,
@@ -48,25 +50,54 @@ def _directives(script: Script) -> Iterable[Finding]:
 
 
 def _output_folders(script: Script) -> Iterable[Finding]:
+    """sbatch(1) 22.05, --output ("connect the batch script's standard output directly to the file name specified
+    in the filename pattern": slurmd opens it before the script runs and creates no folder; a missing folder fails
+    the job at launch, seen on the local cluster) and "filename pattern" (replacement symbols, "%" followed by a
+    letter): %u and %x are expanded here as SLURM will (the user, the job name); a folder named by a per-job
+    symbol (%j, %A, %a, %N ...) cannot exist before the job. `$VAR` is no replacement symbol (rule
+    variable-in-directive)."""
     for option in ("output", "error"):
         value = script.header.get(option)
-        if not value:
+        if not value or "$" in value or value.startswith("~"):
+            continue  # taken literally by sbatch: rule variable-in-directive
+        written = str(Path(value).parent)
+        folder = _expand_patterns(written, script)
+        if folder is None or folder in ("", "."):
             continue
-        folder = Path(value).parent
-        if str(folder) in ("", ".") or "%" in str(folder) or "$" in str(folder):
-            continue
+        per_job = re.search(r"%[0-9]*[jJAaNnstb]", folder)
         submit_dir = script.submit_dir
-        if submit_dir is None and not folder.is_absolute():
-            if not re.search(rf"mkdir\s+(-p\s+)?[\"']?{re.escape(str(folder))}\b", script.text):
+        if per_job is None and submit_dir is None and not Path(folder).is_absolute():
+            if not re.search(rf"mkdir\s+(-p\s+)?[\"']?{re.escape(folder)}\b", script.text):
                 continue  # where sbatch will run is unknown: nothing to say
-        where = folder if folder.is_absolute() or submit_dir is None else Path(submit_dir) / folder
-        if not where.is_dir():
-            yield Finding(
-                "output-folder-missing", ERROR,
-                f"--{option}={value} writes into {folder}/, which does not exist; SLURM opens this file before "
-                "the script runs (a mkdir inside the script is too late) and the job fails at launch.",
-                f"create {folder}/ before sbatch, or write the log into the submission directory.",
-                script.header.line(option))
+        where = Path(folder) if Path(folder).is_absolute() or submit_dir is None else Path(submit_dir) / folder
+        if per_job is None and where.is_dir():
+            continue
+        if per_job is None and where.is_absolute() and not Path(*where.parts[:2]).exists():
+            yield Finding(  # another machine's file system (/ibex/... linted on a laptop)
+                "output-folder-missing", NOTE,
+                f"--{option}={value}: {where.parts[1]}/ is not on this machine, so whether {folder}/ exists cannot be "
+                "checked here; SLURM creates no folder, and the job fails at launch if it is missing.",
+                f"check on the cluster: ls -d {folder}", script.header.line(option))
+            continue
+        reason = (f"names a folder by {per_job.group(0)}, which SLURM fills in per job, so that folder cannot exist "
+                  "before the job starts" if per_job else f"writes into {folder}/, which does not exist")
+        yield Finding(
+            "output-folder-missing", ERROR,
+            f"--{option}={value} {reason}; SLURM opens this file before the script runs (a mkdir inside the script is "
+            "too late) and the job fails at launch.",
+            f"put the per-job pattern in the file name (logs/%x-%j.out) and create the folder before sbatch."
+            if per_job else f"create {folder}/ before sbatch, or write the log into the submission directory.",
+            script.header.line(option))
+
+
+def _expand_patterns(text: str, script: Script) -> str | None:
+    """%u and %x (and %%) as SLURM expands them; None when the job name is needed and unknown."""
+    if "%x" in text:
+        name = script.header.get("job-name") or script.name  # SLURM's default job name: the script's file name
+        if name is None:
+            return None  # a script given as text, with no name: nothing certain to say
+        text = text.replace("%x", name)
+    return text.replace("%u", getpass.getuser()).replace("%%", "%")
 
 
 def _lightning(script: Script) -> Iterable[Finding]:
@@ -132,14 +163,34 @@ def _killed_pids(script: Script) -> Iterable[Finding]:
 
 
 def _fixed_port(script: Script) -> Iterable[Finding]:
-    match = _FIXED_PORT.search(script.code)
-    if match:
-        yield Finding(
-            "fixed-rendezvous-port", WARNING,
-            "rendezvous on the fixed port 29500: a second job on the same node fails with 'address in use'.",
-            "derive the port from the job id, the same on every node of the job: "
-            "MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000)) (before srun, so every node gets it).",
-            script.line_of(match.group(0)))
+    """torchrun (torch 2.13, torch/distributed/run.py): --master_port is read from the command line or
+    PET_MASTER_PORT, never from MASTER_PORT, and a single-node static launch without a port gets a free one
+    (``run()``: max_nodes == 1 -> c10d at localhost:0). So 29500 is bound only where a launcher is handed it, or
+    where MASTER_PORT is read (by `$MASTER_PORT`, or by processes srun starts, which init from the environment)."""
+    match = next((found for found in _FIXED_PORT.finditer(script.code)
+                  if found.group(1) != "MASTER_PORT=" or _master_port_read(script)), None)
+    if match is None:
+        return
+    yield Finding(
+        "fixed-rendezvous-port", WARNING,
+        "rendezvous on the fixed port 29500: a second job on the same node fails with 'address in use'.",
+        "derive the port from the job id, the same on every node of the job: "
+        "MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000)) (before srun, so every node gets it).",
+        script.line_of(match.group(0)))
+
+
+def _master_port_read(script: Script) -> bool:
+    """True when something uses MASTER_PORT: `$MASTER_PORT` in the script, or programs that read it from the
+    environment (srun-started Python, Lightning/NeMo, torch.distributed's env:// init); torchrun on torch >= 2.13
+    alone does not."""
+    code = script.code
+    if re.search(r"\$\{?MASTER_PORT\b", code):
+        return True
+    if re.search(r"(?<![\w./-])srun\b[^\n]*\b(?:python[\d.]*|singularity|apptainer|nemo)\b", code):
+        return True
+    if re.search(r"(?<![\w.-])(?:accelerate\s+launch|deepspeed)\b", code) or _LIGHTNING.search(code):
+        return True
+    return not versions.at_least("torch", (2, 13))
 
 
 # Commands that need no module (shell builtins, coreutils, SLURM's own tools): a `module purge`

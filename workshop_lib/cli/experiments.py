@@ -158,13 +158,13 @@ def _check(args: argparse.Namespace) -> int:
     from workshop_lib.checks.lint import lint_file
     from workshop_lib.checks.script import NotAJobScript
 
-    errors = warnings = checked = 0
+    errors = warnings = notes = checked = 0
     for target in args.scripts:
         if target.is_dir():
             results, comparisons = check_folder(target)
         else:
             try:
-                results, comparisons = [(target, lint_file(target))], []
+                results, comparisons = [(target, lint_file(target, notes=True))], []
             except NotAJobScript as refused:
                 print(f"error: {refused}")  # said, counted, and the other files still checked
                 errors += 1
@@ -174,16 +174,18 @@ def _check(args: argparse.Namespace) -> int:
             for finding in findings:
                 print(finding.format(str(path)))
             errors += sum(finding.is_error for finding in findings)
-            warnings += sum(not finding.is_error for finding in findings)
+            notes += sum(finding.is_note for finding in findings)
+            warnings += sum(not finding.is_error and not finding.is_note for finding in findings)
         if target.is_dir():
             if not results:
                 print(f"{target}: no job scripts (*.slurm, *.sbatch, *.sh with #SBATCH lines) in this folder")
             for comparison in comparisons:
                 print("env: " + comparison.summary(target))
-        elif not results[0][1]:
-            print(f"{target}: no findings")
+        elif all(finding.is_note for finding in results[0][1]):
+            undecided = len(results[0][1])
+            print(f"{target}: no findings" + (f" (and {undecided} undecided here, above)" if undecided else ""))
     print(f"{checked} script{'s' if checked != 1 else ''} checked: {errors} error{'s' if errors != 1 else ''}, "
-          f"{warnings} warning{'s' if warnings != 1 else ''}")
+          f"{warnings} warning{'s' if warnings != 1 else ''}" + (f", {notes} undecided here (note)" if notes else ""))
     return 1 if errors else 0
 
 

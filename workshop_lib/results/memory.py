@@ -22,7 +22,7 @@ from pathlib import Path
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.core.run_directory import CPU_LOG_PATTERNS, GPU_LOG_PATTERNS
 from workshop_lib.results.parse.nvidia_smi import (
-    GpuMemoryLog, GpuMemorySample, infer_columns, looks_like_nvidia_smi, read_nvidia_smi,
+    GpuMemoryLog, GpuMemorySample, date_line_time, infer_columns, looks_like_nvidia_smi, read_nvidia_smi,
 )
 from workshop_lib.results.parse.psrecord import CpuMemoryLog, read_psrecord
 from workshop_lib.core.log_text import LogProblem, read_text
@@ -169,7 +169,8 @@ def find_memory_logs(path: str | Path) -> tuple[list[Path], list[Path]]:
 
 def sniff_log_kind(path: Path) -> str:
     """'gpu' for an nvidia-smi CSV, 'cpu' for a psrecord log, from the first line or the file name."""
-    lines = [line.strip() for line in read_text(path).splitlines() if line.strip()]
+    # `date` lines between nvidia-smi samples (a `date; nvidia-smi ...` loop) say nothing about the kind
+    lines = [line.strip() for line in read_text(path).splitlines() if line.strip() and date_line_time(line) is None]
     first = lines[0] if lines else ""
     if "memory.used" in first or looks_like_nvidia_smi(first):
         return "gpu"

@@ -4,7 +4,7 @@ one file per node."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -201,18 +201,39 @@ def looks_like_nvidia_smi(first_line: str) -> bool:
         cell.endswith(("MiB", "GiB")) for cell in cells)
 
 
+# The line `date` writes (`Fri Nov 27 10:00:00 UTC 2026`): monitors that loop `date; nvidia-smi ...` stamp
+# their samples with it instead of a timestamp column.
+_DATE_LINE = re.compile(r"^[A-Z][a-z]{2} [A-Z][a-z]{2} +\d{1,2} \d{2}:\d{2}:\d{2}(?: [A-Z]{2,5}| [+-]\d{2,4})? \d{4}$")
+
+
+def date_line_time(line: str) -> datetime | None:
+    """The time of a `date` line (its time zone dropped), or None for any other line."""
+    if not _DATE_LINE.match(line.strip()):
+        return None
+    words = line.split()
+    try:
+        return datetime.strptime(" ".join(words[:4] + words[-1:]), "%a %b %d %H:%M:%S %Y")
+    except ValueError:
+        return None
+
+
 def parse_nvidia_smi(text: str, node: str = "") -> GpuMemoryLog:
     """Read an nvidia-smi CSV with or without units. The header names the columns (any query that
     has memory.used); a repeated header (an appended file, or one nvidia-smi call per sample) is
     read again. Without a header seed 002's columns (DEFAULT_COLUMNS) are assumed when the lines fit
-    them, else the columns are read from the cells (``infer_columns``). Lines with `[N/A]`, cut lines
-    and lines mixed with other output are reported, with the reason."""
+    them, else the columns are read from the cells (``infer_columns``). A `date` line between samples
+    stamps the samples after it. Lines with `[N/A]`, cut lines and lines mixed with other output are
+    reported, with the reason."""
     lines = [(number, line) for number, line in log_lines(text) if line.strip()]
-    columns: tuple[str, ...] = _headerless_columns(lines)
+    columns: tuple[str, ...] = _headerless_columns([(n, line) for n, line in lines if date_line_time(line) is None])
     has_header = False
+    stamped: datetime | None = None
     samples: list[GpuMemorySample] = []
     problems: list[LogProblem] = []
     for number, line in lines:
+        if (moment := date_line_time(line)) is not None:
+            stamped = moment
+            continue
         cells = [cell.strip() for cell in line.split(",")]
         if _is_header(cells):
             columns, has_header = tuple(_column_name(cell) for cell in cells), True
@@ -225,7 +246,7 @@ def parse_nvidia_smi(text: str, node: str = "") -> GpuMemoryLog:
                           "noheader, so the file names its columns)")
             problems.append(LogProblem(number, line, sample))
         else:
-            samples.append(sample)
+            samples.append(sample if sample.timestamp or stamped is None else replace(sample, timestamp=stamped))
     return GpuMemoryLog(node=node, samples=samples, problems=problems)
 
 

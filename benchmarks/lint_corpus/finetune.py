@@ -1,0 +1,1 @@
+print('stub: the corpus is linted, never run')
