@@ -66,3 +66,15 @@ def test_the_stand_in_refuses_nemo_only_lessons(profile):
     for experiment in nemo_lesson_experiments():
         assert "lesson of NeMo itself" in load_profile(profile).unsupported_reason(experiment)
     assert load_profile("gpu-workstation-nemo").supports(nemo_lesson_experiments()[0])
+
+
+def test_the_linter_reads_the_depth_a_script_asks_for():
+    # The rendered Ibex script of a reduced-depth layout fits; the same script at Mixtral's 32 layers does not.
+    from workshop_lib.checks.lint import lint_script
+    from workshop_lib.scripts import render_script
+
+    script = render_script(nemo_lesson_experiments()[1], "ibex")
+    assert "model.config.num_layers=4" in script
+    assert not [f for f in lint_script(script) if f.rule == "does-not-fit"]
+    whole = script.replace("model.config.num_layers=4", "model.config.num_layers=32")
+    assert [f.rule for f in lint_script(whole)] == ["does-not-fit"]

@@ -20,7 +20,7 @@ STRATEGY = "trainer.strategy."
 LINTED_KEYS = ("trainer.devices", "trainer.num_nodes", f"{STRATEGY}tensor_model_parallel_size",
                f"{STRATEGY}expert_model_parallel_size", f"{STRATEGY}pipeline_model_parallel_size",
                f"{STRATEGY}context_parallel_size", f"{STRATEGY}sequence_parallel", "peft",
-               "data.global_batch_size", "data.micro_batch_size")
+               "data.global_batch_size", "data.micro_batch_size", "model.config.num_layers")
 _LINTED = re.compile(r"(?<![\w.])(" + "|".join(map(re.escape, LINTED_KEYS)) + r")=(\S+)")
 
 

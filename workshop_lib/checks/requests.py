@@ -237,6 +237,10 @@ def _nemo_fit(script: Script) -> Iterable[Finding]:
     peft_none = (command.value("peft") == "none"
                  or re.search(r"peft_scheme\s*=\s*(['\"]none['\"]|None)", script.code) is not None)
     sequence_parallel = (command.value(f"{STRATEGY}sequence_parallel") or "").lower() in ("true", "1")
+    written_layers = command.value("model.config.num_layers")  # fewer layers than the model has (reduced depth)
+    num_layers = script.number(written_layers) if written_layers is not None else None
+    if written_layers is not None and not num_layers:
+        return  # a depth known only at run time
     if (gpus % (sizes["tensor"] * sizes["pipeline"] * (sizes["expert"] or 1))
             or (sequence_parallel and sizes["tensor"] < 2)
             or (not peft_none and (sizes["tensor"] > 1 or sizes["pipeline"] > 1))):
@@ -244,7 +248,7 @@ def _nemo_fit(script: Script) -> Iterable[Finding]:
     experiment = Experiment(id=f"this {model} job", chapter=0, group="script", title="", engine=NEMO, model=model,
                             nodes=job.nodes, gpus_per_node=per_node, peft="none" if peft_none else "lora",
                             tensor_parallel=sizes["tensor"], pipeline_parallel=sizes["pipeline"],
-                            expert_parallel=sizes["expert"], sequence_parallel=sequence_parallel)
+                            expert_parallel=sizes["expert"], sequence_parallel=sequence_parallel, num_layers=num_layers)
     for finding in fit_findings(experiment, site):
         yield Finding(finding.rule, finding.severity,
                       finding.message.replace("the profile's", f"{site.name}'s"), finding.fix,
