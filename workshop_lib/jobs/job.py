@@ -27,6 +27,7 @@ class Job:
     backend: str
     stdout_path: Path | None = None
     name: str | None = None
+    workdir: Path | None = None  # where it was submitted to run: an id the scheduler now gives a job elsewhere differs
     _last: JobInfo | None = field(default=None, repr=False)
 
     def info(self) -> JobInfo:
@@ -96,6 +97,11 @@ class Job:
         if self.name and info.name and info.name != self.name and info.state != FORGOTTEN:
             info = JobInfo(job_id=self.job_id, state=FORGOTTEN, stdout_path=self.stdout_path, reason=(
                 f"id {self.job_id} now belongs to job {info.name!r} (the scheduler's state was reset)"))
+        elif self.workdir and info.workdir and not _same_folder(self.workdir, info.workdir) \
+                and info.state != FORGOTTEN:
+            # The same name is no proof: every run of one experiment has it, whatever its runs folder.
+            info = JobInfo(job_id=self.job_id, state=FORGOTTEN, stdout_path=self.stdout_path, reason=(
+                f"id {self.job_id} now belongs to a job in {info.workdir} (the scheduler's state was reset)"))
         if info.state == FORGOTTEN:
             info = ended_from_log(info)
         return info
@@ -111,6 +117,10 @@ class Job:
         return f"Job({self.job_id!r}, backend={self.backend!r})"
 
 
+def _same_folder(first: Path, second: Path) -> bool:
+    return Path(first).resolve() == Path(second).resolve()
+
+
 def submit(script: Path | str, workdir: Path | str | None = None, sbatch_args: Sequence[str] = (),
            backend: str | None = None, hold: bool = False) -> Job:
     """Submit a job script; returns its Job. Raises SubmitError with the scheduler's message if refused.
@@ -122,15 +132,15 @@ def submit(script: Path | str, workdir: Path | str | None = None, sbatch_args: S
     chosen = resolve_backend(backend)
     submission = get_backend(chosen).submit(script, workdir, sbatch_args, hold=hold)
     watcher.WATCHER.forget(chosen, submission.job_id)  # a reset scheduler reuses ids: not this job's answer
-    return Job(submission.job_id, chosen, stdout_path=submission.stdout_path, name=submission.name)
+    return Job(submission.job_id, chosen, stdout_path=submission.stdout_path, name=submission.name, workdir=workdir)
 
 
 def job_from_id(job_id: str, backend: str | None = None, stdout_path: Path | None = None,
-                name: str | None = None) -> Job:
+                name: str | None = None, workdir: Path | None = None) -> Job:
     """A Job for an id submitted earlier (by this process or another): on `backend`, else on the backend whose
     ids look like this one (`Backend.owns`), else on the one this process uses."""
     job_id = str(job_id)
-    return Job(job_id, backend or _owner(job_id), stdout_path=stdout_path, name=name)
+    return Job(job_id, backend or _owner(job_id), stdout_path=stdout_path, name=name, workdir=workdir)
 
 
 def _owner(job_id: str) -> str:

@@ -172,6 +172,7 @@ def job_info(job_id: str) -> JobInfo:
         reason="JobHeldUser" if record.get("held") else record.get("reason"),  # squeue's word for a held job
         stdout_path=Path(record["stdout"]), name=record.get("name"),
         node_list=",".join(node_names(record.get("nodes", 1))), time_limit_s=record.get("time_limit_s"),
+        workdir=Path(record["workdir"]) if record.get("workdir") else None,
     )
 
 

@@ -160,7 +160,7 @@ class SlurmBackend:
                 submitted = since
             if submitted >= since - 1:
                 found.append(JobInfo(job_id=fields[0], state=slurm_output.normalise_state(fields[2]),
-                                     reason=fields[3] or None, name=fields[1] or None))
+                                     reason=fields[3] or None, name=fields[1] or None, workdir=Path(fields[7])))
         return sorted(found, key=lambda info: int(info.job_id) if info.job_id.isdigit() else 0)
 
     def poll_policy(self) -> PollPolicy:
@@ -203,7 +203,7 @@ class SlurmBackend:
                 job_id=task_id, state=state, reason=reason or None, exit_code=exit_code, signal=signal,
                 elapsed_s=slurm_output.parse_elapsed(used), name=name or None,
                 node_list=nodes if nodes and nodes != "(null)" else None,
-                time_limit_s=slurm_output.parse_elapsed(limit)))
+                time_limit_s=slurm_output.parse_elapsed(limit), workdir=Path(fields[7]) if fields[7] else None))
         infos = {}
         for job_id, tasks in rows.items():
             if len(tasks) == 1 and tasks[0].job_id == job_id:

@@ -39,6 +39,7 @@ class JobInfo:
     node_list: str | None = None
     tasks: tuple["JobInfo", ...] = ()  # array tasks, if this is a job array
     time_limit_s: float | None = None  # --time as the scheduler holds it
+    workdir: Path | None = None  # the job's working directory, where the scheduler says (squeue, the local executor)
 
     @property
     def finished(self) -> bool:

@@ -40,7 +40,7 @@ class Run:
         if self.record is None:
             return None
         return cluster.job_from_id(self.record.job_id, self.record.backend, stdout_path=self.stdout_path,
-                                   name=self.record.job_name)
+                                   name=self.record.job_name, workdir=self.directory)
 
     @property
     def stdout_path(self) -> Path | None:

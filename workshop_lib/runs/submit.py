@@ -11,6 +11,7 @@ import shutil
 import signal
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -368,12 +369,28 @@ def submit_experiments(experiments: Iterable[Experiment], profile: Profile | str
 
 
 # ---- stopping ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CancelReport:
+    """What `cancel_runs_report` did: one line per run, and the runs whose scheduler did not answer (their
+    jobs may still run)."""
+
+    lines: list[str]
+    unanswered: list[str]
+
+
 def cancel_runs(experiments: Iterable[Experiment], root: Path | str | None = None) -> list[str]:
     """Cancel the queued or running job of each experiment's run (`workshop cancel`, a notebook's
     `nb.cancel_experiments`); one line per run says what was done. The run folders stay: re-running the
     chapter submits the cancelled runs again and reuses the completed ones."""
+    return cancel_runs_report(experiments, root).lines
+
+
+def cancel_runs_report(experiments: Iterable[Experiment], root: Path | str | None = None) -> CancelReport:
+    """`cancel_runs`, saying also which runs could not be cancelled because the scheduler did not answer.
+    A job is cancelled only where it runs in the run's own folder: after a scheduler reset, the recorded id
+    (and the experiment's job name) may belong to another folder's job (`Job.settle` tells them apart)."""
     runs = [load_run(experiment, root) for experiment in experiments]
-    lines = []
+    lines, unanswered = [], []
     for run, info in zip(runs, query_runs(runs)):
         name = run.experiment.id
         if run.record is None:
@@ -381,9 +398,10 @@ def cancel_runs(experiments: Iterable[Experiment], root: Path | str | None = Non
         elif info.state == UNKNOWN:
             lines.append(f"{name}: job {run.record.job_id} not cancelled: the scheduler does not answer "
                          f"({first_line(info.reason)}); try again later")
+            unanswered.append(name)
         elif info.finished:
             lines.append(f"{name}: job {run.record.job_id} already ended ({info.state}): nothing to cancel")
         else:
             get_backend(run.record.backend).cancel(run.record.job_id)
             lines.append(f"{name}: cancelled job {run.record.job_id} (it was {info.state})")
-    return lines
+    return CancelReport(lines, unanswered)
