@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from workshop_lib.jobs import slurm_output
-from workshop_lib.jobs.backend import FORGOTTEN, PollPolicy, Submission, python_environment_path
+from workshop_lib.jobs.backend import CLOCK_SKEW_S, FORGOTTEN, PollPolicy, Submission, python_environment_path
 from workshop_lib.core.durations import parse_duration
 from workshop_lib.core.errors import ClusterError, SubmitError
 from workshop_lib.checks.sbatch import sbatch_request
@@ -189,7 +189,7 @@ def jobs_in(workdir: Path, since: float = 0.0) -> list[JobInfo]:
             record = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        if str(Path(record.get("workdir", "")).resolve()) == wanted and record.get("submitted_at", 0) >= since - 1:
+        if str(Path(record.get("workdir", "")).resolve()) == wanted and record.get("submitted_at", 0) >= since - CLOCK_SKEW_S:
             found.append(record["job_id"])
     return [job_info(job_id) for job_id in sorted(found, key=_job_number)]
 

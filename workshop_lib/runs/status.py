@@ -10,7 +10,10 @@ from workshop_lib import jobs as cluster
 from workshop_lib.experiments import Experiment, select_experiments
 from workshop_lib.jobs.slurm_output import JobInfo
 from workshop_lib.runs.record import UNKNOWN
-from workshop_lib.runs.run import Run, earlier_attempts, earlier_attempts_of, load_run, query_runs
+from workshop_lib.core.errors import ClusterError
+from workshop_lib.runs.run import (
+    Run, earlier_attempts, earlier_attempts_of, load_run, may_hold_unrecorded_jobs, query_runs, unrecorded_jobs,
+)
 from workshop_lib.runs.submit import first_line
 
 if TYPE_CHECKING:
@@ -101,12 +104,33 @@ def run_status(experiments: Iterable[Experiment] | None = None, chapter: int | N
         elif requeued.get(id(run)):
             explanation = "\n".join(f"earlier attempt: {attempt} (SLURM requeued the job; its log holds both "
                                      "attempts)" for attempt in requeued[id(run)])
+        state, job_id = info.state, record.job_id if record else ""
+        if may_hold_unrecorded_jobs(run) and not run.damage:
+            unrecorded, said = _unrecorded(run)
+            explanation = "\n".join(filter(None, [explanation, said]))
+            if unrecorded and record is None:  # a held job waits: the run is on its way, not "not submitted"
+                state, job_id = unrecorded[0].state, unrecorded[0].job_id
         statuses.append(RunStatus(
-            experiment_id=run.experiment.id, state=info.state, job_id=record.job_id if record else "",
+            experiment_id=run.experiment.id, state=state, job_id=job_id,
             profile=record.profile if record else "",
             current=bool(record and record.content_hash == run.experiment.content_hash), directory=run.directory,
             explanation=explanation))
     return statuses
+
+
+def _unrecorded(run: Run) -> tuple[list[JobInfo], str]:
+    """The jobs waiting in a run folder where a submission was interrupted, and what status says of them."""
+    try:
+        found = unrecorded_jobs(run)
+    except ClusterError as error:
+        return [], (f"a submission was interrupted here and the scheduler does not answer ({first_line(error)}), "
+                    "so a job of it may wait unseen: `workshop status` again later")
+    command = f"`workshop submit {run.experiment.id}` (or re-running the chapter)"
+    return found, "\n".join(
+        f"job {info.job_id} ({info.state}{', held' if info.reason == 'JobHeldUser' else ''}) waits in this run "
+        f"folder but job.json does not name it: a job of an interrupted submission. {command} settles it "
+        f"(adopted when it is the run's one new job, else cancelled); `workshop cancel {run.experiment.id}` "
+        "cancels it" for info in found)
 
 
 def _all() -> list[Experiment]:

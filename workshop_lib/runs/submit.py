@@ -20,21 +20,26 @@ from workshop_lib import jobs as cluster
 from workshop_lib.core import paths
 from workshop_lib.core.errors import ClusterError, SubmitError, WorkshopError
 from workshop_lib.core.run_directory import (
-    ATTEMPTS_DIR, DEEPSPEED_CONFIG_NAME, LOCK_NAME, RESERVATION_NAME, SCRIPT_NAME, STAGING_DIR, TRAIN_DIR,
+    ATTEMPTS_DIR, DEEPSPEED_CONFIG_NAME, INTERRUPTED_NAME, LOCK_NAME, RESERVATION_NAME, SCRIPT_NAME, STAGING_DIR,
+    TRAIN_DIR,
 )
 from workshop_lib.experiments import Experiment
 from workshop_lib.jobs import slurm_output
 from workshop_lib.jobs.backend import get_backend, resolve_backend
 from workshop_lib.jobs.slurm_output import JobInfo
 from workshop_lib.runs.record import HELD, RunRecord, UNKNOWN, write_atomically
-from workshop_lib.runs.run import RUNS_VARIABLE, Run, load_run, query_runs, run_directory
+from workshop_lib.runs.run import (
+    RUNS_VARIABLE, Run, folder_backend, load_run, may_hold_unrecorded_jobs, query_runs, run_directory, unrecorded_jobs,
+)
 from workshop_lib.checks.sbatch import sbatch_request
 from workshop_lib.scripts import render_script
 from workshop_lib.sites.profiles import Profile, load_profile
 from workshop_lib.sites.requirements import check_before_submit
 
 # Entries of a run directory that belong to the run's bookkeeping, not to an attempt.
-_BOOKKEEPING = {ATTEMPTS_DIR, STAGING_DIR, LOCK_NAME, RESERVATION_NAME}
+_BOOKKEEPING = {ATTEMPTS_DIR, STAGING_DIR, LOCK_NAME, RESERVATION_NAME, INTERRUPTED_NAME}
+LATE_JOB = ("a late job of an interrupted submission: the controller created it after this run was submitted "
+            "again, and job.json does not name it")
 LOCK_TIMEOUT_S = 120.0
 FAULT_VARIABLE = "WORKSHOP_FAULT"  # tests only: names a step at which the submitter kills itself
 
@@ -117,6 +122,8 @@ def _submit_or_reuse(run: Run, profile: Profile, force: bool, backend: str | Non
                      settled: list[str]) -> Run:
     if run.record is not None:
         info = run.info()
+        if info.state != UNKNOWN:
+            _cancel_late_jobs(run, settled)
         if info.state == "PENDING" and info.reason == HELD:
             # Recorded, but its submitter stopped before releasing it (see _install).
             get_backend(run.record.backend).release(run.record.job_id)
@@ -224,10 +231,38 @@ def _settle_reservation(run: Run, settled: list[str]) -> Run | None:
         run.note = (f"adopted job {job_id}: it waited in this run folder, the run's only job, submitted by a "
                     "submission that stopped before recording it")
         return run
+    _remember_interruption(run, reservation)
     _drop_reservation(run.directory)
     _cancel(backend, waiting, run, settled, "an interrupted submission left it" + (
         "" if len(waiting) < 2 else f" ({len(waiting)} jobs in one run folder)"))
     return None
+
+
+def _cancel_late_jobs(run: Run, settled: list[str]) -> None:
+    """In a folder where a submission was interrupted, cancel a job of it that the controller created after the
+    re-run had submitted its own (found by reuse as by a new submission: once released it would write over
+    this run's files)."""
+    if not (run.directory / INTERRUPTED_NAME).exists():
+        return  # no interrupted submission here: spare the scheduler a query per reused run
+    try:
+        late = unrecorded_jobs(run)
+    except ClusterError:
+        return  # the recorded job's query just answered; the next submission or `workshop cancel` looks again
+    _cancel(get_backend(run.record.backend), late, run, settled, LATE_JOB)
+
+
+def _remember_interruption(run: Run, reservation: dict | None) -> None:
+    """Note an interrupted submission whose job was not found: its sbatch may still reach the controller, and
+    the job it makes then must be found by status, cancel and reuse (`may_hold_unrecorded_jobs`)."""
+    path = run.directory / INTERRUPTED_NAME
+    try:
+        noted = json.loads(path.read_text()) if path.is_file() else []
+    except (OSError, ValueError):
+        noted = []
+    noted = (noted if isinstance(noted, list) else [])[-9:]  # the latest ten are plenty: the file says "look"
+    noted.append({"reserved_at": (reservation or {}).get("reserved_at"), "settled_at": time.time(),
+                  "backend": (reservation or {}).get("backend")})
+    write_atomically(path, json.dumps(noted) + "\n")
 
 
 def _cancel_strays(run: Run, backend_name: str, settled: list[str]) -> None:
@@ -393,6 +428,17 @@ def cancel_runs_report(experiments: Iterable[Experiment], root: Path | str | Non
     lines, unanswered = [], []
     for run, info in zip(runs, query_runs(runs)):
         name = run.experiment.id
+        if may_hold_unrecorded_jobs(run) and not run.damage:
+            try:
+                for late in unrecorded_jobs(run):
+                    get_backend(folder_backend(run)).cancel(late.job_id)
+                    lines.append(f"{name}: cancelled job {late.job_id} (it was {late.state}; it waited in this run "
+                                 "folder but job.json does not name it: a job of an interrupted submission)")
+            except ClusterError as error:
+                lines.append(f"{name}: could not look for jobs of an interrupted submission in {run.directory}: "
+                             f"the scheduler does not answer ({first_line(error)}); try again later")
+                unanswered.append(name)
+                continue
         if run.record is None:
             lines.append(f"{name}: nothing to cancel ({run.damage and 'job.json is damaged' or 'not submitted'})")
         elif info.state == UNKNOWN:
