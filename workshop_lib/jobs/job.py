@@ -14,6 +14,7 @@ from workshop_lib.jobs import slurm_output
 from workshop_lib.jobs.backend import BACKENDS, FORGOTTEN, get_backend, resolve_backend
 from workshop_lib.jobs.slurm_output import JobInfo
 from workshop_lib.jobs import watcher
+from workshop_lib.core.log_text import read_tail
 from workshop_lib.jobs.footer import parse_footer
 from workshop_lib.jobs.watcher import query_jobs
 
@@ -158,13 +159,8 @@ def test_only(script: Path | str, sbatch_args: Sequence[str] = ()) -> str:
 def ended_from_log(info: JobInfo) -> JobInfo:
     """A forgotten job's end as its log tells it: the footer's exit status when it got there, else LOST
     (it ended, the scheduler cannot say how, and its log has no footer)."""
-    text = ""
-    if info.stdout_path is not None:
-        try:
-            text = Path(info.stdout_path).read_text(errors="replace")
-        except OSError:
-            text = ""
-    code = parse_footer(text).exit_status  # a requeued job's log holds each attempt: the last one counts
+    # The footer is the log's end (a requeued job's log holds each attempt's: the last one counts).
+    code = parse_footer(read_tail(info.stdout_path)).exit_status
     if code is not None:
         return replace(info, state="COMPLETED" if code == 0 else "FAILED", exit_code=code,
                        reason=f"read from the job's footer ({info.reason})")

@@ -204,10 +204,10 @@ def expected_stdout(script: Path, workdir: Path, job_id: str, sbatch_args: Seque
 
 
 def tail(path: Path | None, lines: int = 20) -> str:
+    from workshop_lib.core.log_text import read_tail
+
     if path is None:
         return "(no log file known for this job)"
-    try:
-        text = Path(path).read_text(errors="replace")
-    except OSError:
+    if not Path(path).is_file():
         return f"(log {path} does not exist yet)"
-    return "\n".join(text.splitlines()[-lines:])
+    return "\n".join(line for _, line in read_tail(path, most=256 * 2**10).lines[-lines:])

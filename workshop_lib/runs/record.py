@@ -133,6 +133,7 @@ def _damaged(directory: Path, error: Exception) -> DamagedRecord:
 def _damaged_record_advice(directory: Path) -> str:
     """What to do about a damaged job.json, from what the job's log says: a completed run is kept as it is
     (renaming its record would run the experiment again)."""
+    from workshop_lib.core.log_text import read_tail
     from workshop_lib.jobs.footer import parse_footer
 
     logs = sorted(directory.glob("slurm-*.out"))
@@ -140,10 +141,7 @@ def _damaged_record_advice(directory: Path) -> str:
         return (f"No job log is here, so the job never ran: rename job.json to job.json.damaged and re-run; the "
                 f"next submission keeps this run's files under {ATTEMPTS_DIR}/ and submits it again.")
     names = ", ".join(log.name for log in logs)
-    try:
-        exit_status = parse_footer(logs[-1].read_text(errors="replace")).exit_status
-    except OSError:
-        exit_status = None
+    exit_status = parse_footer(read_tail(logs[-1])).exit_status
     if exit_status == 0:
         return (f"Its log {logs[-1].name} ends with `Exit status: 0`: the job completed and the tables read its "
                 "results from the other files. Leave job.json as it is: renaming it would run the experiment "

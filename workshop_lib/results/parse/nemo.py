@@ -11,6 +11,9 @@ from dataclasses import dataclass, field
 from workshop_lib.core.log_text import LogProblem, SkippedLines, log_lines
 
 STEP_MARKER = "Training epoch"
+# Every line parse_nemo_log reads holds one of these (a huge log is streamed, keeping those lines):
+# step lines, and the model summary's totals. The resolved-arguments table comes first in the log.
+LOG_KEYWORDS = (STEP_MARKER, "params", "Modules in")
 _STEP_HEAD = re.compile(r"Training epoch (?P<epoch>\d+), iteration (?P<iteration>\d+)/(?P<last_iteration>\d+)\s*$")
 # A value may be followed by junk another process or a person appended ("1.916 <<< note"), never glued to it.
 _FIELD = re.compile(r"^\s*(?P<key>[A-Za-z_][A-Za-z_ ]*?)\s*:\s*"
