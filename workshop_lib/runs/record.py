@@ -50,6 +50,7 @@ class RunRecord:
     elapsed_s: float | None = None
     time_limit_s: float | None = None
     reason: str | None = None
+    script_sha256: str | None = None  # the submitted script's digest: a later edit of job.sbatch is told apart
     # Fields this version does not know (a newer workshop wrote them): written back as they were.
     unknown_fields: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -91,7 +92,7 @@ def read_record(directory: Path | str) -> dict | None:
 # What each field of job.json may hold: a record copied from elsewhere or edited by hand is refused here,
 # with the field named, instead of failing (or reading a file outside the run) wherever the value is used.
 _TEXT_FIELDS = ("experiment_id", "content_hash", "profile", "job_id", "backend", "submitted_at", "script", "stdout",
-                "final_state", "job_name", "reason")
+                "final_state", "job_name", "reason", "script_sha256")
 _INTEGER_FIELDS = ("exit_code", "signal")
 _NUMBER_FIELDS = ("elapsed_s", "time_limit_s")
 _STATE = re.compile(r"[A-Z][A-Z_]*")

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -137,7 +138,9 @@ def _submit_or_reuse(run: Run, profile: Profile, force: bool, backend: str | Non
         run.remember(info)
         same = records_this_experiment(run.record, run.experiment, profile)
         if same and info.state == "COMPLETED" and not force:
-            run.note = f"reused: job {run.record.job_id} completed"
+            run.note = f"reused: job {run.record.job_id} completed" + (
+                f" (its {SCRIPT_NAME} was edited since: --force submits the edited script)"
+                if edited_script(run) else "")
             return run
     return _submit_new(run, profile, backend, sbatch_args, settled)
 
@@ -145,6 +148,36 @@ def _submit_or_reuse(run: Run, profile: Profile, force: bool, backend: str | Non
 def records_this_experiment(record: RunRecord, experiment: Experiment, profile: Profile) -> bool:
     """The record is of this very experiment on this profile: completed, it is reused instead of resubmitted."""
     return record.content_hash == experiment.content_hash and record.profile == profile.name
+
+
+def script_digest(path: Path) -> str:
+    """What job.json keeps of the script it submitted, to tell a later edit of it."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def edited_script(run: Run) -> bool:
+    """The run's job.sbatch differs from the script its recorded job was submitted with (a person raised its
+    --time, as the TIMEOUT explanation suggests). Unknown for records written before job.json kept the digest."""
+    script = run.directory / SCRIPT_NAME
+    return bool(run.record is not None and run.record.script_sha256 and script.is_file()
+                and script_digest(script) != run.record.script_sha256)
+
+
+def _carry_edited_script(run: Run, profile: Profile, staged: Path, settled: list[str]) -> None:
+    """An edited job.sbatch of this very experiment and profile is what the person wants submitted: it replaces
+    the freshly rendered one, and the note says so. One of an earlier version of the experiment is not carried
+    (its settings no longer match): it stays with that attempt under attempts/, and the note says that too."""
+    if not edited_script(run):
+        return
+    if records_this_experiment(run.record, run.experiment, profile):
+        shutil.copyfile(run.directory / SCRIPT_NAME, staged)
+        settled.append(f"submitting your edited {SCRIPT_NAME} (it differs from the script of job "
+                       f"{run.record.job_id}); delete it before re-running to get the rendered one again")
+    else:
+        settled.append(f"your edit of {SCRIPT_NAME} was made for an earlier version of this experiment (or "
+                       f"another profile), so it is not submitted: it stays with job {run.record.job_id}'s files "
+                       f"under {ATTEMPTS_DIR}/, and the script is rendered anew (set --time for good in the "
+                       "profile's scheduler.time_limits)")
 
 
 def _submit_new(run: Run, profile: Profile, backend: str | None, sbatch_args: Sequence[str],
@@ -156,6 +189,7 @@ def _submit_new(run: Run, profile: Profile, backend: str | None, sbatch_args: Se
     staging = run.directory / STAGING_DIR
     shutil.rmtree(staging, ignore_errors=True)
     script = prepare_run_directory(run.experiment, profile, staging)
+    _carry_edited_script(run, profile, script, settled)
     # The command line is kept with the reservation: a submitter that dies before job.json leaves the
     # adopter what it needs to name the job and find its log (--job-name, --output win over the script).
     reservation = {"reserved_at": time.time(), "backend": chosen, "pid": os.getpid(),
@@ -322,7 +356,8 @@ def _install(run: Run, job_id: str, reservation: dict) -> None:
         profile=reservation["profile"], job_id=job_id, backend=reservation["backend"],
         stdout=stdout.name if stdout.parent == directory else str(stdout),
         submitted_at=datetime.fromtimestamp(reservation["reserved_at"], timezone.utc).isoformat(timespec="seconds"),
-        job_name=request.get("job-name") or SCRIPT_NAME)
+        job_name=request.get("job-name") or SCRIPT_NAME,
+        script_sha256=script_digest(script) if script.is_file() else None)
     run.record.save(directory)
     path.unlink(missing_ok=True)
     _fault_point("before-release")
