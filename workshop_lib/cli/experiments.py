@@ -33,7 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                   "launch mistakes of hand-written torchrun/DeepSpeed/Accelerate/NeMo jobs; a folder "
                                   "also has its env_vars.sh compared with the names its Python reads and its job "
                                   "names checked for reuse")
-    check.add_argument("scripts", nargs="+", type=Path, metavar="SCRIPT_OR_DIR")
+    check.add_argument("scripts", nargs="+", type=_given_path, metavar="SCRIPT_OR_DIR")
     check.set_defaults(handler=_check)
 
     submit = subparsers.add_parser("submit", help="render experiments into runs/<id>/ and submit them")
@@ -158,6 +158,14 @@ def _render(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     return 0
+
+
+def _given_path(text: str) -> Path:
+    """A path from the command line; an empty one (`check ""`, an unset variable) is refused, not read as `.`."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path: give a job script or a folder of them (an unset shell "
+                                         "variable expands to nothing)")
+    return Path(text)
 
 
 def _check(args: argparse.Namespace) -> int:

@@ -71,7 +71,11 @@ class SkippedLines:
 
 
 def read_text(path: str | Path) -> str:
-    """The file's text; undecodable bytes (a log cut mid-character, binary junk) become U+FFFD."""
+    """The file's text; undecodable bytes (a log cut mid-character, binary junk) become U+FFFD. A FIFO or a
+    device is refused: reading it would wait for a writer, or never end (/dev/zero)."""
+    if Path(path).exists() and _regular_file_size(path) is None:
+        raise WorkshopError(f"{path} is not a regular file (a FIFO, a device or a folder): give the path of a "
+                            "log file")
     return Path(path).read_bytes().decode("utf-8", errors="replace")
 
 
