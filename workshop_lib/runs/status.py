@@ -49,7 +49,7 @@ def explain_run(run: Run, info: JobInfo, attempts: tuple[str, ...] | None = None
     `attempts` from its one `earlier_attempts_of` call; without it, sacct is asked for this run alone."""
     from workshop_lib.jobs.failures import explain
 
-    return explain(info, run.stdout_path, predicted=_predicted_memory(run.experiment),
+    return explain(info, run.stdout_path, predicted=_predicted_memory(run),
                    earlier_attempts=earlier_attempts(run) if attempts is None else attempts)
 
 
@@ -59,7 +59,13 @@ def explain_runs(pairs: Sequence[tuple[Run, JobInfo]]) -> list[Explanation]:
     return [explain_run(run, info, requeued.get(id(run), ())) for run, info in pairs]
 
 
-def _predicted_memory(experiment: Experiment) -> str | None:
+def _predicted_memory(run: Run) -> str | None:
+    """The estimator's per-GPU figure, for a run that trained the experiment's own model on GPUs; None for one
+    whose profile realised it otherwise (the tiny profile: a tiny model on CPUs, where the real model's GPU figure
+    says nothing about why the run ran out of memory)."""
+    experiment = run.experiment
+    if not _ran_the_real_model_on_gpus(run):
+        return None
     try:
         from workshop_lib.estimate.memory import estimate_memory
         from workshop_lib.estimate.report import setup_from_experiment
@@ -68,6 +74,19 @@ def _predicted_memory(experiment: Experiment) -> str | None:
     except Exception:  # noqa: BLE001 - a model the estimator does not know: no prediction, no failure
         return None
     return f"{estimate.total / 2**30:.1f} GiB per GPU (`workshop estimate {experiment.id}`)"
+
+
+def _ran_the_real_model_on_gpus(run: Run) -> bool:
+    from workshop_lib.core.errors import WorkshopError
+    from workshop_lib.sites.profiles import load_profile
+
+    if run.record is None:
+        return False
+    try:
+        profile = load_profile(run.record.profile)
+    except WorkshopError:
+        return False  # a profile given as a path, or one this checkout lacks: no claim is better than a wrong one
+    return profile.has_nvidia_smi and profile.model_name(run.experiment.model) == run.experiment.model
 
 
 # ---- reading: status ----------------------------------------------------------------------------
