@@ -40,9 +40,9 @@ MEMORY_REASON = "over its --mem (SLURM killed it)"
 HINTS = {
     "FAILED": "the job's commands exited with an error: the lines above say which. Fix the cause and re-run the "
               "cell (a failed run is submitted again; completed ones are reused).",
-    "TIMEOUT": "it ran out of time: raise the limit (the profile's scheduler.time_limits for this chapter, or "
-               "#SBATCH --time in the run's job.sbatch: the next submission of the run submits your edited "
-               "script) or make the run shorter (fewer steps or samples).",
+    "TIMEOUT": "it ran out of time: raise the limit (#SBATCH --time in the run's job.sbatch, which the next "
+               "submission of the run then submits; or the profile's scheduler.time_limits for this chapter) or "
+               "make the run shorter (fewer steps or samples).",
     "OUT_OF_MEMORY": "it used more host memory than --mem allows: lower the per-device batch, offload less to "
                      "the CPU, or raise --mem (the experiment's memory).",
     "NODE_FAIL": "a node failed under the job (not the job's fault): re-run the cell to submit it again; tell "
