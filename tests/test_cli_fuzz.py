@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 LIMIT_S = 30
+pytestmark = pytest.mark.slow  # a `workshop` process per case
 
 
 def nested_profile(folder: Path) -> Path:

@@ -51,6 +51,7 @@ def edit_time(script, limit: str) -> str:
     return script.read_text()
 
 
+@pytest.mark.slow
 def test_an_edited_job_script_is_submitted_and_said_so(isolated):  # noqa: F811
     failing = quick_profile(isolated, status=3)
     first = submit_experiment(EXPERIMENT, failing)
@@ -66,6 +67,7 @@ def test_an_edited_job_script_is_submitted_and_said_so(isolated):  # noqa: F811
     assert not reused.submitted_now and "--force submits the edited script" in reused.note
 
 
+@pytest.mark.slow
 def test_an_edit_made_for_an_earlier_version_of_the_experiment_is_kept_not_submitted(isolated):  # noqa: F811
     failing = quick_profile(isolated, status=3)
     first = submit_experiment(EXPERIMENT, failing)
