@@ -13,7 +13,9 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -171,11 +173,15 @@ def test_a_submitter_clock_ahead_of_the_controller_still_adopts_its_job(local_cl
     directory = runs_module.run_directory(THIRD, root)
     staged = runs_module.prepare_run_directory(THIRD, load_profile(profile), directory / ".next")
     # The submitter noted its reservation 1.5 s ahead of the controller's clock, then stopped after sbatch.
-    runs_module.write_atomically(directory / RESERVATION_NAME, json.dumps(
-        {"reserved_at": __import__("time").time() + 1.5, "backend": "slurm", "experiment_id": THIRD.id,
-         "content_hash": THIRD.content_hash, "profile": "tiny", "sbatch_args": ["--open-mode=append"]}) + "\n")
+    reservation = {"reserved_at": time.time() + 1.5, "backend": "slurm", "experiment_id": THIRD.id,
+                   "content_hash": THIRD.content_hash, "profile": "tiny", "sbatch_args": ["--open-mode=append"]}
     held = subprocess.run(["sbatch", "--parsable", "--hold", f"--chdir={directory}", "--open-mode=append",
                            str(staged)], capture_output=True, text=True, check=True).stdout.strip()
+    # While its submitter runs (this process, here), status says the job is being submitted.
+    runs_module.write_atomically(directory / RESERVATION_NAME, json.dumps(
+        {**reservation, "pid": os.getpid(), "host": socket.gethostname()}) + "\n")
+    assert "is being submitted right now" in run_status([THIRD], root=root)[0].explanation
+    runs_module.write_atomically(directory / RESERVATION_NAME, json.dumps(reservation) + "\n")
     [waiting] = run_status([THIRD], root=root)  # not "NOT SUBMITTED": its job waits, held
     assert (waiting.state, waiting.job_id) == ("PENDING", held) and "held" in waiting.explanation
     adopted = submit_experiment(THIRD, load_profile(profile), root=root, backend="slurm")

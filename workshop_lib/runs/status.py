@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import os
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
@@ -11,6 +14,7 @@ from workshop_lib.experiments import Experiment, select_experiments
 from workshop_lib.jobs.slurm_output import JobInfo
 from workshop_lib.runs.record import UNKNOWN
 from workshop_lib.core.errors import ClusterError
+from workshop_lib.core.run_directory import RESERVATION_NAME
 from workshop_lib.runs.run import (
     Run, earlier_attempts, earlier_attempts_of, load_run, may_hold_unrecorded_jobs, query_runs, unrecorded_jobs,
 )
@@ -144,12 +148,27 @@ def _unrecorded(run: Run) -> tuple[list[JobInfo], str]:
     except ClusterError as error:
         return [], (f"a submission was interrupted here and the scheduler does not answer ({first_line(error)}), "
                     "so a job of it may wait unseen: `workshop status` again later")
+    if found and _submitter_alive(run.directory / RESERVATION_NAME):
+        return found, "\n".join(f"job {info.job_id} ({info.state}) is being submitted right now: its submitter "
+                                 "still runs and records it in a moment" for info in found)
     command = f"`workshop submit {run.experiment.id}` (or re-running the chapter)"
     return found, "\n".join(
         f"job {info.job_id} ({info.state}{', held' if info.reason == 'JobHeldUser' else ''}) waits in this run "
         f"folder but job.json does not name it: a job of an interrupted submission. {command} settles it "
         f"(adopted when it is the run's one new job, else cancelled); `workshop cancel {run.experiment.id}` "
         "cancels it" for info in found)
+
+
+def _submitter_alive(reservation: Path) -> bool:
+    """Whether the process that wrote a reservation still runs (on this machine: a pid elsewhere says nothing)."""
+    try:
+        noted = json.loads(reservation.read_text())
+        if noted.get("host") != socket.gethostname():
+            return False
+        os.kill(int(noted["pid"]), 0)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False
+    return True
 
 
 def _all() -> list[Experiment]:

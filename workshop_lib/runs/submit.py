@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -192,7 +193,7 @@ def _submit_new(run: Run, profile: Profile, backend: str | None, sbatch_args: Se
     _carry_edited_script(run, profile, script, settled)
     # The command line is kept with the reservation: a submitter that dies before job.json leaves the
     # adopter what it needs to name the job and find its log (--job-name, --output win over the script).
-    reservation = {"reserved_at": time.time(), "backend": chosen, "pid": os.getpid(),
+    reservation = {"reserved_at": time.time(), "backend": chosen, "pid": os.getpid(), "host": socket.gethostname(),
                    "experiment_id": run.experiment.id, "content_hash": run.experiment.content_hash,
                    "profile": profile.name, "sbatch_args": ["--open-mode=append", *sbatch_args]}
     write_atomically(run.directory / RESERVATION_NAME, json.dumps(reservation) + "\n")
