@@ -63,11 +63,13 @@ def measure(command: list[str], limit: float, env: dict) -> dict:
     probe = ("import resource, subprocess, sys, time, json\n"
              "start = time.monotonic()\n"
              "try:\n"
-             "    code = subprocess.run(sys.argv[2:], stdout=subprocess.DEVNULL, timeout=float(sys.argv[1])).returncode\n"
+             "    code = subprocess.run(sys.argv[2:], stdout=subprocess.DEVNULL,\n"
+             "                          timeout=float(sys.argv[1])).returncode\n"
              "except subprocess.TimeoutExpired:\n"
              "    code = 'timeout'\n"
              "print(json.dumps({'seconds': round(time.monotonic() - start, 1), 'exit': code,\n"
-             "                  'peak_rss_mib': round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)}))\n")
+             "                  'peak_rss_mib': round(\n"
+             "                      resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)}))\n")
     result = subprocess.run([sys.executable, "-c", probe, str(limit), *command], capture_output=True, text=True,
                             env=env)
     return json.loads(result.stdout)

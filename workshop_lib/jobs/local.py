@@ -189,7 +189,8 @@ def jobs_in(workdir: Path, since: float = 0.0) -> list[JobInfo]:
             record = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        if str(Path(record.get("workdir", "")).resolve()) == wanted and record.get("submitted_at", 0) >= since - CLOCK_SKEW_S:
+        submitted = record.get("submitted_at", 0)
+        if str(Path(record.get("workdir", "")).resolve()) == wanted and submitted >= since - CLOCK_SKEW_S:
             found.append(record["job_id"])
     return [job_info(job_id) for job_id in sorted(found, key=_job_number)]
 
