@@ -464,19 +464,22 @@ def cancel_runs_report(experiments: Iterable[Experiment], root: Path | str | Non
     lines, unanswered = [], []
     for run, info in zip(runs, query_runs(runs)):
         name = run.experiment.id
+        cancelled_late = False
         if may_hold_unrecorded_jobs(run) and not run.damage:
             try:
                 for late in unrecorded_jobs(run):
+                    cancelled_late = True
                     get_backend(folder_backend(run)).cancel(late.job_id)
                     lines.append(f"{name}: cancelled job {late.job_id} (it was {late.state}; it waited in this run "
                                  "folder but job.json does not name it: a job of an interrupted submission)")
             except ClusterError as error:
-                lines.append(f"{name}: could not look for jobs of an interrupted submission in {run.directory}: "
-                             f"the scheduler does not answer ({first_line(error)}); try again later")
+                lines.append(f"{name}: could not look for (or cancel) jobs of an interrupted submission in "
+                             f"{run.directory}: the scheduler does not answer ({first_line(error)}); try again later")
                 unanswered.append(name)
                 continue
         if run.record is None:
-            lines.append(f"{name}: nothing to cancel ({run.damage and 'job.json is damaged' or 'not submitted'})")
+            if not cancelled_late:
+                lines.append(f"{name}: nothing to cancel ({run.damage and 'job.json is damaged' or 'not submitted'})")
         elif info.state == UNKNOWN:
             lines.append(f"{name}: job {run.record.job_id} not cancelled: the scheduler does not answer "
                          f"({first_line(info.reason)}); try again later")
