@@ -95,19 +95,21 @@ def test_cancel_exits_non_zero_when_the_scheduler_does_not_answer(local_cluster,
 def late_sbatch(folder: Path) -> tuple[dict, Path]:
     """PATH with an `sbatch` whose request reaches the controller late: it hands the submission to a process of
     its own (as a controller still working on a request would), says so in `<gate>.sent`, and blocks until it
-    is stopped. The job is created once the test creates `<gate>.go`; its id is written to `<gate>.id`."""
+    is stopped or the gate opens. The job is created once the test creates `<gate>.go`; its id is written to `<gate>.id`."""
     folder.mkdir(parents=True, exist_ok=True)
     gate = folder / "gate"
     wrapper = folder / "sbatch"
-    # sbatch reads the script before it sends the request: the late job runs that copy.
+    # sbatch reads the script before it sends the request: the late job runs that copy. Both parts end when the
+    # gate opens, or after two minutes if the test stopped before (nothing outlives the test for long).
+    wait_for_gate = f"for i in $(seq 1200); do [ -e {gate}.go ] && break; sleep 0.1; done; [ -e {gate}.go ]"
     wrapper.write_text(
         "#!/bin/bash\n"
         f'cp "${{@: -1}}" {folder}/sent.sbatch\n'
-        f"setsid bash -c 'while [ ! -e {gate}.go ]; do sleep 0.1; done; "
+        f"setsid bash -c '{wait_for_gate} && "
         f"{shutil.which('sbatch')} \"$@\" {folder}/sent.sbatch > {gate}.id.tmp 2> {gate}.err "
         f"&& mv {gate}.id.tmp {gate}.id' late-sbatch \"${{@:1:$#-1}}\" &\n"
         f"touch {gate}.sent\n"
-        "sleep 300\n")
+        f"{wait_for_gate}\n")
     wrapper.chmod(0o755)
     return {"PATH": f"{folder}{os.pathsep}{os.environ['PATH']}"}, gate
 
