@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -42,3 +43,56 @@ def test_port_taken_by_another_program(tmp_path):
             cluster.down()
     assert not cluster.status().running
     assert all(not daemon.running for daemon in cluster.status().daemons)  # munged it started is stopped too
+
+
+def daemons_of(state) -> dict[int, str]:
+    """The running processes whose arguments name this state folder (munged, slurmd, …): pid -> command."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                    command = handle.read().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if str(state) in command and "workshop_lib.cli" not in command:
+                found[int(entry)] = command
+    return found
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_two_cluster_ups_at_once_start_one_cluster_and_down_stops_it_all(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    import shutil
+    import subprocess
+    import sys
+
+    base = Ports.from_environment().base + 200  # clear of the session's cluster
+    # A munged that takes 3 s to start, as on a busy machine: the second `up` comes while the first waits for it.
+    shims = tmp_path / "bin"
+    shims.mkdir()
+    (shims / "munged").write_text(f"#!/bin/bash\nsleep 3\nexec {shutil.which('munged', path='/usr/sbin:/sbin')} "
+                                  '"$@"\n')
+    (shims / "munged").chmod(0o755)
+    env = {**os.environ, "WORKSHOP_STATE_DIR": str(tmp_path / "state"), "WORKSHOP_SLURM_PORT_BASE": str(base),
+           "PATH": f"{shims}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("SLURM_CONF", None)
+    command = [sys.executable, "-m", "workshop_lib.cli", "cluster", "up", "--nodes", "1", "--no-accounting"]
+    ups = [subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+           for _ in range(2)]
+    said = [up.communicate(timeout=120)[0] for up in ups]
+    state = tmp_path / "state" / "slurm"
+    try:
+        assert [up.returncode for up in ups] == [0, 0], said
+        munged = [line for line in daemons_of(state).values() if Path(line.split()[0]).name == "munged"]
+        assert len(munged) == 1, munged
+    finally:
+        down = subprocess.run([sys.executable, "-m", "workshop_lib.cli", "cluster", "down"], env=env,
+                              capture_output=True, text=True, timeout=120)
+    assert down.returncode == 0, down.stdout + down.stderr
+    left = daemons_of(state)
+    for pid in left:  # a daemon `down` did not know of: stopped here, so that a failure leaks nothing
+        os.kill(pid, 9)
+    assert left == {}

@@ -11,7 +11,7 @@ import pytest
 
 from workshop_lib.jobs import job as job_module, watcher
 from workshop_lib.jobs.job import Job, job_from_id, query_jobs
-from workshop_lib.jobs.backend import PollPolicy
+from workshop_lib.jobs.backend import BACKENDS, PollPolicy
 from workshop_lib.core.errors import ClusterError
 from workshop_lib.jobs.slurm_output import JobInfo, parse_wait_status
 
@@ -60,6 +60,7 @@ class CountingBackend:
 @pytest.fixture
 def counting(monkeypatch):
     backend = CountingBackend()
+    monkeypatch.setitem(BACKENDS, "counting", __name__)  # a known backend: job.json may name it
     monkeypatch.setattr(watcher, "get_backend", lambda name: backend)
     monkeypatch.setattr(job_module, "get_backend", lambda name: backend)
     monkeypatch.setattr(watcher, "WATCHER", watcher.Watcher())  # a fresh answer cache, no registration

@@ -10,9 +10,9 @@ with NeMo itself.
 from __future__ import annotations
 
 import re
-import shlex
 from dataclasses import dataclass
 
+from workshop_lib.checks.sbatch import shell_words
 from workshop_lib.core.errors import WorkshopError
 
 STRATEGY = "trainer.strategy."
@@ -48,10 +48,7 @@ def shell_commands(text: str) -> list[tuple[Word, ...]]:
 
 
 def _split(line: str) -> list[str]:
-    try:
-        return shlex.split(line)
-    except ValueError:  # a quote left open (a string going on past this line): its plain words
-        return line.split()
+    return shell_words(line)
 
 
 # --- the linter's view ---------------------------------------------------------------------------------

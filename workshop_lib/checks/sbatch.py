@@ -122,8 +122,26 @@ def parse_options(tokens: list[str], strays: list[str] | None = None) -> list[tu
     return options
 
 
+# shlex reads character by character: a line past LONGEST_LINE (data, not a command a person wrote) is split on
+# blanks only, so that checking a script stays linear in its size.
+LONGEST_LINE = 16 * 2**10
+
+
+def shell_words(line: str) -> list[str]:
+    """The words of one shell line as the shell splits them (quotes group); a line with a quote left open, or
+    one longer than LONGEST_LINE, by blanks."""
+    if len(line) > LONGEST_LINE:
+        return line.split()
+    try:
+        return shlex.split(line)
+    except ValueError:  # a quote left open (a string going on past this line): its plain words
+        return line.split()
+
+
 def _words(body: str) -> list[str]:
     """sbatch's words of one directive line: quotes group, an unquoted `#` ends the line."""
+    if len(body) > LONGEST_LINE:
+        return body.split("#", 1)[0].split()
     lexer = shlex.shlex(body, posix=True)
     lexer.whitespace_split = True
     lexer.commenters = "#"

@@ -94,6 +94,9 @@ class NotAJobScript(WorkshopError):
 
 
 _SHELL_SHEBANG = re.compile(r"^#!\s*\S*(?:/|env\s+)(?:ba|z|k|da)?sh\b")
+# A job script is a few KiB (the seeds' longest is under 10); past this it is data, and checking it would take
+# minutes.
+LARGEST_SCRIPT_BYTES = 256 * 2**10
 
 
 def read_job_script(path: Path) -> str:
@@ -102,6 +105,9 @@ def read_job_script(path: Path) -> str:
     path = Path(path)
     if not path.is_file():
         raise WorkshopError(f"no script at {path}: give the path of an sbatch script (or a folder of them)")
+    if path.stat().st_size > LARGEST_SCRIPT_BYTES:
+        raise NotAJobScript(f"{path}: {path.stat().st_size / 2**20:.1f} MiB, far more than a job script (a few "
+                            f"KiB; checked up to {LARGEST_SCRIPT_BYTES // 2**10} KiB): give the sbatch script itself")
     data = path.read_bytes()
     if b"\0" in data[:65536]:
         raise NotAJobScript(f"{path}: a binary file (it holds NUL bytes), not a job script; give the sbatch "

@@ -92,7 +92,7 @@ def _jobs(args: argparse.Namespace) -> int:
             raise WorkshopError(f"{job_id!r} is not a job id: give SLURM's number (e.g. 1234, or 1234_5 for an array "
                                 "task) or the local executor's local-N, as `workshop status` shows them")
     jobs = [cluster.job_from_id(job_id, backend=args.backend) for job_id in args.job_ids]
-    infos = cluster.wait_for(jobs) if args.wait else [job.info() for job in jobs]
+    infos = cluster.wait_for(jobs) if args.wait else cluster.query_jobs(jobs)  # one scheduler call for all
     for info in infos:
         print(info.describe())
     unknown = [info.job_id for info in infos if info.state in ("LOST", "FORGOTTEN") and not _has_log(info)]

@@ -17,7 +17,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Estimate the peak GPU memory of one training step and the CPU memory of offloaded "
         "states, from the ZeRO paper's model-state formulas and Korthikanti et al.'s activation formula.",
     )
-    parser.add_argument("--model", required=True, metavar="NAME|CONFIG",
+    parser.add_argument("experiment_id", nargs="?", metavar="ID",
+                        help="an experiment (`workshop experiments` lists them): its model and setup, as the "
+                        "failure explanations quote it; the options below then change that setup")
+    parser.add_argument("--model", metavar="NAME|CONFIG",
                         help=f"one of {', '.join(KNOWN_CONFIGS)}, or the path of a config.json")
     parser.add_argument("--gpus", type=int, default=1, help="GPUs of the whole job (default 1)")
     parser.add_argument("--nodes", type=int, default=1, help="nodes the GPUs spread over (default 1)")
@@ -53,7 +56,19 @@ def setup_from_args(args: argparse.Namespace) -> TrainingSetup:
 
 
 def run_estimate(args: argparse.Namespace) -> int:
-    estimate = estimate_memory(args.model, setup_from_args(args))
+    if args.experiment_id:
+        from workshop_lib.experiments import get_experiment
+        from workshop_lib.estimate.report import setup_from_experiment
+
+        experiment = get_experiment(args.experiment_id)
+        estimate = estimate_memory(args.model or experiment.model, setup_from_experiment(experiment))
+    elif args.model:
+        estimate = estimate_memory(args.model, setup_from_args(args))
+    else:
+        from workshop_lib.core.errors import WorkshopError
+
+        raise WorkshopError("give an experiment id (e.g. `workshop estimate zero/single-gpu/zero1`) or --model NAME "
+                            f"with its setup (--gpus, --zero, …); known models: {', '.join(KNOWN_CONFIGS)}")
     if args.json:
         print(json.dumps(estimate.to_dict(), indent=2))
     else:

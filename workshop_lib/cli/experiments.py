@@ -33,7 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                   "launch mistakes of hand-written torchrun/DeepSpeed/Accelerate/NeMo jobs; a folder "
                                   "also has its env_vars.sh compared with the names its Python reads and its job "
                                   "names checked for reuse")
-    check.add_argument("scripts", nargs="+", type=Path, metavar="SCRIPT_OR_DIR")
+    check.add_argument("scripts", nargs="+", type=_given_path, metavar="SCRIPT_OR_DIR")
     check.set_defaults(handler=_check)
 
     submit = subparsers.add_parser("submit", help="render experiments into runs/<id>/ and submit them")
@@ -72,7 +72,7 @@ def _cancel(args: argparse.Namespace) -> int:
     from workshop_lib.core.errors import WorkshopError
     from workshop_lib.experiments import select_experiments
     from workshop_lib.core.paths import existing_runs_root
-    from workshop_lib.runs import cancel_runs
+    from workshop_lib.runs import cancel_runs_report
     from workshop_lib.cli.cluster import JOB_ID
 
     if not (args.experiment_ids or args.chapter or args.job):
@@ -82,9 +82,11 @@ def _cancel(args: argparse.Namespace) -> int:
         if not JOB_ID.fullmatch(job_id):
             raise WorkshopError(f"--job {job_id!r} is not a job id: give SLURM's number (e.g. 1234) or the local "
                                 "executor's local-N, as `workshop status` shows them")
-    lines = []
+    lines, unanswered = [], []
     if args.experiment_ids or args.chapter:
-        lines += cancel_runs(select_experiments(args.experiment_ids, args.chapter), existing_runs_root(args.runs_dir))
+        report = cancel_runs_report(select_experiments(args.experiment_ids, args.chapter),
+                                    existing_runs_root(args.runs_dir))
+        lines, unanswered = report.lines, report.unanswered
     for job_id in args.job:
         job = cluster.job_from_id(job_id)
         info = job.info()
@@ -95,6 +97,11 @@ def _cancel(args: argparse.Namespace) -> int:
         lines.append(f"cancelled job {job_id} (it was {info.state})")
     for line in lines:
         print(line)
+    if unanswered:  # their jobs may still run: a script or a person checking the exit status must know
+        print(f"workshop: error: {len(unanswered)} run(s) not cancelled because the scheduler did not answer: "
+              f"{', '.join(unanswered)}; run the same `workshop cancel` again once it answers "
+              "(`workshop cluster status` for the local cluster, `squeue --me` on a cluster)", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -151,6 +158,14 @@ def _render(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     return 0
+
+
+def _given_path(text: str) -> Path:
+    """A path from the command line; an empty one (`check ""`, an unset variable) is refused, not read as `.`."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path: give a job script or a folder of them (an unset shell "
+                                         "variable expands to nothing)")
+    return Path(text)
 
 
 def _check(args: argparse.Namespace) -> int:

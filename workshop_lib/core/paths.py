@@ -47,7 +47,15 @@ def _is_workshop_root(folder: Path) -> bool:
 def runs_root(runs_dir: Path | str | None = None) -> Path:
     """Absolute runs folder: the argument, else $WORKSHOP_RUNS_DIR, else <repository>/runs."""
     chosen = runs_dir or os.environ.get(RUNS_VARIABLE) or repository_root() / "runs"
-    return Path(chosen).expanduser().resolve()
+    root = Path(chosen).expanduser().resolve()
+    if root.exists() and not root.is_dir():  # every run would read as missing, and no submission could write
+        from workshop_lib.core.errors import WorkshopError
+
+        given = f"--runs-dir {runs_dir}" if runs_dir else f"${RUNS_VARIABLE}={chosen}" \
+            if os.environ.get(RUNS_VARIABLE) else str(root)
+        raise WorkshopError(f"the runs folder {given} is a file, not a folder: point it at a folder (it is made "
+                            f"when missing), e.g. `export {RUNS_VARIABLE}=$HOME/workshop-runs`")
+    return root
 
 
 def existing_runs_root(runs_dir: Path | str | None) -> Path:

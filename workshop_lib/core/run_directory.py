@@ -6,7 +6,7 @@
         train/                the entry point's output dir: metrics.jsonl, trainer_state.json
         gpu_memory_<node>.csv nvidia-smi, one per node               cpu_memory_<node>.txt  psrecord, one per node
         nccl_allreduce.txt    the bandwidth check
-        attempts/ .next/ .lock .reservation.json   the submitter's bookkeeping
+        attempts/ .next/ .lock .reservation.json .interrupted.json   the submitter's bookkeeping
 
 The job scripts (slurm/templates) get these names from the render context, so a job and its readers cannot
 disagree on a file's name.
@@ -37,6 +37,9 @@ ATTEMPTS_DIR = "attempts"
 STAGING_DIR = ".next"
 LOCK_NAME = ".lock"
 RESERVATION_NAME = ".reservation.json"
+# Submissions interrupted while sbatch may have been talking to the controller: a job of theirs can still be
+# created after the re-run submitted its own (a late job), so status, cancel and reuse look for it here.
+INTERRUPTED_NAME = ".interrupted.json"
 
 
 @dataclass(frozen=True)

@@ -166,13 +166,20 @@ def read_config(path: str | Path) -> dict:
     path = Path(path)
     if path.is_dir():
         path = path / "config.json"
+    if path.exists() and not path.is_file():  # a FIFO or a device would block or never end
+        raise WorkshopError(f"{path} is not a regular file; pass a Hugging Face config.json")
     try:
-        return json.loads(path.read_text())
+        config = json.loads(path.read_text())
     except FileNotFoundError:
         raise WorkshopError(f"no config file at {path}; pass a known model name ({', '.join(KNOWN_CONFIGS)}) "
                             "or the path of a model's config.json") from None
-    except json.JSONDecodeError as error:
-        raise WorkshopError(f"{path} is not valid JSON ({error}); pass a Hugging Face config.json") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:
+        raise WorkshopError(f"{path} is not valid JSON ({type(error).__name__}); pass a Hugging Face "
+                            "config.json") from None
+    if not isinstance(config, dict):
+        raise WorkshopError(f"{path} holds a JSON {type(config).__name__}, not an object of settings: pass a "
+                            "Hugging Face config.json (it starts with `{` and names model_type, hidden_size, …)")
+    return config
 
 
 def model_shape(model: str | Mapping | ModelShape) -> ModelShape:
@@ -184,7 +191,12 @@ def model_shape(model: str | Mapping | ModelShape) -> ModelShape:
     if model in KNOWN_CONFIGS:
         return shape_from_config(KNOWN_CONFIGS[model], name=model)
     if model.endswith(".json") or Path(model).is_dir():
-        return shape_from_config(read_config(model), name=Path(model).stem if model.endswith(".json") else model)
+        config = read_config(model)
+        try:
+            return shape_from_config(config, name=Path(model).stem if model.endswith(".json") else model)
+        except (TypeError, ValueError, AttributeError) as error:  # a value of the wrong kind, e.g. a list of sizes
+            raise WorkshopError(f"{model}: a setting has a value the estimator cannot use ({error}); a Hugging "
+                                "Face config.json gives sizes as whole numbers") from None
     raise WorkshopError(f"unknown model {model!r}; use one of {', '.join(KNOWN_CONFIGS)} "
                         "or the path of a config.json")
 

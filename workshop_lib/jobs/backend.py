@@ -24,6 +24,9 @@ BACKENDS = {"slurm": "workshop_lib.jobs.slurm", "local": "workshop_lib.jobs.loca
 # and that accounting does not know either: not active, not ended as far as the scheduler can say.
 # The job code settles it from the job's own log (its footer), never from its absence.
 FORGOTTEN = "FORGOTTEN"
+# How far the submitter's clock may run ahead of the scheduler's (a login node's against the controller's) for a
+# job to count as submitted since a moment the submitter noted (`Backend.jobs_in`).
+CLOCK_SKEW_S = 60.0
 
 
 @dataclass(frozen=True)

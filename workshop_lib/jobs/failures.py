@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workshop_lib.core.durations import format_duration
-from workshop_lib.core.log_text import strip_launcher_prefix
+from workshop_lib.core.log_text import LogExcerpt, read_tail, strip_launcher_prefix
 from workshop_lib.jobs.slurm_output import JobInfo
 
 _TRACEBACK = "Traceback (most recent call last):"
@@ -40,8 +40,9 @@ MEMORY_REASON = "over its --mem (SLURM killed it)"
 HINTS = {
     "FAILED": "the job's commands exited with an error: the lines above say which. Fix the cause and re-run the "
               "cell (a failed run is submitted again; completed ones are reused).",
-    "TIMEOUT": "it ran out of time: raise the limit (#SBATCH --time, the profile's scheduler.time_limits for "
-               "this chapter) or make the run shorter (fewer steps or samples).",
+    "TIMEOUT": "it ran out of time: raise the limit (#SBATCH --time in the run's job.sbatch, which the next "
+               "submission of the run then submits; or the profile's scheduler.time_limits for this chapter) or "
+               "make the run shorter (fewer steps or samples).",
     "OUT_OF_MEMORY": "it used more host memory than --mem allows: lower the per-device batch, offload less to "
                      "the CPU, or raise --mem (the experiment's memory).",
     "NODE_FAIL": "a node failed under the job (not the job's fault): re-run the cell to submit it again; tell "
@@ -102,7 +103,8 @@ def explain(info: JobInfo, log_path: Path | None = None, predicted: str | None =
     """The explanation of a job that ended in `info.state` (not COMPLETED). `predicted`: what the memory
     estimator expected, added to an out-of-memory hint."""
     path = log_path or info.stdout_path
-    text = _read(path)
+    tail = read_tail(path)  # why it ended is at the end: a log of any size is read in seconds
+    text = tail.text()
     hint = HINTS.get(info.state, f"the job ended {info.state}: the lines above tell why.")
     if info.state == "TIMEOUT" and info.time_limit_s:
         hint = f"it used all of its {format_duration(info.time_limit_s)}: " + hint.split(": ", 1)[1]
@@ -120,31 +122,33 @@ def explain(info: JobInfo, log_path: Path | None = None, predicted: str | None =
         hint += f" SIGKILL often means memory ran out; the estimator predicted {predicted}."
     return Explanation(job_id=info.job_id, state=info.state, exit_code=info.exit_code, signal=info.signal,
                        elapsed_s=info.elapsed_s, time_limit_s=info.time_limit_s, log_path=path,
-                       log_lines=tuple(important_lines(text)), hint=hint, reason=reason,
+                       log_lines=tuple(important_lines(tail)), hint=hint, reason=reason,
                        earlier_attempts=earlier_attempts)
 
 
-def important_lines(text: str, most: int = 8) -> list[tuple[int, str]]:
+def important_lines(text: str | LogExcerpt, most: int = 8) -> list[tuple[int, str]]:
     """The lines that say what went wrong, the cause first in rank: a program's Python traceback (its head,
     last frames and the exception); else the last error lines a program printed (argparse's `error:`, bash's
     `No such file or directory`, SLURM's kill notices); only then a launcher's traceback, which just reports
     that its child failed (torchrun's ChildFailedError, psrecord's NoSuchProcess); else the last lines
     before the job's own footer."""
-    lines = text.splitlines()
+    numbered = list(text.lines) if isinstance(text, LogExcerpt) else list(enumerate(text.splitlines(), start=1))
+    lines, numbers = [line for _, line in numbered], [number for number, _ in numbered]
     bare = [strip_launcher_prefix(line) for line in lines]  # launchers' prefixes (NeMo-Run, srun -l, …)
     tracebacks = _tracebacks(bare)
     programs = [(start, end) for start, end in tracebacks if not _is_launcher_exception(bare, end)]
     if programs:
-        return _traceback(lines, bare, *programs[0], most)
+        return _traceback(lines, numbers, bare, *programs[0], most)
     inside = {index for start, end in tracebacks for index in range(start, end + 1)}
-    errors = [(index + 1, lines[index]) for index, line in enumerate(bare)
+    errors = [(numbers[index], lines[index]) for index, line in enumerate(bare)
               if index not in inside and _ERROR_LINE.search(line) and not _OWN_LINES.match(line)
               and not _LAUNCHER_LINE.search(line)]
     if errors:
         return errors[-most:]
     if tracebacks:
-        return _traceback(lines, bare, *tracebacks[0], most)
-    body = [(index + 1, lines[index]) for index, line in enumerate(bare) if line.strip() and not _OWN_LINES.match(line)]
+        return _traceback(lines, numbers, bare, *tracebacks[0], most)
+    body = [(numbers[index], lines[index]) for index, line in enumerate(bare)
+            if line.strip() and not _OWN_LINES.match(line)]
     return body[-min(most, 5):]
 
 
@@ -169,21 +173,13 @@ def _is_launcher_exception(bare: list[str], line: int) -> bool:
     return bool(_LAUNCHER_EXCEPTION.search(bare[line]))
 
 
-def _traceback(lines: list[str], bare: list[str], start: int, last: int, most: int) -> list[tuple[int, str]]:
+def _traceback(lines: list[str], numbers: list[int], bare: list[str], start: int, last: int,
+               most: int) -> list[tuple[int, str]]:
     # The head, the last two frames (file and code line) and the exception line.
     frames = [index for index in range(start + 1, last) if bare[index].lstrip().startswith("File ")]
     chosen = [start] + [index for frame in frames[-2:] for index in (frame, frame + 1) if index < last] + [last]
     picked = sorted(set(chosen))[:most]
-    return [(index + 1, lines[index]) for index in picked]
-
-
-def _read(path: Path | None) -> str:
-    if path is None:
-        return ""
-    try:
-        return Path(path).read_text(errors="replace")
-    except OSError:
-        return ""
+    return [(numbers[index], lines[index]) for index in picked]
 
 
 def _signal_name(number: int) -> str:

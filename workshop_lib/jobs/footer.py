@@ -21,6 +21,7 @@ _TOTAL = re.compile(r"Total time\s*:\s*(?:\d+-)?\d+:\d{2}:\d{2}\b")
 _HINT = re.compile(r"^\s*(Start time|End time|Total time)\s*:")
 # The whole line, so a program's own "exit status: ..." sentence is not taken for the job's.
 _EXIT_STATUS = re.compile(r"^\s*Exit status\s*:\s*(\d+)\s*$")
+LOG_KEYWORDS = ("Start time", "End time", "Total time", "Exit status")  # every line parse_footer reads holds one
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from workshop_lib.jobs import slurm_output
 from workshop_lib.jobs.backend import BACKENDS, FORGOTTEN, get_backend, resolve_backend
 from workshop_lib.jobs.slurm_output import JobInfo
 from workshop_lib.jobs import watcher
+from workshop_lib.core.log_text import read_tail
 from workshop_lib.jobs.footer import parse_footer
 from workshop_lib.jobs.watcher import query_jobs
 
@@ -27,6 +28,7 @@ class Job:
     backend: str
     stdout_path: Path | None = None
     name: str | None = None
+    workdir: Path | None = None  # where it was submitted to run: an id the scheduler now gives a job elsewhere differs
     _last: JobInfo | None = field(default=None, repr=False)
 
     def info(self) -> JobInfo:
@@ -96,6 +98,11 @@ class Job:
         if self.name and info.name and info.name != self.name and info.state != FORGOTTEN:
             info = JobInfo(job_id=self.job_id, state=FORGOTTEN, stdout_path=self.stdout_path, reason=(
                 f"id {self.job_id} now belongs to job {info.name!r} (the scheduler's state was reset)"))
+        elif self.workdir and info.workdir and not _same_folder(self.workdir, info.workdir) \
+                and info.state != FORGOTTEN:
+            # The same name is no proof: every run of one experiment has it, whatever its runs folder.
+            info = JobInfo(job_id=self.job_id, state=FORGOTTEN, stdout_path=self.stdout_path, reason=(
+                f"id {self.job_id} now belongs to a job in {info.workdir} (the scheduler's state was reset)"))
         if info.state == FORGOTTEN:
             info = ended_from_log(info)
         return info
@@ -111,6 +118,10 @@ class Job:
         return f"Job({self.job_id!r}, backend={self.backend!r})"
 
 
+def _same_folder(first: Path, second: Path) -> bool:
+    return Path(first).resolve() == Path(second).resolve()
+
+
 def submit(script: Path | str, workdir: Path | str | None = None, sbatch_args: Sequence[str] = (),
            backend: str | None = None, hold: bool = False) -> Job:
     """Submit a job script; returns its Job. Raises SubmitError with the scheduler's message if refused.
@@ -122,15 +133,15 @@ def submit(script: Path | str, workdir: Path | str | None = None, sbatch_args: S
     chosen = resolve_backend(backend)
     submission = get_backend(chosen).submit(script, workdir, sbatch_args, hold=hold)
     watcher.WATCHER.forget(chosen, submission.job_id)  # a reset scheduler reuses ids: not this job's answer
-    return Job(submission.job_id, chosen, stdout_path=submission.stdout_path, name=submission.name)
+    return Job(submission.job_id, chosen, stdout_path=submission.stdout_path, name=submission.name, workdir=workdir)
 
 
 def job_from_id(job_id: str, backend: str | None = None, stdout_path: Path | None = None,
-                name: str | None = None) -> Job:
+                name: str | None = None, workdir: Path | None = None) -> Job:
     """A Job for an id submitted earlier (by this process or another): on `backend`, else on the backend whose
     ids look like this one (`Backend.owns`), else on the one this process uses."""
     job_id = str(job_id)
-    return Job(job_id, backend or _owner(job_id), stdout_path=stdout_path, name=name)
+    return Job(job_id, backend or _owner(job_id), stdout_path=stdout_path, name=name, workdir=workdir)
 
 
 def _owner(job_id: str) -> str:
@@ -148,13 +159,8 @@ def test_only(script: Path | str, sbatch_args: Sequence[str] = ()) -> str:
 def ended_from_log(info: JobInfo) -> JobInfo:
     """A forgotten job's end as its log tells it: the footer's exit status when it got there, else LOST
     (it ended, the scheduler cannot say how, and its log has no footer)."""
-    text = ""
-    if info.stdout_path is not None:
-        try:
-            text = Path(info.stdout_path).read_text(errors="replace")
-        except OSError:
-            text = ""
-    code = parse_footer(text).exit_status  # a requeued job's log holds each attempt: the last one counts
+    # The footer is the log's end (a requeued job's log holds each attempt's: the last one counts).
+    code = parse_footer(read_tail(info.stdout_path)).exit_status
     if code is not None:
         return replace(info, state="COMPLETED" if code == 0 else "FAILED", exit_code=code,
                        reason=f"read from the job's footer ({info.reason})")

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from workshop_lib.jobs import slurm_output
-from workshop_lib.jobs.backend import FORGOTTEN, PollPolicy, Submission, python_environment_path
+from workshop_lib.jobs.backend import CLOCK_SKEW_S, FORGOTTEN, PollPolicy, Submission, python_environment_path
 from workshop_lib.core.durations import parse_duration
 from workshop_lib.core.errors import ClusterError, SubmitError
 from workshop_lib.checks.sbatch import sbatch_request
@@ -172,6 +172,7 @@ def job_info(job_id: str) -> JobInfo:
         reason="JobHeldUser" if record.get("held") else record.get("reason"),  # squeue's word for a held job
         stdout_path=Path(record["stdout"]), name=record.get("name"),
         node_list=",".join(node_names(record.get("nodes", 1))), time_limit_s=record.get("time_limit_s"),
+        workdir=Path(record["workdir"]) if record.get("workdir") else None,
     )
 
 
@@ -188,7 +189,8 @@ def jobs_in(workdir: Path, since: float = 0.0) -> list[JobInfo]:
             record = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        if str(Path(record.get("workdir", "")).resolve()) == wanted and record.get("submitted_at", 0) >= since - 1:
+        submitted = record.get("submitted_at", 0)
+        if str(Path(record.get("workdir", "")).resolve()) == wanted and submitted >= since - CLOCK_SKEW_S:
             found.append(record["job_id"])
     return [job_info(job_id) for job_id in sorted(found, key=_job_number)]
 

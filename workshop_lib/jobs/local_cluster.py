@@ -7,13 +7,16 @@ daemons are stopped by the PID files they wrote there, never by name.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import secrets
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -145,6 +148,10 @@ class LocalCluster:
         if nodes < 1 or nodes > 16:
             raise ClusterError(f"--nodes {nodes} is out of range: the local cluster runs 1 to 16 nodes")
         self._require_root()
+        with self._one_at_a_time():
+            return self._up(nodes, accounting, timeout, min_job_age)
+
+    def _up(self, nodes: int, accounting: bool, timeout: float, min_job_age: int) -> ClusterStatus:
         self._install_packages(accounting)
         for folder in ("etc", "pids", "logs", "munge", "ctld", "dev", "spool"):
             (self.state / folder).mkdir(parents=True, exist_ok=True)
@@ -169,6 +176,30 @@ class LocalCluster:
         every daemon this project started; returns once each is gone and its port is free (an `up` right
         after finds them free). Returns what was stopped; `self.cancelled` holds (job id, its state)."""
         self.cancelled: list[tuple[str, str]] = []
+        if not self.state.is_dir():
+            return []  # never started here
+        with self._one_at_a_time():
+            return self._down()
+
+    @contextmanager
+    def _one_at_a_time(self):
+        """`up` and `down` of one state folder, one process at a time: two at once would each start the daemons
+        the other is starting (a second munged that `down` never learns of, a slurmdbd that refuses the
+        sacctmgr of the other). The later one waits, says so, and then finds the daemons running."""
+        self.state.mkdir(parents=True, exist_ok=True)
+        with open(self.state / "cluster.lock", "a") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                print(f"waiting for another `workshop cluster up` or `down` of {self.state} to finish ...",
+                      file=sys.stderr, flush=True)
+                fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def _down(self) -> list[str]:
         if self._pid_of("slurmctld"):
             listed = subprocess.run(["squeue", "-h", "-o", "%i %T"], env=self.environment(), capture_output=True,
                                     text=True, timeout=30)

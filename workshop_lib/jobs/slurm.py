@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 
 from workshop_lib.jobs import slurm_output
-from workshop_lib.jobs.backend import FORGOTTEN, PollPolicy, Submission
+from workshop_lib.jobs.backend import CLOCK_SKEW_S, FORGOTTEN, PollPolicy, Submission
 from workshop_lib.core.errors import ClusterError, SubmitError
 from workshop_lib.checks.sbatch import sbatch_request
 from workshop_lib.jobs.slurm_output import JobInfo
@@ -158,9 +158,9 @@ class SlurmBackend:
                 submitted = datetime.fromisoformat(fields[8]).timestamp()
             except ValueError:
                 submitted = since
-            if submitted >= since - 1:
+            if submitted >= since - CLOCK_SKEW_S:
                 found.append(JobInfo(job_id=fields[0], state=slurm_output.normalise_state(fields[2]),
-                                     reason=fields[3] or None, name=fields[1] or None))
+                                     reason=fields[3] or None, name=fields[1] or None, workdir=Path(fields[7])))
         return sorted(found, key=lambda info: int(info.job_id) if info.job_id.isdigit() else 0)
 
     def poll_policy(self) -> PollPolicy:
@@ -203,7 +203,7 @@ class SlurmBackend:
                 job_id=task_id, state=state, reason=reason or None, exit_code=exit_code, signal=signal,
                 elapsed_s=slurm_output.parse_elapsed(used), name=name or None,
                 node_list=nodes if nodes and nodes != "(null)" else None,
-                time_limit_s=slurm_output.parse_elapsed(limit)))
+                time_limit_s=slurm_output.parse_elapsed(limit), workdir=Path(fields[7]) if fields[7] else None))
         infos = {}
         for job_id, tasks in rows.items():
             if len(tasks) == 1 and tasks[0].job_id == job_id:

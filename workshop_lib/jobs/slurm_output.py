@@ -39,6 +39,7 @@ class JobInfo:
     node_list: str | None = None
     tasks: tuple["JobInfo", ...] = ()  # array tasks, if this is a job array
     time_limit_s: float | None = None  # --time as the scheduler holds it
+    workdir: Path | None = None  # the job's working directory, where the scheduler says (squeue, the local executor)
 
     @property
     def finished(self) -> bool:
@@ -203,10 +204,10 @@ def expected_stdout(script: Path, workdir: Path, job_id: str, sbatch_args: Seque
 
 
 def tail(path: Path | None, lines: int = 20) -> str:
+    from workshop_lib.core.log_text import read_tail
+
     if path is None:
         return "(no log file known for this job)"
-    try:
-        text = Path(path).read_text(errors="replace")
-    except OSError:
+    if not Path(path).is_file():
         return f"(log {path} does not exist yet)"
-    return "\n".join(text.splitlines()[-lines:])
+    return "\n".join(line for _, line in read_tail(path, most=256 * 2**10).lines[-lines:])

@@ -5,10 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from workshop_lib.core.log_text import LogProblem, SkippedLines, read_text
+from workshop_lib.core.log_text import LogProblem, SkippedLines, read_log, read_text
 from workshop_lib.core.run_directory import RunDirectory
+from workshop_lib.jobs import footer as footer_format
 from workshop_lib.jobs.footer import parse_footer
 from workshop_lib.results.memory import MemoryLogError, memory_summary
+from workshop_lib.results.parse import hf, nemo as nemo_format
 from workshop_lib.results.parse.hf import TrainerLog, parse_trainer_output, parse_trainer_state
 from workshop_lib.results.parse.metrics import parse_metrics
 from workshop_lib.results.parse.nccl import parse_nccl_allreduce
@@ -127,7 +129,9 @@ def read_run(folder: str | Path, experiment_id: str | None = None) -> RunResult:
     named = folder / job["stdout"] if isinstance(job.get("stdout"), str) else None
     logs = run.stdout_logs()
     stdout_path = named if named and named.is_file() else (logs[-1] if logs else None)  # the latest job's
-    stdout = read_text(stdout_path) if stdout_path else ""
+    # A log of any size: a huge one is streamed, keeping the lines these three parsers read.
+    stdout = read_log(stdout_path, (*footer_format.LOG_KEYWORDS, *nemo_format.LOG_KEYWORDS,
+                                    *hf.LOG_KEYWORDS)) if stdout_path else ""
     footer = parse_footer(stdout)
     values["total_time_s"] = footer.total_time_s
     nemo = parse_nemo_log(stdout)

@@ -11,13 +11,14 @@ from workshop_lib.runs.run import (
 )
 from workshop_lib.runs.status import RunStatus, explain_run, explain_runs, run_status, wait_for_runs
 from workshop_lib.runs.submit import (
-    FAULT_VARIABLE, LOCK_TIMEOUT_S, cancel_runs, prepare_run_directory, records_this_experiment, run_lock,
-    submit_experiment, submit_experiments,
+    FAULT_VARIABLE, LOCK_TIMEOUT_S, CancelReport, cancel_runs, cancel_runs_report, prepare_run_directory,
+    records_this_experiment, run_lock, submit_experiment, submit_experiments,
 )
 
 __all__ = [
-    "DAMAGED", "DamagedRecord", "FAULT_VARIABLE", "HELD", "LOCK_TIMEOUT_S", "NOT_SUBMITTED", "RUNS_VARIABLE", "Run",
-    "RunRecord", "RunStatus", "UNKNOWN", "cancel_runs", "earlier_attempts", "earlier_attempts_of", "explain_run",
+    "CancelReport", "DAMAGED", "DamagedRecord", "FAULT_VARIABLE", "HELD", "LOCK_TIMEOUT_S", "NOT_SUBMITTED",
+    "RUNS_VARIABLE", "Run", "RunRecord", "RunStatus", "UNKNOWN", "cancel_runs", "cancel_runs_report",
+    "earlier_attempts", "earlier_attempts_of", "explain_run",
     "explain_runs", "load_run", "prepare_run_directory", "query_runs", "read_only_info", "records_this_experiment",
     "run_directory", "run_lock", "run_status", "submit_experiment", "submit_experiments",
     "wait_for_runs", "write_atomically",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -10,9 +11,11 @@ from typing import Sequence
 from workshop_lib import jobs as cluster
 from workshop_lib.core import paths
 from workshop_lib.core.errors import ClusterError
-from workshop_lib.core.run_directory import CPU_MEMORY_LOG, TRAIN_DIR, RunDirectory
+from workshop_lib.core.run_directory import (
+    CPU_MEMORY_LOG, INTERRUPTED_NAME, RESERVATION_NAME, TRAIN_DIR, RunDirectory,
+)
 from workshop_lib.experiments import Experiment
-from workshop_lib.jobs.backend import FORGOTTEN, get_backend
+from workshop_lib.jobs.backend import BACKENDS, FORGOTTEN, get_backend
 from workshop_lib.jobs.slurm_output import JobInfo
 from workshop_lib.runs.record import DAMAGED, DamagedRecord, NOT_SUBMITTED, RunRecord, UNKNOWN
 
@@ -40,7 +43,7 @@ class Run:
         if self.record is None:
             return None
         return cluster.job_from_id(self.record.job_id, self.record.backend, stdout_path=self.stdout_path,
-                                   name=self.record.job_name)
+                                   name=self.record.job_name, workdir=self.directory)
 
     @property
     def stdout_path(self) -> Path | None:
@@ -103,6 +106,35 @@ def query_runs(runs: Sequence[Run], max_age_s: float = 0.0) -> list[JobInfo]:
                      for _, job in asking]
         answers.update({index: info for (index, _), info in zip(asking, infos)})
     return [answers[index] for index in range(len(runs))]
+
+
+def may_hold_unrecorded_jobs(run: Run) -> bool:
+    """Whether a job that job.json does not name may wait in the run folder: a submission was interrupted there
+    (its reservation is still here, or it was settled while its sbatch may still have reached the controller)."""
+    return (run.directory / RESERVATION_NAME).exists() or (run.directory / INTERRUPTED_NAME).exists()
+
+
+def unrecorded_jobs(run: Run, backend: str | None = None) -> list[JobInfo]:
+    """The queued or running jobs in the run folder that job.json does not name, oldest first (one scheduler
+    call). Raises ClusterError when the scheduler cannot be asked."""
+    named = run.record.job_id if run.record is not None else None
+    return [info for info in get_backend(backend or folder_backend(run)).jobs_in(run.directory)
+            if not info.finished and info.job_id != named]
+
+
+def folder_backend(run: Run) -> str:
+    """The backend the run folder's jobs were submitted to: job.json's, else the interrupted submission's."""
+    if run.record is not None:
+        return run.record.backend
+    for name in (RESERVATION_NAME, INTERRUPTED_NAME):
+        try:
+            noted = json.loads((run.directory / name).read_text())
+        except (OSError, ValueError):
+            continue
+        latest = noted[-1] if isinstance(noted, list) and noted else noted
+        if isinstance(latest, dict) and latest.get("backend") in BACKENDS:
+            return latest["backend"]
+    return cluster.resolve_backend(None)
 
 
 def load_run(experiment: Experiment, root: Path | str | None = None) -> Run:

@@ -5,12 +5,15 @@
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import shutil
 import signal
+import socket
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -19,21 +22,26 @@ from workshop_lib import jobs as cluster
 from workshop_lib.core import paths
 from workshop_lib.core.errors import ClusterError, SubmitError, WorkshopError
 from workshop_lib.core.run_directory import (
-    ATTEMPTS_DIR, DEEPSPEED_CONFIG_NAME, LOCK_NAME, RESERVATION_NAME, SCRIPT_NAME, STAGING_DIR, TRAIN_DIR,
+    ATTEMPTS_DIR, DEEPSPEED_CONFIG_NAME, INTERRUPTED_NAME, LOCK_NAME, RESERVATION_NAME, SCRIPT_NAME, STAGING_DIR,
+    TRAIN_DIR,
 )
 from workshop_lib.experiments import Experiment
 from workshop_lib.jobs import slurm_output
 from workshop_lib.jobs.backend import get_backend, resolve_backend
 from workshop_lib.jobs.slurm_output import JobInfo
 from workshop_lib.runs.record import HELD, RunRecord, UNKNOWN, write_atomically
-from workshop_lib.runs.run import RUNS_VARIABLE, Run, load_run, query_runs, run_directory
+from workshop_lib.runs.run import (
+    RUNS_VARIABLE, Run, folder_backend, load_run, may_hold_unrecorded_jobs, query_runs, run_directory, unrecorded_jobs,
+)
 from workshop_lib.checks.sbatch import sbatch_request
 from workshop_lib.scripts import render_script
 from workshop_lib.sites.profiles import Profile, load_profile
 from workshop_lib.sites.requirements import check_before_submit
 
 # Entries of a run directory that belong to the run's bookkeeping, not to an attempt.
-_BOOKKEEPING = {ATTEMPTS_DIR, STAGING_DIR, LOCK_NAME, RESERVATION_NAME}
+_BOOKKEEPING = {ATTEMPTS_DIR, STAGING_DIR, LOCK_NAME, RESERVATION_NAME, INTERRUPTED_NAME}
+LATE_JOB = ("a late job of an interrupted submission: the controller created it after this run was submitted "
+            "again, and job.json does not name it")
 LOCK_TIMEOUT_S = 120.0
 FAULT_VARIABLE = "WORKSHOP_FAULT"  # tests only: names a step at which the submitter kills itself
 
@@ -116,6 +124,8 @@ def _submit_or_reuse(run: Run, profile: Profile, force: bool, backend: str | Non
                      settled: list[str]) -> Run:
     if run.record is not None:
         info = run.info()
+        if info.state != UNKNOWN:
+            _cancel_late_jobs(run, settled)
         if info.state == "PENDING" and info.reason == HELD:
             # Recorded, but its submitter stopped before releasing it (see _install).
             get_backend(run.record.backend).release(run.record.job_id)
@@ -129,7 +139,9 @@ def _submit_or_reuse(run: Run, profile: Profile, force: bool, backend: str | Non
         run.remember(info)
         same = records_this_experiment(run.record, run.experiment, profile)
         if same and info.state == "COMPLETED" and not force:
-            run.note = f"reused: job {run.record.job_id} completed"
+            run.note = f"reused: job {run.record.job_id} completed" + (
+                f" (its {SCRIPT_NAME} was edited since: --force submits the edited script)"
+                if edited_script(run) else "")
             return run
     return _submit_new(run, profile, backend, sbatch_args, settled)
 
@@ -137,6 +149,36 @@ def _submit_or_reuse(run: Run, profile: Profile, force: bool, backend: str | Non
 def records_this_experiment(record: RunRecord, experiment: Experiment, profile: Profile) -> bool:
     """The record is of this very experiment on this profile: completed, it is reused instead of resubmitted."""
     return record.content_hash == experiment.content_hash and record.profile == profile.name
+
+
+def script_digest(path: Path) -> str:
+    """What job.json keeps of the script it submitted, to tell a later edit of it."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def edited_script(run: Run) -> bool:
+    """The run's job.sbatch differs from the script its recorded job was submitted with (a person raised its
+    --time, as the TIMEOUT explanation suggests). Unknown for records written before job.json kept the digest."""
+    script = run.directory / SCRIPT_NAME
+    return bool(run.record is not None and run.record.script_sha256 and script.is_file()
+                and script_digest(script) != run.record.script_sha256)
+
+
+def _carry_edited_script(run: Run, profile: Profile, staged: Path, settled: list[str]) -> None:
+    """An edited job.sbatch of this very experiment and profile is what the person wants submitted: it replaces
+    the freshly rendered one, and the note says so. One of an earlier version of the experiment is not carried
+    (its settings no longer match): it stays with that attempt under attempts/, and the note says that too."""
+    if not edited_script(run):
+        return
+    if records_this_experiment(run.record, run.experiment, profile):
+        shutil.copyfile(run.directory / SCRIPT_NAME, staged)
+        settled.append(f"submitting your edited {SCRIPT_NAME} (it differs from the script of job "
+                       f"{run.record.job_id}); delete it before re-running to get the rendered one again")
+    else:
+        settled.append(f"your edit of {SCRIPT_NAME} was made for an earlier version of this experiment (or "
+                       f"another profile), so it is not submitted: it stays with job {run.record.job_id}'s files "
+                       f"under {ATTEMPTS_DIR}/, and the script is rendered anew (set --time for good in the "
+                       "profile's scheduler.time_limits)")
 
 
 def _submit_new(run: Run, profile: Profile, backend: str | None, sbatch_args: Sequence[str],
@@ -148,9 +190,10 @@ def _submit_new(run: Run, profile: Profile, backend: str | None, sbatch_args: Se
     staging = run.directory / STAGING_DIR
     shutil.rmtree(staging, ignore_errors=True)
     script = prepare_run_directory(run.experiment, profile, staging)
+    _carry_edited_script(run, profile, script, settled)
     # The command line is kept with the reservation: a submitter that dies before job.json leaves the
     # adopter what it needs to name the job and find its log (--job-name, --output win over the script).
-    reservation = {"reserved_at": time.time(), "backend": chosen, "pid": os.getpid(),
+    reservation = {"reserved_at": time.time(), "backend": chosen, "pid": os.getpid(), "host": socket.gethostname(),
                    "experiment_id": run.experiment.id, "content_hash": run.experiment.content_hash,
                    "profile": profile.name, "sbatch_args": ["--open-mode=append", *sbatch_args]}
     write_atomically(run.directory / RESERVATION_NAME, json.dumps(reservation) + "\n")
@@ -223,10 +266,38 @@ def _settle_reservation(run: Run, settled: list[str]) -> Run | None:
         run.note = (f"adopted job {job_id}: it waited in this run folder, the run's only job, submitted by a "
                     "submission that stopped before recording it")
         return run
+    _remember_interruption(run, reservation)
     _drop_reservation(run.directory)
     _cancel(backend, waiting, run, settled, "an interrupted submission left it" + (
         "" if len(waiting) < 2 else f" ({len(waiting)} jobs in one run folder)"))
     return None
+
+
+def _cancel_late_jobs(run: Run, settled: list[str]) -> None:
+    """In a folder where a submission was interrupted, cancel a job of it that the controller created after the
+    re-run had submitted its own (found by reuse as by a new submission: once released it would write over
+    this run's files)."""
+    if not (run.directory / INTERRUPTED_NAME).exists():
+        return  # no interrupted submission here: spare the scheduler a query per reused run
+    try:
+        late = unrecorded_jobs(run)
+    except ClusterError:
+        return  # the recorded job's query just answered; the next submission or `workshop cancel` looks again
+    _cancel(get_backend(run.record.backend), late, run, settled, LATE_JOB)
+
+
+def _remember_interruption(run: Run, reservation: dict | None) -> None:
+    """Note an interrupted submission whose job was not found: its sbatch may still reach the controller, and
+    the job it makes then must be found by status, cancel and reuse (`may_hold_unrecorded_jobs`)."""
+    path = run.directory / INTERRUPTED_NAME
+    try:
+        noted = json.loads(path.read_text()) if path.is_file() else []
+    except (OSError, ValueError):
+        noted = []
+    noted = (noted if isinstance(noted, list) else [])[-9:]  # the latest ten are plenty: the file says "look"
+    noted.append({"reserved_at": (reservation or {}).get("reserved_at"), "settled_at": time.time(),
+                  "backend": (reservation or {}).get("backend")})
+    write_atomically(path, json.dumps(noted) + "\n")
 
 
 def _cancel_strays(run: Run, backend_name: str, settled: list[str]) -> None:
@@ -286,7 +357,8 @@ def _install(run: Run, job_id: str, reservation: dict) -> None:
         profile=reservation["profile"], job_id=job_id, backend=reservation["backend"],
         stdout=stdout.name if stdout.parent == directory else str(stdout),
         submitted_at=datetime.fromtimestamp(reservation["reserved_at"], timezone.utc).isoformat(timespec="seconds"),
-        job_name=request.get("job-name") or SCRIPT_NAME)
+        job_name=request.get("job-name") or SCRIPT_NAME,
+        script_sha256=script_digest(script) if script.is_file() else None)
     run.record.save(directory)
     path.unlink(missing_ok=True)
     _fault_point("before-release")
@@ -368,22 +440,53 @@ def submit_experiments(experiments: Iterable[Experiment], profile: Profile | str
 
 
 # ---- stopping ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CancelReport:
+    """What `cancel_runs_report` did: one line per run, and the runs whose scheduler did not answer (their
+    jobs may still run)."""
+
+    lines: list[str]
+    unanswered: list[str]
+
+
 def cancel_runs(experiments: Iterable[Experiment], root: Path | str | None = None) -> list[str]:
     """Cancel the queued or running job of each experiment's run (`workshop cancel`, a notebook's
     `nb.cancel_experiments`); one line per run says what was done. The run folders stay: re-running the
     chapter submits the cancelled runs again and reuses the completed ones."""
+    return cancel_runs_report(experiments, root).lines
+
+
+def cancel_runs_report(experiments: Iterable[Experiment], root: Path | str | None = None) -> CancelReport:
+    """`cancel_runs`, saying also which runs could not be cancelled because the scheduler did not answer.
+    A job is cancelled only where it runs in the run's own folder: after a scheduler reset, the recorded id
+    (and the experiment's job name) may belong to another folder's job (`Job.settle` tells them apart)."""
     runs = [load_run(experiment, root) for experiment in experiments]
-    lines = []
+    lines, unanswered = [], []
     for run, info in zip(runs, query_runs(runs)):
         name = run.experiment.id
+        cancelled_late = False
+        if may_hold_unrecorded_jobs(run) and not run.damage:
+            try:
+                for late in unrecorded_jobs(run):
+                    cancelled_late = True
+                    get_backend(folder_backend(run)).cancel(late.job_id)
+                    lines.append(f"{name}: cancelled job {late.job_id} (it was {late.state}; it waited in this run "
+                                 "folder but job.json does not name it: a job of an interrupted submission)")
+            except ClusterError as error:
+                lines.append(f"{name}: could not look for (or cancel) jobs of an interrupted submission in "
+                             f"{run.directory}: the scheduler does not answer ({first_line(error)}); try again later")
+                unanswered.append(name)
+                continue
         if run.record is None:
-            lines.append(f"{name}: nothing to cancel ({run.damage and 'job.json is damaged' or 'not submitted'})")
+            if not cancelled_late:
+                lines.append(f"{name}: nothing to cancel ({run.damage and 'job.json is damaged' or 'not submitted'})")
         elif info.state == UNKNOWN:
             lines.append(f"{name}: job {run.record.job_id} not cancelled: the scheduler does not answer "
                          f"({first_line(info.reason)}); try again later")
+            unanswered.append(name)
         elif info.finished:
             lines.append(f"{name}: job {run.record.job_id} already ended ({info.state}): nothing to cancel")
         else:
             get_backend(run.record.backend).cancel(run.record.job_id)
             lines.append(f"{name}: cancelled job {run.record.job_id} (it was {info.state})")
-    return lines
+    return CancelReport(lines, unanswered)

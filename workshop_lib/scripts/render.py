@@ -9,7 +9,9 @@ import jinja2
 
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.core.paths import DS_CONFIGS_DIR, SLURM_DIR
-from workshop_lib.core.run_directory import CPU_MEMORY_LOG, GPU_QUERY, NCCL_LOG, STDOUT_PATTERN, TRAIN_DIR
+from workshop_lib.core.run_directory import (
+    CPU_MEMORY_LOG, GPU_QUERY, NCCL_LOG, RECORD_NAME, STDOUT_PATTERN, TRAIN_DIR,
+)
 from workshop_lib.core.vocabulary import NEMO
 from workshop_lib.experiments import Experiment
 from workshop_lib.scripts.commands import (
@@ -75,6 +77,7 @@ def render_script(experiment: Experiment, profile: Profile | str | None = None,
         "site": site_context(experiment, profile),
         "gpu_query": GPU_QUERY,
         "train_dir": TRAIN_DIR,
+        "record_name": RECORD_NAME,
         "cpu_memory_log": CPU_MEMORY_LOG,
         "nccl_log": NCCL_LOG,
         "q": shlex.quote,

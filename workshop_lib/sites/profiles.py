@@ -217,6 +217,30 @@ def default_profile_name() -> str:
     return os.environ.get(DEFAULT_PROFILE_VARIABLE, "ibex")
 
 
+class DuplicateKey(yaml.YAMLError):
+    """A key given twice in one block: YAML would keep the last silently."""
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.safe_load that refuses a key given twice in one block (a second `training:` block would otherwise
+    replace the first without a word), naming the key and both lines."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.get(key)
+            except TypeError:  # an unhashable key: SafeLoader's own error says so
+                break
+            seen[key] = key_node.start_mark.line + 1
+            if first is not None:
+                raise DuplicateKey(f"key {key!r} is given twice, on line {first} and line "
+                                   f"{key_node.start_mark.line + 1}: YAML would keep only the second. Merge the "
+                                   "two blocks into one (or delete the one you do not mean)")
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_profile(name_or_path: str | Path | None = None) -> Profile:
     """A profile by name (a file in slurm/profiles/ of your workshop folder, or of the library's) or by path to a
     YAML file."""
@@ -232,9 +256,14 @@ def load_profile(name_or_path: str | Path | None = None) -> Profile:
         raise ProfileError(f"unknown profile {chosen!r}: no {missing}. Known profiles: "
                            f"{', '.join(available_profiles())}; or pass the path of a YAML file")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.load(path.read_text(), Loader=UniqueKeyLoader) or {}
+    except DuplicateKey as duplicate:
+        raise ProfileError(f"profile {path}: {duplicate}") from None
     except yaml.YAMLError as error:
         raise ProfileError(f"profile {path} is not valid YAML: {error}") from error
+    except RecursionError:
+        raise ProfileError(f"profile {path} nests its blocks too deeply to be a profile: compare it with "
+                           "slurm/profiles/tiny.yml (a profile is a few levels of keys)") from None
     except UnicodeDecodeError:
         raise ProfileError(f"profile {path} is not a text file (a YAML profile is text): give the path of a "
                            f"profile such as slurm/profiles/tiny.yml, or a name: {', '.join(available_profiles())}"

@@ -201,7 +201,7 @@ def train_with_trainer(args, runtime: Runtime, spec, tokenizer, data, precision:
     apply_features(parts, MODEL)
     global_batch = args.per_device_batch * args.grad_accum * runtime.world_size
     shard_size = ShardSizeCallback(local_parameter_count)
-    memory_probe = MemoryProbe()  # first, so its census stays out of the step time
+    memory_probe = MemoryProbe(device_kind=runtime.device_kind)  # first: its census stays out of the step time
     apply_features(parts, CALLBACKS)
     callbacks = [MemoryProbeCallback(memory_probe), MetricsCallback(writer, global_batch, runtime.device_kind),
                  shard_size, *parts.callbacks]

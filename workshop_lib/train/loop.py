@@ -111,7 +111,7 @@ def run_loop(model, optimizer, train_dataset, eval_dataset, runtime: Runtime, wr
     scheduler = linear_schedule(optimizer, settings.warmup_steps, total_steps)
     global_batch = settings.micro_batch * settings.grad_accum * settings.data_world
     dtype = autocast_dtype(settings.precision)
-    probe = MemoryProbe()  # tensor bytes of one step, what workshop_lib.estimate predicts
+    probe = MemoryProbe(device_kind=runtime.device_kind)  # tensor bytes of one step, what the estimator predicts
 
     model.train()
     step, step_times, last_loss = 0, [], float("nan")

@@ -80,16 +80,23 @@ def sample_mean_loss(model, batch) -> torch.Tensor:
 
 
 def distributed_config(tp: int, ep: int, dp_width: int):
-    """transformers' DistributedConfig for TP x EP; before 5.21 there is no ``ep_size``, and
-    ``enable_expert_parallel`` meant what this stand-in asks for (experts over the TP ranks)."""
+    """transformers' DistributedConfig for TP x EP. Before 5.21 there is no ``ep_size``; that version's
+    ``enable_expert_parallel`` path hangs after loading the weights (seen with 5.17 on 4 GPUs, TP 2 x EP 2),
+    so expert parallelism there is refused with the remedy instead of waiting until the time limit."""
     import dataclasses
 
+    import transformers
     from transformers.distributed import DistributedConfig
 
     known = {item.name for item in dataclasses.fields(DistributedConfig)}
     experts = {}
     if ep > 1:
-        experts = {"ep_size": ep} if "ep_size" in known else {"enable_expert_parallel": True}
+        if "ep_size" not in known:
+            raise WorkshopError(f"--ep {ep} needs transformers 5.21 or newer (this environment has "
+                                f"{transformers.__version__}, whose expert-parallel path hangs after loading the "
+                                "weights): upgrade it (`pip install 'transformers>=5.21'`, or `make setup` in a "
+                                "current checkout), or run with --ep 1")
+        experts = {"ep_size": ep}
     return DistributedConfig(tp_size=tp, fsdp_size=dp_width if dp_width > 1 else None, **experts)
 
 

@@ -75,9 +75,12 @@ class Census:
     """Unique storages reachable from models and optimizers, by part (the first part a storage is met in).
 
     ``trace`` (a list) collects (path, part, bytes) of every storage counted, to see what an engine keeps.
+    ``device_type`` ("cuda"): only storages on that kind of device count (a GPU run's census is of GPU memory,
+    what the estimator predicts per GPU: states offloaded to the CPU are not in it).
     """
 
-    def __init__(self, trace: list | None = None):
+    def __init__(self, trace: list | None = None, device_type: str | None = None):
+        self.device_type = device_type
         self.bytes = dict.fromkeys(PARTS, 0)
         self.storages: list = []  # the storages counted (the step tracker starts from them)
         self.trace = trace
@@ -93,6 +96,8 @@ class Census:
         storage = _storage(tensor)
         # FSDP frees gathered parameters by resizing their storage to 0; meta tensors hold no memory.
         if storage is None or storage.nbytes() == 0 or storage.device.type == "meta":
+            return
+        if self.device_type is not None and storage.device.type != self.device_type:
             return
         key = _key(storage)
         if key not in self._seen:
@@ -162,9 +167,10 @@ def _never_walk(obj) -> bool:
             or type(obj).__module__.startswith(("builtins", "logging", "threading")))
 
 
-def census(*roots, trace: list | None = None) -> Census:
-    """The model-state census of models and optimizers (pass the model first: its tensors count as parameters)."""
-    found = Census(trace)
+def census(*roots, trace: list | None = None, device_type: str | None = None) -> Census:
+    """The model-state census of models and optimizers (pass the model first: its tensors count as parameters);
+    with ``device_type``, of the storages on that kind of device only."""
+    found = Census(trace, device_type)
     for root in roots:
         found.walk(root, "parameters" if isinstance(root, torch.nn.Module) else "optimizer_states",
                    path=type(root).__name__)
@@ -273,8 +279,12 @@ class MemoryProbe:
     ZeRO has already built a transient fp32 copy of the gradient partition, which is not a model state.
     """
 
-    def __init__(self, step: int = 2):
+    def __init__(self, step: int = 2, device_kind: str | None = None):
+        """``device_kind``: the run's device ("cuda", "cpu"), which decides how the step is measured: on a GPU
+        by the allocator, and the census of GPU tensors only. None: where the model's first parameter lives,
+        which misreads a model whose parameters are offloaded to the CPU (FSDP's offload) as a CPU run."""
         self.step = step
+        self.device_kind = device_kind
         self.model_states: Census | None = None
         self.step_peak: int | None = None
         self._tracker: LiveTensorPeak | str | None = None  # "cuda": the allocator counts
@@ -285,10 +295,11 @@ class MemoryProbe:
         if step != self.step or self._tracker is not None:
             return
         roots = (model, optimizer)
+        on_cuda = self.device_kind == "cuda" if self.device_kind else _on_cuda(model)
         for link in optimizer_chain(optimizer):
             if callable(getattr(link, "step", None)):
-                self._count_before_step(link, roots)
-        if _on_cuda(model):  # a CPU model on a GPU machine is counted tensor by tensor, like on a CPU
+                self._count_before_step(link, roots, "cuda" if on_cuda else None)
+        if on_cuda:  # a CPU model on a GPU machine is counted tensor by tensor, like on a CPU
             peaks = _cuda_peaks_before_reset
             peaks["allocated"] = max(peaks["allocated"], torch.cuda.max_memory_allocated())
             peaks["reserved"] = max(peaks["reserved"], torch.cuda.max_memory_reserved())
@@ -298,12 +309,12 @@ class MemoryProbe:
             self._tracker = LiveTensorPeak(census(*roots).storages)
             self._tracker.__enter__()
 
-    def _count_before_step(self, link, roots) -> None:
+    def _count_before_step(self, link, roots, device_type: str | None) -> None:
         original = link.step
 
         def step(*args, **kwargs):
             if self.model_states is None:
-                self.model_states = census(*roots, trace=self.trace)
+                self.model_states = census(*roots, trace=self.trace, device_type=device_type)
             return original(*args, **kwargs)
 
         self._patched.append((link, getattr(link, "__dict__", {}).get("step")))

@@ -20,6 +20,7 @@ _DICT = re.compile(r"\{[^{}]*\}")
 # Where a record starts, and one `'key': value` pair of it followed by the `,` or `}` that shows
 # the value was printed whole.
 _RECORD_START = re.compile(r"\{['\"]")
+LOG_KEYWORDS = ("{'", '{"')  # every line parse_trainer_output reads holds one
 _PAIR = re.compile(r"""['"](?P<key>[A-Za-z_][\w.-]*)['"]\s*:\s*(?P<value>'[^']*'|"[^"]*"|[^,{}'"\s]+)\s*(?=[,}])""")
 # `eval_loss`, or `eval_<set>_loss` when the Trainer evaluated several sets (metric_key_prefix).
 _EVAL_LOSS = re.compile(r"^eval_(?:(?P<dataset>\w+?)_)?loss$")

@@ -14,6 +14,9 @@ STEP_MARKER = "Training epoch"
 # Printed by workshop_lib.train.nemo_finetune where NeMo runs without the container (the lent GPU machine):
 # the real, unpadded tokens of one optimizer step, so that packed and unpacked runs compare in tokens/s.
 _TOKENS_PER_STEP = re.compile(r"== nemo-local: real tokens per optimizer step: (?P<tokens>\d+(?:\.\d+)?)\b")
+# Every line parse_nemo_log reads holds one of these (a huge log is streamed, keeping those lines):
+# step lines, and the model summary's totals. The resolved-arguments table comes first in the log.
+LOG_KEYWORDS = (STEP_MARKER, "params", "Modules in", "== nemo-local: real tokens")
 _STEP_HEAD = re.compile(r"Training epoch (?P<epoch>\d+), iteration (?P<iteration>\d+)/(?P<last_iteration>\d+)\s*$")
 # A value may be followed by junk another process or a person appended ("1.916 <<< note"), never glued to it.
 _FIELD = re.compile(r"^\s*(?P<key>[A-Za-z_][A-Za-z_ ]*?)\s*:\s*"
