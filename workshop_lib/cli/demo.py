@@ -208,9 +208,9 @@ def run_snapshot(chapter: int, runs_dir: Path) -> dict[str, str]:
 
 
 def execute_and_account(path: Path, profile: str, output_dir: Path, runs_dir: Path,
-                        parameters: dict | None = None, show_progress: bool = False) -> ChapterRun:
+                        parameters: dict | None = None, show_progress: bool = False, echo=print) -> ChapterRun:
     """Execute a chapter and report which jobs it submitted or reused and how long each took; with
-    `show_progress`, a line whenever one of its jobs moves on (JobProgress)."""
+    `show_progress`, a line through `echo` whenever one of its jobs moves on (JobProgress)."""
     from workshop_lib.book.selection import select
     from workshop_lib.book.your_runs import chapter_results_for
 
@@ -220,7 +220,7 @@ def execute_and_account(path: Path, profile: str, output_dir: Path, runs_dir: Pa
     selection = select(chapter, profile, chosen.get("experiments"))
     started = time.monotonic()
     if show_progress:
-        with JobProgress(selection.runnable, runs_dir):
+        with JobProgress(selection.runnable, runs_dir, echo=echo):
             execute_chapter(path, profile, output_dir, parameters)
     else:
         execute_chapter(path, profile, output_dir, parameters)
