@@ -85,8 +85,8 @@ def test_tiny_and_ibex_scripts_share_the_request_shape():
     for experiment in all_experiments():
         if not PROFILES["tiny"].supports(experiment):
             continue
-        ibex = directives(render_script(experiment, "ibex"))
-        tiny = directives(render_script(experiment, "tiny"))
+        ibex = directives(render_script(experiment, PROFILES["ibex"]))
+        tiny = directives(render_script(experiment, PROFILES["tiny"]))
         assert {key: ibex.get(key) for key in SHAPE_OPTIONS} == {key: tiny.get(key) for key in SHAPE_OPTIONS}
         assert ibex["output"] == tiny["output"] == "slurm-%j.out"
 

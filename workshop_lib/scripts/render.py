@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import shlex
 from pathlib import Path
 
@@ -185,7 +186,10 @@ def rehearsal_context(experiment: Experiment, profile: Profile) -> dict:
     return {"sleep_s": f"{rehearsal.sleep_s:g}", "command": " ".join(words)}
 
 
+@functools.lru_cache(maxsize=None)
 def _environment() -> jinja2.Environment:
+    # One per process: it compiles each template once (a script includes six: compiling them was 90 % of a
+    # render). Jinja still reloads a template whose file changed since (auto_reload).
     return jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)),
         undefined=jinja2.StrictUndefined,
