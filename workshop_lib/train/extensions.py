@@ -134,7 +134,7 @@ def settle_build_locks(folder: Path, turn_held: bool, tell=say, say_every_s: flo
                 lock.unlink(missing_ok=True)
                 removed.append(lock)
                 tell(f"removed the stale build lock {lock}, left {age:.0f} s ago by a build of "
-                     f"{lock.parent.name} that was stopped (no process holds it); that op is built again now")
+                     f"{lock.parent.name} that was stopped (no process holds it); the op is built where that build left off")
             else:
                 waiting.append((lock, holders))
         if not waiting:
