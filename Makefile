@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 NODES ?= 2
 
-.PHONY: setup cluster-up cluster-down test test-fast demo book lab clean nemo-env nemo-check
+.PHONY: setup cluster-up cluster-down test test-tools test-fast demo book lab clean nemo-env nemo-check
 
 NODE_STAMP := node_modules/.package-lock.json
 
@@ -21,11 +21,16 @@ $(NODE_STAMP): package.json package-lock.json
 # Re-installs only when the dependency files change. Every version comes from requirements.lock, the
 # lock environment.yml uses on Ibex too. DeepSpeed's ops are not built at install time; the one the CPU
 # runs need (its shared-memory all-reduce) is built here once, so no job pays ~50 s for it.
+# Each step says what it does and how long it took: pip runs quiet, and the first setup takes minutes.
 $(STAMP): pyproject.toml requirements.lock
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip wheel setuptools
-	DS_BUILD_OPS=0 $(BIN)/pip install -q -c requirements.lock -e '.[train,book,test]'
+	@echo "==> make setup: $(VENV) with the locked packages (PyTorch CPU, DeepSpeed, Jupyter Book; about 1.9 GB, 5-8 min the first time on 2 cores; pip is quiet meanwhile)"
+	@started=$$(date +%s); \
+	 { test -x $(BIN)/python || $(PYTHON) -m venv $(VENV); } && \
+	 $(BIN)/pip install -q --upgrade pip wheel setuptools && \
+	 DS_BUILD_OPS=0 $(BIN)/pip install -q -c requirements.lock -e '.[train,book,test]' && \
+	 echo "    packages installed in $$(( $$(date +%s) - started )) s"
 	$(BIN)/python -m workshop_lib.sites.lab_settings
+	@echo "==> make setup: DeepSpeed's CPU op, compiled once into $(VENV)/torch_extensions (about 1 min on 2 cores)"
 	$(BIN)/python -m workshop_lib.train.prebuild_ops
 	touch $@
 
@@ -38,8 +43,26 @@ cluster-down:  ## stop every daemon the local cluster started
 # The slow part executes every chapter with papermill (tiny profile, local SLURM cluster), builds the book
 # with warnings as errors and checks the pages in headless Chromium (tests/test_notebooks.py,
 # tests/test_book_browser.py); screenshots land in _build/screenshots/.
-test: setup  ## the whole test suite (starts and stops the local cluster itself)
+# About 40 minutes on 2 cores, most of it executing the chapters (a [workshop] line per chapter and job says how far
+# it is). The end of the run lists what it could not cover and the command that would.
+test: setup test-tools  ## the whole test suite (starts and stops the local cluster itself)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q
+
+# The browser tests need Chromium and the script tests shellcheck, as in CI (.ci/run): installed here when missing
+# and this is root with apt-get (about 1 min, 300 MB); otherwise those tests are skipped and the run's end says so.
+test-tools:
+	@missing=""; \
+	 command -v chromium >/dev/null || command -v chromium-browser >/dev/null || missing="$$missing chromium"; \
+	 command -v shellcheck >/dev/null || missing="$$missing shellcheck"; \
+	 if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	   echo "==> make test: installing$$missing for the browser and shell-script tests (apt-get, about 1 min)"; \
+	   export DEBIAN_FRONTEND=noninteractive; \
+	   apt-get install -y -qq --no-install-recommends $$missing >/dev/null 2>&1 || \
+	   { apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing >/dev/null; } || \
+	   echo "    could not install$$missing: the tests that need them are skipped (listed at the end)"; \
+	 elif [ -n "$$missing" ]; then \
+	   echo "==> make test: no$$missing here (not root, or no apt-get): the tests that need them are skipped"; \
+	 fi
 
 test-fast: setup  ## tests that start no cluster and train nothing (markers: slow, cluster, train)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -m "not slow and not cluster and not train"

@@ -179,8 +179,8 @@ nb.show_file("slurm/ds_configs/zero2_offload_pinned.json");
 # What the chapter runs, each experiment's script with the checker's findings (offload with stage 0,
 # pinned memory without offload, killed monitor PIDs that live in another shell, a fixed rendezvous
 # port), and then the jobs: completed runs are reused, only what has not completed is submitted.
-# DeepSpeed compiles one of its CPU operations the first time it is used (cached in
-# `~/.cache/torch_extensions` afterwards), so the first runs on a fresh machine take longer. The
+# DeepSpeed compiles one of its CPU operations once per Python environment (`make setup` does it, into
+# `.venv/torch_extensions`; elsewhere the first run pays about a minute). The
 # DeepSpeed configuration a script names is copied into its run folder at submission, so editing
 # `slurm/ds_configs/` later cannot change a queued job.
 

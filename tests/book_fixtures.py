@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import shutil
 import sys
-import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,39 +48,43 @@ def _need_book_tools() -> None:
         pytest.skip("jupyter-book is not installed (make setup)")
 
 
-def _execute_all() -> ExecutedChapters:
+def _execute_all(output_dir: Path, say) -> ExecutedChapters:
+    """Every chapter, with a line as each starts and ends and as each of its jobs moves on: this takes most of
+    `make test`'s time (about 40 minutes on 2 cores), which pytest's dots would spend in silence."""
     from workshop_lib.cli.demo import chapter_notebooks, execute_and_account
     from workshop_lib.book.your_runs import resolve_runs_dir
 
     runs_dir = resolve_runs_dir()
-    output_dir = Path(tempfile.mkdtemp(prefix="workshop-chapters-"))
-    chapters = [execute_and_account(path, "tiny", output_dir, runs_dir) for path in chapter_notebooks()]
+    chapters = []
+    notebooks = chapter_notebooks()
+    started = time.monotonic()
+    for number, path in enumerate(notebooks, 1):
+        say(f"chapter {number}/{len(notebooks)} {path.stem}: executing with papermill (tiny profile, local SLURM)")
+        run = execute_and_account(path, "tiny", output_dir, runs_dir, show_progress=True, echo=say)
+        done = sum(state == "COMPLETED" for state in run.states.values())
+        say(f"chapter {number}/{len(notebooks)} {path.stem}: done in {run.seconds:.0f} s, {done} of "
+            f"{len(run.states)} runs completed ({len(run.submitted)} submitted now)")
+        chapters.append(run)
+    say(f"all chapters executed in {time.monotonic() - started:.0f} s")
     return ExecutedChapters(runs_dir, output_dir, chapters)
 
 
-def _build(executed: ExecutedChapters) -> BuiltBook:
-    from workshop_lib.cli.demo import build_book, chapter_number, run_snapshot
-
-    numbers = [chapter_number(run.notebook) for run in executed.chapters]
-    before = {n: run_snapshot(n, executed.runs_dir) for n in numbers}
-    # Into a temporary folder: the checkout's _build/html is the book the user built (`make demo`, `make book`).
-    html_dir = build_book(read_only=True, output=Path(tempfile.mkdtemp(prefix="workshop-book-")))
-    after = {n: run_snapshot(n, executed.runs_dir) for n in numbers}
-    return BuiltBook(html_dir, before, after)
-
-
 @pytest.fixture(scope="session")
-def executed_chapters(local_cluster) -> ExecutedChapters:
+def executed_chapters(local_cluster, progress_line, tmp_path_factory) -> ExecutedChapters:
     """Every chapter notebook executed once with papermill (tiny profile)."""
     _need_book_tools()
     if "executed" not in _MEMO:
-        _MEMO["executed"] = _execute_all()
+        _MEMO["executed"] = _execute_all(tmp_path_factory.mktemp("chapters"), progress_line)
     return _MEMO["executed"]
 
 
 @pytest.fixture(scope="session")
-def built_book(executed_chapters) -> BuiltBook:
+def built_book(executed_chapters, progress_line, tmp_path_factory) -> BuiltBook:
     """The book built once into _build/html after the chapters ran (jupyter-book build -W)."""
     if "book" not in _MEMO:
-        _MEMO["book"] = _build(executed_chapters)
+        say = progress_line
+        say("building the book from those runs (jupyter-book, warnings as errors; a few minutes)")
+        started = time.monotonic()
+        _MEMO["book"] = _build(executed_chapters, tmp_path_factory.mktemp("book"))
+        say(f"book built in {time.monotonic() - started:.0f} s")
     return _MEMO["book"]

@@ -54,7 +54,7 @@ def _users_own_files() -> dict[str, tuple[int, ...] | None]:
 
 
 @pytest.fixture(scope="session")
-def local_cluster(outside_the_checkout):
+def local_cluster(outside_the_checkout, request):
     """A running 2-node local SLURM cluster with accounting; stopped at the end if this session started it."""
     from workshop_lib.jobs.local_cluster import LocalCluster
 
@@ -62,6 +62,10 @@ def local_cluster(outside_the_checkout):
         pytest.skip("the local SLURM cluster needs root (CI runs as root)")
     cluster = LocalCluster(state_dir=_SESSION["cluster_state"])
     already_running = cluster.status().running
+    say = _terminal_line(request.config)
+    say("starting the local SLURM cluster for the cluster tests (slurmctld, slurmd, slurmdbd, munge; about a "
+        "minute the first time, when it installs SLURM's packages)" if not already_running else
+        "using the local SLURM cluster that is already running")
     cluster.up(nodes=2, accounting=True)
     os.environ["SLURM_CONF"] = str(cluster.conf)
     yield cluster
@@ -73,3 +77,52 @@ def local_cluster(outside_the_checkout):
 def job_dir(tmp_path):
     """A folder for job scripts and their logs that slurmd (same host, root) can write to."""
     return tmp_path
+
+
+def _terminal_line(config):
+    """Write a line to the terminal at once, through pytest's output capture (`make test` runs -q): the long
+    fixtures (the cluster, the chapters) would otherwise leave pytest silent for minutes."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    capture = config.pluginmanager.get_plugin("capturemanager")
+
+    def say(line: str, flush: bool = True) -> None:  # JobProgress passes flush=
+        if reporter is None or capture is None:
+            print(line, flush=True)
+            return
+        with capture.global_and_fixture_disabled():
+            reporter.write_line(f"[workshop] {line.strip()}")
+            reporter.flush()
+    return say
+
+
+@pytest.fixture(scope="session")
+def progress_line(pytestconfig):
+    """`say(line)`: a progress line in the terminal while a long fixture or test works."""
+    return _terminal_line(pytestconfig)
+
+
+# What a skipped test needs, by a word of its reason, and the one command that provides it. `make test` installs
+# the tools as root where apt-get exists (as CI's .ci/run does); elsewhere the end of the run says this.
+_SKIP_REMEDIES = (
+    ("chromium", "Chromium", "apt-get install -y chromium   (as root; `make test` does it when run as root)"),
+    ("shellcheck", "shellcheck", "apt-get install -y shellcheck   (as root; `make test` does it when run as root)"),
+    ("root", "root (the local SLURM cluster)", "sudo make test"),
+    ("gpu", "a GPU", "run on a GPU machine"),
+    ("cuda", "a GPU", "run on a GPU machine"),
+)
+
+
+def pytest_terminal_summary(terminalreporter):
+    skipped = terminalreporter.stats.get("skipped", [])
+    if not skipped:
+        return
+    needs: dict[tuple[str, str], int] = {}
+    for report in skipped:
+        reason = str(report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr)
+        what = next(((need, remedy) for word, need, remedy in _SKIP_REMEDIES if word in reason.lower()),
+                    (reason.removeprefix("Skipped: "), ""))
+        needs[what] = needs.get(what, 0) + 1
+    terminalreporter.section("what this run did not cover")
+    for (need, remedy), count in sorted(needs.items(), key=lambda item: -item[1]):
+        terminalreporter.write_line(f"{count:4d} skipped: need {need}" + (f"; enable with: {remedy}" if remedy
+                                                                           else ""))

@@ -16,7 +16,9 @@ connection or name lookup beyond this host, and records the attempt).
 from __future__ import annotations
 
 import json
+import os
 import stat
+import subprocess
 import sys
 from pathlib import Path
 
@@ -246,3 +248,30 @@ class IbexSite:
         if not self.network_log.exists():
             return []
         return [json.loads(line) for line in self.network_log.read_text().splitlines()]
+
+
+# The steps `workshop setup` runs on a login node (the import jobs need a cluster: tests/test_ibex_rehearsal.py).
+LOCAL_STEPS = ["folders", "miniforge", "environment", "hub-download", "nemo-image", "nemo-data"]
+
+
+def run_setup(site: IbexSite, *arguments, extra_env=None, only=LOCAL_STEPS) -> subprocess.CompletedProcess:
+    """`workshop setup` on the stand-in site, as a participant's shell runs it."""
+    command = [sys.executable, "-m", "workshop_lib.cli", "setup", str(site.profile_path),
+               "--miniforge-installer", f"file://{site.installer}", *arguments]
+    for step in only or []:
+        command += ["--only", step]
+    env = {**site.environment(dict(os.environ)), **(extra_env or {})}
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+
+
+_SET_UP: dict[str, tuple[IbexSite, subprocess.CompletedProcess]] = {}
+
+
+def site_after_setup(tmp_path_factory) -> tuple[IbexSite, subprocess.CompletedProcess]:
+    """A stand-in site on which the local steps ran once, and that first run: shared by the tests that only read
+    what the setup left (the environment step alone costs seconds of CPU: it imports torch to check the lock).
+    Whoever uses it must not change it."""
+    if "site" not in _SET_UP:
+        site = IbexSite(tmp_path_factory.mktemp("ibex-set-up"))
+        _SET_UP["site"] = (site, run_setup(site))
+    return _SET_UP["site"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shlex
 import signal
 import stat
 import subprocess
@@ -38,9 +39,12 @@ BASELINE = get_experiment("fsdp/baseline")
 SECOND = get_experiment("zero/baseline")
 THIRD = get_experiment("zero/single-gpu/zero0")
 
-# A "notebook": submit, print what happened, optionally wait. Killed with SIGKILL by the tests.
+# A "notebook": submit, print what happened, optionally wait. Killed with SIGKILL by the tests, or interrupted.
+# Ctrl-C reaches it as in a kernel even where the test run itself ignores SIGINT (a `make test &` in a script
+# starts with SIGINT ignored, and its children inherit that: the interrupt cases then saw no interrupt at all).
 NOTEBOOK = """
-import json, sys
+import json, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from workshop_lib.experiments import get_experiment
 from workshop_lib.runs import submit_experiments, wait_for_runs
 profile, root, wait = sys.argv[1], sys.argv[2], sys.argv[3] == "wait"
@@ -323,28 +327,47 @@ def test_without_accounting_a_forgotten_job_is_settled_from_its_footer(local_clu
 
 
 # ---- interrupted between reserving and recording: every point, one job in the end -------------------
+# The earlier attempt's job: an id a fresh cluster does not hand out again during the session (with "1", the
+# first job of a fresh cluster took the failed attempt's id and was mistaken for it).
+PREVIOUS_JOB = "4000001"
+
+
 def previous_failed_attempt(directory: Path, experiment) -> None:
     """The files of an earlier attempt that failed (its record, log and metrics), for the archive to keep."""
     (directory / "train").mkdir(parents=True)
     record = runs_module.RunRecord(experiment_id=experiment.id, content_hash=experiment.content_hash, profile="tiny",
-                                   job_id="1", backend="slurm", submitted_at="2026-11-20T10:00:00+00:00",
+                                   job_id=PREVIOUS_JOB, backend="slurm", submitted_at="2026-11-20T10:00:00+00:00",
                                    final_state="FAILED", exit_code=3)
     record.save(directory)
-    (directory / "slurm-1.out").write_text("Exit status: 3\n")
+    (directory / f"slurm-{PREVIOUS_JOB}.out").write_text("Exit status: 3\n")
     (directory / "train" / "metrics.jsonl").write_text('{"step": 1, "loss": 9.0}\n')
 
 
-def slow_sbatch(folder: Path, before: float = 0, after: float = 0) -> dict:
-    """PATH with an `sbatch` that waits `before` seconds, submits with the real one, then waits `after`
-    seconds before answering: a controller slow to take or to acknowledge the job."""
+def gated_sbatch(folder: Path, stop: str) -> dict:
+    """PATH with an `sbatch` that stops `before` calling the real one, or `after` it submitted but before it
+    answers: a controller slow to take or to acknowledge the job. Where it stops it writes `folder/stopped`
+    (with the job id, after), the event the test waits for; it goes on once `folder/go` exists (at most 120 s)."""
     import shutil
 
     folder.mkdir(parents=True, exist_ok=True)
+    wait = 'for _ in $(seq 1200); do [ -e "$gate/go" ] && break; sleep 0.1; done'
+    stopped = 'printf "%s\\n" "$answer" > "$gate/stopping" && mv "$gate/stopping" "$gate/stopped"'
     wrapper = folder / "sbatch"
-    wrapper.write_text(f'#!/bin/bash\nsleep {before}\n{shutil.which("sbatch")} "$@"\nstatus=$?\n'
-                       f'sleep {after}\nexit $status\n')
+    wrapper.write_text("\n".join([
+        "#!/bin/bash", f"gate={shlex.quote(str(folder))}", "answer=",
+        *([stopped, wait] if stop == "before" else []),
+        f'answer=$({shlex.quote(shutil.which("sbatch"))} "$@")', "status=$?",
+        *([stopped, wait] if stop == "after" else []),
+        'printf "%s\\n" "$answer"', "exit $status"]) + "\n")
     wrapper.chmod(0o755)
     return {"PATH": f"{folder}{os.pathsep}{os.environ['PATH']}"}
+
+
+def stopped_in_sbatch(folder: Path) -> str:
+    """Once the gated sbatch stopped: what it wrote (the job id when it stopped after submitting)."""
+    stopped = folder / "stopped"
+    wait_until(stopped.exists, 90, "sbatch to get there")
+    return stopped.read_text().strip()
 
 
 def assert_one_job_and_the_earlier_attempt_kept(root: Path, experiment, profile: Path, expected_note: str):
@@ -357,9 +380,9 @@ def assert_one_job_and_the_earlier_attempt_kept(root: Path, experiment, profile:
     assert progress_jobs(again) == {again.record.job_id}
     assert not (directory / RESERVATION_NAME).exists() and not (directory / ".next").exists()
     [kept] = (directory / "attempts").iterdir()  # the failed attempt, whole, in one folder
-    assert json.loads((kept / "job.json").read_text())["job_id"] == "1"
+    assert json.loads((kept / "job.json").read_text())["job_id"] == PREVIOUS_JOB
     assert (kept / "train" / "metrics.jsonl").read_text() == '{"step": 1, "loss": 9.0}\n'
-    assert (kept / "slurm-1.out").exists()
+    assert (kept / f"slurm-{PREVIOUS_JOB}.out").exists()
     return again
 
 
@@ -396,10 +419,15 @@ def test_a_submitter_stopped_while_a_slow_sbatch_has_not_answered_leaves_a_job_t
     root = tmp_path / "runs"
     directory = runs_module.run_directory(THIRD, root)
     previous_failed_attempt(directory, THIRD)
-    waiting = notebook(profile, root, [THIRD], **slow_sbatch(tmp_path / "bin", after=30))
-    [held] = wait_until(lambda: scheduler_jobs(directory), 30, "sbatch to reach the controller")
-    waiting.send_signal(interrupt)
-    waiting.wait(timeout=30)
+    gate = tmp_path / "bin"
+    waiting = notebook(profile, root, [THIRD], **gated_sbatch(gate, stop="after"))
+    try:
+        held = stopped_in_sbatch(gate)  # submitted, not yet answered
+        assert scheduler_jobs(directory) == {held}
+        waiting.send_signal(interrupt)
+        waiting.wait(timeout=60)
+    finally:
+        (gate / "go").touch()
     assert (directory / RESERVATION_NAME).exists() and job_state(held) == "PENDING"
     again = assert_one_job_and_the_earlier_attempt_kept(root, THIRD, profile, f"adopted job {held}")
     assert again.record.job_id == held
@@ -410,13 +438,18 @@ def test_ctrl_c_before_a_slow_sbatch_submitted_anything_submits_once_on_the_reru
     root = tmp_path / "runs"
     directory = runs_module.run_directory(THIRD, root)
     previous_failed_attempt(directory, THIRD)
-    waiting = notebook(profile, root, [THIRD], **slow_sbatch(tmp_path / "bin", before=30))
-    wait_until(lambda: (directory / ".next" / "job.sbatch").exists() and (directory / RESERVATION_NAME).exists(),
-               30, "the reservation")
-    time.sleep(1)
-    waiting.send_signal(signal.SIGINT)
-    waiting.wait(timeout=30)
+    gate = tmp_path / "bin"
+    waiting = notebook(profile, root, [THIRD], **gated_sbatch(gate, stop="before"))
+    try:
+        stopped_in_sbatch(gate)  # the reservation is written, nothing submitted yet
+        assert (directory / ".next" / "job.sbatch").exists() and (directory / RESERVATION_NAME).exists()
+        waiting.send_signal(signal.SIGINT)
+        waiting.wait(timeout=60)
+    finally:
+        (gate / "go").touch()
+    assert waiting.returncode != 0  # ended by the interrupt, not by finishing the submission
     assert (directory / RESERVATION_NAME).exists()  # it cannot know that sbatch had not submitted yet
+    assert scheduler_jobs(directory) == set()
     assert_one_job_and_the_earlier_attempt_kept(root, THIRD, profile, "submitted job")
 
 

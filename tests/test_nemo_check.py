@@ -78,9 +78,16 @@ def test_resolved_file_is_read_once_per_version(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def resolved_now(tmp_path_factory):
+def resolved_now(tmp_path_factory, progress_line):
+    import time
+
     out = tmp_path_factory.mktemp("resolved")
-    return {record["id"]: record for record in resolve_commands(commands_for(nemo_experiments()), out)}, out
+    started = time.monotonic()
+    progress_line("NeMo resolves every chapter 1-2 command (its environment is built first if missing: "
+                  "~/.cache/workshop/nemo-venv, 2.4 GB and about 3 minutes, once)")
+    records = {record["id"]: record for record in resolve_commands(commands_for(nemo_experiments()), out)}
+    progress_line(f"NeMo resolved {len(records)} commands in {time.monotonic() - started:.0f} s")
+    return records, out
 
 
 @pytest.mark.slow

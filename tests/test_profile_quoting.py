@@ -10,11 +10,10 @@ intact argument or program name.
 
 from __future__ import annotations
 
-import json
 import os
+import shlex
 import stat
 import subprocess
-import sys
 import types
 import typing
 from dataclasses import fields, is_dataclass
@@ -24,6 +23,7 @@ import pytest
 import yaml
 
 from workshop_lib.experiments import all_experiments
+from workshop_lib.sites.nemo_checkpoint import COMPLETE_FILES
 from workshop_lib.sites.schema import RULES, SHELL_PATH, TEXT
 from workshop_lib.sites.profiles import PROFILES_DIR, Profile, ProfileError, load_profile
 from workshop_lib.scripts import render_import_script, render_script
@@ -120,30 +120,46 @@ def _must_refuse(rule, value: str) -> bool:
 
 
 # ---- rendering and running every template with every accepted key hostile ----------------------
-SHIM = """#!{python}
-import json, os, sys
-name = os.path.basename(sys.argv[0])
-with open(os.environ["SHIM_LOG"], "a") as log:
-    log.write(json.dumps({{"program": name, "argv": sys.argv[1:], "cwd": os.getcwd()}}) + "\\n")
-if name == "srun":
-    words = sys.argv[1:]
-    while words and words[0].startswith("-"):
-        words = words[1:]
-    os.execvp(words[0], words)
-if name == "scontrol":
-    print("node1")
-if name == "singularity" and "import" in sys.argv:  # `nemo llm import`: the files of a complete checkpoint
-    from pathlib import Path
-    from workshop_lib.sites.nemo_checkpoint import COMPLETE_FILES
-    output = next(word.split("=", 1)[1] for word in sys.argv if word.startswith("output_path="))
-    for relative in COMPLETE_FILES:
-        (Path(output) / relative).parent.mkdir(parents=True, exist_ok=True)
-        (Path(output) / relative).write_text("{{}}")
-if name.startswith("python") and sys.argv[1:2] == ["-c"]:
-    print(29400)
-if name.startswith("torchrun") and "workshop_lib.train.bandwidth" in sys.argv:
-    print("# Avg bus bandwidth    : 100.0")
+# Every program a script calls, as one bash script (a Python shim per call made this test take minutes: ~400
+# calls). It records its name, folder and arguments NUL-separated, the call ended by \x1e, holding a lock (the
+# background monitors' calls would interleave), and does what the scripts expect of the real program.
+SHIM = """#!/bin/bash
+name=${{0##*/}}
+{{ flock 9 && printf '%s\\0' "$name" "$PWD" "$@" $'\\036' >> "$SHIM_LOG"; }} 9>> "$SHIM_LOG.lock"
+case $name in
+srun)
+    while [ $# -gt 0 ] && [ "${{1#-}}" != "$1" ]; do shift; done
+    exec "$@" ;;
+scontrol)
+    echo node1 ;;
+singularity)  # `nemo llm import`: the files of a complete checkpoint
+    importing= output=
+    for word in "$@"; do
+        [ "$word" = import ] && importing=1
+        case $word in output_path=*) output=${{word#output_path=}} ;; esac
+    done
+    if [ -n "$importing" ]; then
+        for relative in {complete_files}; do
+            mkdir -p "$(dirname "$output/$relative")" && printf '{{}}' > "$output/$relative"
+        done
+    fi ;;
+python*)
+    [ "$1" = -c ] && echo 29400 ;;
+torchrun*)
+    for word in "$@"; do
+        [ "$word" = workshop_lib.train.bandwidth ] && echo "# Avg bus bandwidth    : 100.0"
+    done ;;
+esac
+exit 0
 """
+
+
+def _shim_calls(log: Path) -> list[dict]:
+    calls = []
+    for record in log.read_bytes().split(b"\x1e\0")[:-1]:
+        program, cwd, *argv = (field.decode() for field in record.split(b"\0")[:-1])
+        calls.append({"program": program, "argv": argv, "cwd": cwd})
+    return calls
 
 
 def _hostile_site(tmp_path: Path, base: str) -> tuple[Profile, Path]:
@@ -167,7 +183,7 @@ def _hostile_site(tmp_path: Path, base: str) -> tuple[Profile, Path]:
                 profile.python.python, profile.python.torchrun, profile.python.psrecord]
     for program in programs:
         shim = shims / program
-        shim.write_text(SHIM.format(python=sys.executable))
+        shim.write_text(SHIM.format(complete_files=" ".join(shlex.quote(name) for name in COMPLETE_FILES)))
         shim.chmod(shim.stat().st_mode | stat.S_IXUSR)
     if base == "ibex":
         # What `workshop setup` would have made: the image, conda and every step's marker.
@@ -194,7 +210,7 @@ def test_every_template_runs_hostile_values_as_plain_words(tmp_path, base):
     if profile.nemo.enabled:
         scripts.update({f"import/{model}": render_import_script(model, profile) for model in profile.nemo.hub_ids})
     templates = {"nemo_finetune", "nemo_import", "torchrun_single_node", "torchrun_multi_node"}
-    log = tmp_path / "calls.jsonl"
+    log = tmp_path / "calls.log"
     env = {**os.environ, "PATH": f"{shims}:{os.environ['PATH']}", "SHIM_LOG": str(log), "USER": "root",
            "SLURM_JOB_ID": "7", "SLURM_JOB_NAME": "hostile", "SLURM_JOB_NODELIST": "node1", "SLURM_NNODES": "2",
            "SLURM_NODEID": "0", "SLURM_CPUS_PER_TASK": "4", "SLURMD_NODENAME": "node1"}
@@ -208,7 +224,7 @@ def test_every_template_runs_hostile_values_as_plain_words(tmp_path, base):
         assert result.returncode == 0, f"{experiment_id}:\n{result.stdout}\n{result.stderr}"
         seen_templates |= {name for name in templates if f"{name}" in _template_of(experiment_id, profile)}
     assert not list(tmp_path.rglob("pwned")), "a hostile value was executed"
-    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    calls = _shim_calls(log)
     programs = {call["program"] for call in calls}
     assert {profile.python.torchrun, "srun"} <= programs  # the hostile names ran as one program name each
     training = [call["argv"] for call in calls if call["program"] == profile.python.torchrun

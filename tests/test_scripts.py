@@ -85,8 +85,8 @@ def test_tiny_and_ibex_scripts_share_the_request_shape():
     for experiment in all_experiments():
         if not PROFILES["tiny"].supports(experiment):
             continue
-        ibex = directives(render_script(experiment, "ibex"))
-        tiny = directives(render_script(experiment, "tiny"))
+        ibex = directives(render_script(experiment, PROFILES["ibex"]))
+        tiny = directives(render_script(experiment, PROFILES["tiny"]))
         assert {key: ibex.get(key) for key in SHAPE_OPTIONS} == {key: tiny.get(key) for key in SHAPE_OPTIONS}
         assert ibex["output"] == tiny["output"] == "slurm-%j.out"
 
@@ -192,6 +192,17 @@ def test_weak_scaling_reaches_the_trainer_as_flags():
         text = render_script(get_experiment(f"fsdp/weak-scaling/{gpus}-gpus"), "tiny")
         assert f"--layers {layers}" in text and f"--per-device-batch {batch}" in text
         assert "--hidden 64" in text  # the tiny profile narrows the model, not its depth
+
+
+def test_only_jobs_that_leave_memory_logs_ask_for_a_memory_summary():
+    # A tiny job without a monitor once logged "no memory log here" and "Memory summary failed" after exit 0.
+    summary = 'workshop memory "$RUN_DIR"'
+    assert summary not in render_script(get_experiment("lora/llama/1-gpu"), "tiny")  # no monitor at all
+    assert summary not in render_script(get_experiment("fsdp/multi-gpu/2-gpus"), "tiny")
+    assert summary in render_script(get_experiment("zero/single-gpu/zero3-offload"), "tiny")  # psrecord
+    assert summary in render_script(get_experiment("fsdp/strategies/hybrid-shard-offload"), "tiny")  # per node
+    assert summary in render_script(get_experiment("lora/llama/1-gpu"), "ibex")  # nvidia-smi
+    assert summary in render_script(get_experiment("fsdp/multi-gpu/2-gpus"), "rehearsal")  # its own GPU files
 
 
 def test_footer_returns_the_training_status():

@@ -11,15 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from ibex_site import IbexSite
+from ibex_site import LOCAL_STEPS, IbexSite, run_setup, site_after_setup
 from workshop_lib.experiments import get_experiment
 from workshop_lib.sites.profiles import load_profile
 from workshop_lib.scripts import render_script
 from workshop_lib.sites.setup_plan import build_plan
 
 ROOT = Path(__file__).resolve().parents[1]
-
-LOCAL_STEPS = ["folders", "miniforge", "environment", "hub-download", "nemo-image", "nemo-data"]
+setup = run_setup
 
 
 @pytest.fixture
@@ -27,13 +26,10 @@ def site(tmp_path):
     return IbexSite(tmp_path)
 
 
-def setup(site, *arguments, extra_env=None, only=LOCAL_STEPS):
-    command = [sys.executable, "-m", "workshop_lib.cli", "setup", str(site.profile_path),
-               "--miniforge-installer", f"file://{site.installer}", *arguments]
-    for step in only or []:
-        command += ["--only", step]
-    env = {**site.environment(dict(os.environ)), **(extra_env or {})}
-    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+@pytest.fixture
+def set_up(tmp_path_factory):
+    """(site, its first setup's output): the local steps already ran there (shared; read it, never change it)."""
+    return site_after_setup(tmp_path_factory)
 
 
 def test_dry_run_prints_every_step_and_changes_nothing(site):
@@ -47,8 +43,8 @@ def test_dry_run_prints_every_step_and_changes_nothing(site):
     assert not (site.root / "ibex").exists() and site.calls() == []
 
 
-def test_steps_run_once_with_a_progress_line_each_and_are_skipped_after(site):
-    first = setup(site)
+def test_steps_run_once_with_a_progress_line_each_and_are_skipped_after(set_up):
+    site, first = set_up
     assert first.returncode == 0, first.stdout + first.stderr
     for number, step in enumerate(LOCAL_STEPS, 1):
         assert f"[{number}/6] {step}: " in first.stdout and f"[{number}/6] {step}: done in" in first.stdout
@@ -121,15 +117,17 @@ def test_the_network_block_of_the_stand_in_refuses_and_records(site):
     assert "loopback ok" in result.stdout and [a["target"] for a in site.network_attempts()] == ["huggingface.co"]
 
 
-def test_submitting_before_the_setup_is_refused_naming_the_step(site):
+def test_submitting_before_the_setup_is_refused_naming_the_step(set_up):
     from workshop_lib.sites.requirements import SetupError, check_before_submit
 
+    site, first = set_up
     profile = load_profile(site.profile_path)
     experiment = get_experiment("lora/llama/2-gpus")
+    # Another user's cache root on the same site: nothing set up there yet.
     with pytest.raises(SetupError, match=r"lora/llama/2-gpus cannot run yet\. Missing: The NeMo container image .*"
                                          r"--only nemo-image.*--only nemo-data.*--only nemo-import-llama-3.1-8b"):
         check_before_submit(experiment, profile, environ={"USER": "participant"})
-    assert setup(site).returncode == 0
+    assert first.returncode == 0  # this user's setup ran
     with pytest.raises(SetupError, match="--only nemo-import-llama-3.1-8b"):  # the import jobs have not run
         check_before_submit(experiment, profile)
     check_before_submit(get_experiment("zero/baseline"), profile)  # the conda side is complete

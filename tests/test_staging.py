@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ibex_site import IbexSite
+from ibex_site import IbexSite, site_after_setup
 from workshop_lib.experiments import get_experiment
 from workshop_lib.sites.profiles import PROFILES_DIR, ProfileError, available_profiles, load_profile, staged_profile
 from workshop_lib.scripts import render_script
@@ -46,8 +46,8 @@ def only(*steps):
     return [word for step in steps for word in ("--only", step)]
 
 
-def test_the_environment_is_built_on_a_compute_node_with_the_profiles_allocation(site):
-    result = workshop_setup(site, *only("folders", "miniforge", "environment"))
+def test_the_environment_is_built_on_a_compute_node_with_the_profiles_allocation(tmp_path_factory):
+    site, result = site_after_setup(tmp_path_factory)  # the local steps, run once for the tests that read them
     assert result.returncode == 0, result.stdout + result.stderr
     srun = [call["argv"] for call in site.calls("srun")]
     profile = load_profile(site.profile_path)

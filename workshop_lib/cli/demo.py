@@ -85,26 +85,15 @@ def execute_chapter(path: Path, profile: str, output_dir: Path, parameters: dict
     import jupytext
     import papermill
 
+    from workshop_lib.book.kernels import local_kernel_manager
+
     output_dir.mkdir(parents=True, exist_ok=True)
     output = output_dir / f"{path.stem}.ipynb"
     _jobs_find_this_python()
     papermill.execute_notebook(jupytext.read(path), str(output), parameters={"profile": profile, **(parameters or {})},
                                kernel_name="python3", language="python", cwd=str(ROOT), progress_bar=False,
-                               kernel_manager_class=_local_kernel_manager())
+                               kernel_manager_class=local_kernel_manager())
     return output
-
-
-def _local_kernel_manager():
-    """The kernel talks to papermill over IPC sockets (files on this machine), not TCP: nothing is exposed
-    on the network, and the kernel has no reason to warn that TCP is unencrypted (a warning a reader of
-    `make demo` could do nothing about)."""
-    from jupyter_client.manager import AsyncKernelManager
-    from traitlets import CaselessStrEnum
-
-    class LocalKernelManager(AsyncKernelManager):
-        transport = CaselessStrEnum(["tcp", "ipc"], default_value="ipc", config=True)
-
-    return LocalKernelManager
 
 
 class JobProgress:
@@ -219,9 +208,9 @@ def run_snapshot(chapter: int, runs_dir: Path) -> dict[str, str]:
 
 
 def execute_and_account(path: Path, profile: str, output_dir: Path, runs_dir: Path,
-                        parameters: dict | None = None, show_progress: bool = False) -> ChapterRun:
+                        parameters: dict | None = None, show_progress: bool = False, echo=print) -> ChapterRun:
     """Execute a chapter and report which jobs it submitted or reused and how long each took; with
-    `show_progress`, a line whenever one of its jobs moves on (JobProgress)."""
+    `show_progress`, a line through `echo` whenever one of its jobs moves on (JobProgress)."""
     from workshop_lib.book.selection import select
     from workshop_lib.book.your_runs import chapter_results_for
 
@@ -231,7 +220,7 @@ def execute_and_account(path: Path, profile: str, output_dir: Path, runs_dir: Pa
     selection = select(chapter, profile, chosen.get("experiments"))
     started = time.monotonic()
     if show_progress:
-        with JobProgress(selection.runnable, runs_dir):
+        with JobProgress(selection.runnable, runs_dir, echo=echo):
             execute_chapter(path, profile, output_dir, parameters)
     else:
         execute_chapter(path, profile, output_dir, parameters)
@@ -251,7 +240,8 @@ def chapter_report(runs: list[ChapterRun]) -> str:
     lines = ["chapters:"]
     for run in runs:
         done = sum(state == "COMPLETED" for state in run.states.values())
-        lines.append(f"  {run.notebook.stem:<24} {run.seconds:7.1f} s  {len(run.jobs)} job(s): "
+        # No time here: the chapter's line in "time per step" is its time (a second figure for it differed).
+        lines.append(f"  {run.notebook.stem:<24} {len(run.jobs)} job(s): "
                      f"{len(run.submitted)} submitted, {len(run.jobs) - len(run.submitted)} reused; {done} completed")
         for experiment_id, seconds in run.job_seconds.items():
             lines.append(f"      {experiment_id:<40} {seconds:6.0f} s  {run.states.get(experiment_id, '')}")

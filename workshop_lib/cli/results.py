@@ -49,11 +49,7 @@ def run_memory(args: argparse.Namespace) -> int:
 
 
 def _register_collect(subparsers: argparse._SubParsersAction) -> None:
-    """`collect` needs workshop_lib.experiments; it is added once that module exists."""
-    try:
-        from workshop_lib.book import tables  # noqa: F401  (imports experiments)
-    except ImportError:
-        return
+    # The tables (pandas) are imported by the command, not here: every `workshop` command would pay for them.
     collect = subparsers.add_parser(
         "collect",
         help="print a chapter's tables, filled from its run directories",

@@ -7,12 +7,19 @@ folder of the class folder, read back by everyone with every value checked).
 May import: core, experiments, jobs (the job footer), runs (the run's record).
 """
 
-from workshop_lib.results.chapter import chapter_results, record_of, run_note, run_record, unreadable_notes
-from workshop_lib.results.read import (
-    COMPLETED, INCOMPLETE, MISSING, RunResult, SHOWN_PROBLEMS, UnreadableLines, read_run,
-)
+import importlib
 
-__all__ = [
-    "COMPLETED", "INCOMPLETE", "MISSING", "RunResult", "SHOWN_PROBLEMS", "UnreadableLines", "chapter_results",
-    "read_run", "record_of", "run_note", "run_record", "unreadable_notes",
-]
+# Loaded on first use (PEP 562): `workshop memory`, run by every job's footer, and the other `workshop`
+# commands need no pandas, which the chapter's table brings in (over a second of CPU at each start).
+_HOMES = {
+    **dict.fromkeys(("chapter_results", "record_of", "run_note", "run_record", "unreadable_notes"), "chapter"),
+    **dict.fromkeys(("COMPLETED", "INCOMPLETE", "MISSING", "RunResult", "SHOWN_PROBLEMS", "UnreadableLines",
+                     "read_run"), "read"),
+}
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str):
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)

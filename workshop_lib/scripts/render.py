@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import shlex
 from pathlib import Path
 
@@ -55,6 +56,15 @@ def template_for(experiment: Experiment, profile: Profile) -> str:
     return "torchrun_multi_node.sbatch.j2" if experiment.multi_node else "torchrun_single_node.sbatch.j2"
 
 
+def leaves_memory_logs(experiment: Experiment, profile: Profile) -> bool:
+    """Whether the job writes memory monitor files for its footer's `workshop memory` to summarise: a GPU
+    monitor (nvidia-smi), a CPU one (psrecord, in the torchrun templates) or the rehearsal's own files."""
+    if profile.rehearsal is not None:
+        return True
+    return profile.has_nvidia_smi or (experiment.monitor_cpu_memory and template_for(experiment, profile)
+                                      .startswith("torchrun_"))
+
+
 def render_script(experiment: Experiment, profile: Profile | str | None = None,
                   deepspeed_config: str | None = None) -> str:
     """The job script for one experiment on one site.
@@ -73,6 +83,7 @@ def render_script(experiment: Experiment, profile: Profile | str | None = None,
         "origin": (f"Experiment {experiment.id} (content hash {experiment.content_hash}), "
                    f'site profile "{profile.name}", rendered by `workshop render`.'),
         "directives": directives(experiment, profile),
+        "memory_monitored": leaves_memory_logs(experiment, profile),
         "cache_exports": cache_exports(profile),
         "site": site_context(experiment, profile),
         "gpu_query": GPU_QUERY,
@@ -180,7 +191,10 @@ def rehearsal_context(experiment: Experiment, profile: Profile) -> dict:
     return {"sleep_s": f"{rehearsal.sleep_s:g}", "command": " ".join(words)}
 
 
+@functools.lru_cache(maxsize=None)
 def _environment() -> jinja2.Environment:
+    # One per process: it compiles each template once (a script includes six: compiling them was 90 % of a
+    # render). Jinja still reloads a template whose file changed since (auto_reload).
     return jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)),
         undefined=jinja2.StrictUndefined,

@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 from workshop_lib.core.errors import WorkshopError
+from workshop_lib.train.extensions import load_deepspeed_comm_op, settle_environment_locks
 from workshop_lib.train.flags import report_user_error
 
 
@@ -73,6 +74,12 @@ def start_runtime(deepspeed: bool = False, cpu_collectives: bool = False) -> Run
     if deepspeed:
         import deepspeed as deepspeed_module
 
+        # The op DeepSpeed loads on CPUs comes from this environment's folder, where `make setup` built it; a
+        # build a killed job left half done is cleared with a line saying so, not waited for until the limit.
+        if device.type == "cpu":
+            load_deepspeed_comm_op()
+        else:
+            settle_environment_locks()
         deepspeed_module.init_distributed(dist_backend=backend, timeout=timeout)
     elif not dist.is_initialized():
         dist.init_process_group(backend=backend, timeout=timeout)
