@@ -79,7 +79,7 @@ class ClassPlan:
             if job.experiment_id not in lines[key]:
                 lines[key].append(job.experiment_id)
         return [f"{self.where} has no {'' if nodes == 1 else f'{nodes} '}node{'s' if nodes > 1 else ''} with the "
-                f"features {','.join(features) or '(none)'}, {gpus} GPUs and the job's cores and memory, needed by "
+                f"features {','.join(features) or '(none)'}, {gpus} GPU{'s' if gpus > 1 else ''} and the job's cores and memory, needed by "
                 f"{', '.join(ids)}" for (features, gpus, nodes), ids in lines.items()]
 
     def gpu_hours(self, jobs_of: str = "participants") -> dict[int, float]:

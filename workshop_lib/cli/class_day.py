@@ -41,8 +41,6 @@ def run_plan(args: argparse.Namespace) -> int:
         raise WorkshopError(f"--hours {args.hours}: the day's target must be more than 0 hours (e.g. --hours 5)")
     if args.reservation and (args.nodes_4gpu is not None or args.nodes_8gpu is not None):
         raise WorkshopError("give either --reservation NAME or node counts (--nodes-4gpu N --nodes-8gpu M), not both")
-    durations = class_durations(args.profile)
-    jobs = class_jobs(args.participants, durations, args.profile)
     if args.reservation:
         if not re.fullmatch(RESERVATION.pattern, args.reservation):
             raise WorkshopError(f"--reservation {args.reservation!r} is not {RESERVATION.expected}: give the name "
@@ -56,6 +54,8 @@ def run_plan(args: argparse.Namespace) -> int:
                             2 if args.nodes_8gpu is None else args.nodes_8gpu)
         where = describe_counts(counts_of(nodes))
     target = args.hours * 3600
+    durations = class_durations(args.profile)
+    jobs = class_jobs(args.participants, durations, args.profile)
     plan = plan_on(jobs, nodes, where, target_s=target)
     print(describe_plan(plan, smallest_reservation(jobs, target_s=target), durations))
     return 0 if plan.fits else 1
