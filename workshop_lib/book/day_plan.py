@@ -17,6 +17,9 @@ from workshop_lib.class_plan import (
 from workshop_lib.experiments import CHAPTERS, all_experiments
 
 
+INSTRUCTOR_COLUMN = "read from the instructor's runs"
+
+
 @dataclass(frozen=True)
 class AgendaTimes:
     """A chapter's time around its jobs: reading and predicting before submitting, results and questions after,
@@ -140,7 +143,7 @@ def agenda(plan: ClassPlan) -> pd.DataFrame:
             "results and questions (min)": times.questions_min,
             "everyone runs": ", ".join(e.id for e in day.assignment.core) or "one of the shared runs",
             "split across the class": ", ".join(f"{e.id} (×{len(makers)})" for e, makers in day.assignment.split),
-            "read from the instructor's runs": ", ".join(e.id for e in day.assignment.instructor) or "—",
+            INSTRUCTOR_COLUMN: ", ".join(e.id for e in day.assignment.instructor) or "—",
             "while the jobs run": times.while_running})
         clock += length
     return pd.DataFrame(rows)
@@ -151,5 +154,47 @@ def day_length_min(frame: pd.DataFrame) -> int:
 
 
 __all__ = ["AGENDA", "AgendaTimes", "DAY_TARGET_S", "PER_USER_GPU_CAP", "agenda", "class_durations", "class_jobs_for",
-           "counts_of", "day_length_min", "describe_counts", "describe_plan", "node_counts", "plan_on",
+           "counts_of", "day_length_min", "day_plan_markdown", "describe_counts", "describe_plan", "node_counts", "plan_on",
            "smallest_reservation"]
+
+
+def day_plan_markdown(participants: int = 30, nodes_4gpu: int = 16, nodes_8gpu: int = 2,
+                      target_s: float = DAY_TARGET_S) -> str:
+    """The book's day plan page body: the agenda and the reservation, every number from the class plan."""
+    durations = class_durations()
+    jobs = class_jobs(participants, durations)
+    plan = plan_on(jobs, node_counts(nodes_4gpu, nodes_8gpu), describe_counts(
+        {IBEX_4GPU: nodes_4gpu, IBEX_8GPU: nodes_8gpu}), target_s=target_s)
+    smallest = smallest_reservation(jobs, target_s=target_s)
+    frame = agenda(plan)
+    hours = plan.gpu_hours()
+    instructor_hours = plan.gpu_hours("instructor")
+    lines = [
+        f"A class of **{participants} participants** on **{plan.where}**, all four chapters, one after the other. "
+        f"The jobs of the whole day take **{plan.day_s / 3600:.1f} h** by the class plan's simulation "
+        f"(target {target_s / 3600:g} h: {'fits' if plan.fits else 'does not fit'}); with reading, results and "
+        f"questions the day is about **{day_length_min(frame) / 60:.1f} h**, breaks not counted.",
+        "",
+        f"- GPU-hours of the participants' jobs: "
+        + ", ".join(f"{value:.0f} on {gpus}-GPU nodes" for gpus, value in sorted(hours.items())) + ".",
+        f"- The instructor's runs, once before the day: {len(plan.instructor_jobs)} jobs, "
+        + ", ".join(f"{value:.0f} GPU-hours on {gpus}-GPU nodes" for gpus, value in sorted(instructor_hours.items()))
+        + f", about {plan.instructor_schedule.makespan_s / 3600:.0f} h on the reservation's 8-GPU nodes (runs never "
+        "measured count their full time limit). Their results are what the class reads where a table needs two "
+        "8-GPU nodes.",
+        f"- Most GPUs one participant holds at once: {max(day.schedule.peak_user_gpus for day in plan.chapters)}, "
+        f"under KAUST's cap of {plan.cap} ({CAP_SOURCE}).",
+    ]
+    if smallest is not None:
+        lines.append(f"- The smallest reservation that holds the day within {target_s / 3600:g} h: **{smallest.where}** "
+                     f"({smallest.day_s / 3600:.1f} h of jobs), of Ibex's 46 four-GPU and 8 eight-GPU A100 nodes "
+                     f"({INVENTORY_SOURCE}).")
+    lines += ["", "| chapter | starts at | reading | jobs running | results and questions | everyone runs | "
+                  "split across the class | read from the instructor's runs | while the jobs run |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for row in frame.to_dict("records"):
+        lines.append(f"| {row['chapter']} | {row['starts at']} | {row['reading (min)']} min | "
+                     f"{row['jobs running (min)']} min | {row['results and questions (min)']} min | "
+                     f"{row['everyone runs']} | {row['split across the class']} | "
+                     f"{row[INSTRUCTOR_COLUMN]} | {row['while the jobs run']} |")
+    return "\n".join(lines)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from workshop_lib.class_plan.roles import needs_two_large_nodes
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.experiments import Experiment, chapter_experiments, get_experiment, with_recipe
 from workshop_lib.core.vocabulary import DEFAULT_RECIPE, HF, RECIPES
@@ -50,6 +51,11 @@ def select(chapter: int, profile: Profile | str = "tiny", experiments: Sequence[
     runnable, left_out = [], []
     for experiment in chosen:
         reason = profile.unsupported_reason(experiment)
+        if reason is None and experiments is None and needs_two_large_nodes(experiment):
+            # No participant job needs two 8-GPU nodes (Ibex has 8 for all its users): named, it still runs.
+            reason = (f"{experiment.id} needs two {experiment.gpus_per_node}-GPU nodes: the instructor runs it once "
+                      f"before the day and the class reads its results (to run it yourself, name it: "
+                      f"experiments = [\"{experiment.id}\"])")
         if reason:
             left_out.append((experiment, reason))
         else:
