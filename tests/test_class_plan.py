@@ -223,3 +223,31 @@ def test_the_plan_prints_each_chapter_the_day_and_the_reservation_to_ask_for(cap
         assert f"\nChapter {chapter} (" in text
     assert "instructor, once before the day: model-parallel/mixtral/tp2-pp4-ep2-sp (16 GPUs)" in text
     assert "The day: " in text and "Smallest reservation that fits" in text and "GPU-hours" in text
+
+
+# ---- chapter 2 and the day plan page ------------------------------------------------------------------
+def test_chapter_2_submits_no_two_node_mixtral_by_default_and_its_plan_fits_the_day():
+    from workshop_lib.book import time_plan
+    from workshop_lib.book.selection import select
+    from workshop_lib.class_plan.roles import needs_two_large_nodes
+
+    selection = select(2, "ibex")
+    assert [e.id for e in selection.runnable] == ["model-parallel/llama/tp2-dp2", "model-parallel/llama/tp4",
+                                                  "model-parallel/llama/tp8"]
+    assert all("the instructor runs it once before the day" in why for _, why in selection.left_out)
+    named = select(2, "ibex", ["model-parallel/mixtral/tp2-pp4-ep2-sp"])
+    assert [e.id for e in named.runnable] == ["model-parallel/mixtral/tp2-pp4-ep2-sp"]  # named: it runs
+    planned = [e for e in selection.chosen if not needs_two_large_nodes(e)]
+    slots = time_plan.queue(time_plan.estimate_chapter(planned))
+    assert max(slot.end_s for slot in slots) < 2 * 3600  # the text's "fit a workshop day"
+
+
+def test_the_day_plan_page_shows_the_plans_own_numbers(durations):
+    from workshop_lib.book.day_plan import agenda, day_plan_markdown
+
+    text = day_plan_markdown(participants=30, nodes_4gpu=16, nodes_8gpu=2)
+    plan = plan_on(class_jobs(30, durations), nodes_of({IBEX_4GPU: 16, IBEX_8GPU: 2}), "x")
+    assert f"take **{plan.day_s / 3600:.1f} h**" in text and "(target 5 h: fits)" in text
+    frame = agenda(plan)
+    assert list(frame["jobs running (min)"]) == [-(-int(d.schedule.makespan_s) // 300) * 5 for d in plan.chapters]
+    assert "| 2. Model parallel, no PEFT (NeMo) |" in text and "model-parallel/mixtral/tp2-pp4-ep2-sp" in text
