@@ -245,9 +245,11 @@ def test_chapter_2_submits_no_two_node_mixtral_by_default_and_its_plan_fits_the_
 def test_the_day_plan_page_shows_the_plans_own_numbers(durations):
     from workshop_lib.book.day_plan import agenda, day_plan_markdown
 
-    text = day_plan_markdown(participants=30, nodes_4gpu=16, nodes_8gpu=2)
+    text, shown = day_plan_markdown(participants=30, nodes_4gpu=16, nodes_8gpu=2)
     plan = plan_on(class_jobs(30, durations), nodes_of({IBEX_4GPU: 16, IBEX_8GPU: 2}), "x")
     assert f"take **{plan.day_s / 3600:.1f} h**" in text and "(target 5 h: fits)" in text
     frame = agenda(plan)
     assert list(frame["jobs running (min)"]) == [-(-int(d.schedule.makespan_s) // 300) * 5 for d in plan.chapters]
-    assert "| 2. Model parallel, no PEFT (NeMo) |" in text and "model-parallel/mixtral/tp2-pp4-ep2-sp" in text
+    assert shown.equals(frame)
+    assert shown.loc[1, "read from the instructor's runs"] == ("model-parallel/mixtral/tp2-pp4-ep2-sp, "
+                                                                "model-parallel/mixtral/tp4-pp2-ep2-sp")

@@ -159,8 +159,9 @@ __all__ = ["AGENDA", "AgendaTimes", "DAY_TARGET_S", "PER_USER_GPU_CAP", "agenda"
 
 
 def day_plan_markdown(participants: int = 30, nodes_4gpu: int = 16, nodes_8gpu: int = 2,
-                      target_s: float = DAY_TARGET_S) -> str:
-    """The book's day plan page body: the agenda and the reservation, every number from the class plan."""
+                      target_s: float = DAY_TARGET_S) -> tuple[str, pd.DataFrame]:
+    """The book's day plan page: the day and the reservation in words (Markdown) and the agenda, every number
+    from the class plan."""
     durations = class_durations()
     jobs = class_jobs(participants, durations)
     plan = plan_on(jobs, node_counts(nodes_4gpu, nodes_8gpu), describe_counts(
@@ -189,12 +190,4 @@ def day_plan_markdown(participants: int = 30, nodes_4gpu: int = 16, nodes_8gpu: 
         lines.append(f"- The smallest reservation that holds the day within {target_s / 3600:g} h: **{smallest.where}** "
                      f"({smallest.day_s / 3600:.1f} h of jobs), of Ibex's 46 four-GPU and 8 eight-GPU A100 nodes "
                      f"({INVENTORY_SOURCE}).")
-    lines += ["", "| chapter | starts at | reading | jobs running | results and questions | everyone runs | "
-                  "split across the class | read from the instructor's runs | while the jobs run |",
-              "|---|---|---|---|---|---|---|---|---|"]
-    for row in frame.to_dict("records"):
-        lines.append(f"| {row['chapter']} | {row['starts at']} | {row['reading (min)']} min | "
-                     f"{row['jobs running (min)']} min | {row['results and questions (min)']} min | "
-                     f"{row['everyone runs']} | {row['split across the class']} | "
-                     f"{row[INSTRUCTOR_COLUMN]} | {row['while the jobs run']} |")
-    return "\n".join(lines)
+    return "\n".join(lines), frame
