@@ -39,9 +39,9 @@ def run_plan(args: argparse.Namespace) -> int:
                             "(e.g. --participants 30)")
     if not args.hours > 0:
         raise WorkshopError(f"--hours {args.hours}: the day's target must be more than 0 hours (e.g. --hours 5)")
-    if args.reservation and (args.nodes_4gpu is not None or args.nodes_8gpu is not None):
+    if args.reservation is not None and (args.nodes_4gpu is not None or args.nodes_8gpu is not None):
         raise WorkshopError("give either --reservation NAME or node counts (--nodes-4gpu N --nodes-8gpu M), not both")
-    if args.reservation:
+    if args.reservation is not None:
         if not re.fullmatch(RESERVATION.pattern, args.reservation):
             raise WorkshopError(f"--reservation {args.reservation!r} is not {RESERVATION.expected}: give the name "
                                 "`scontrol show reservation` lists")
