@@ -9,10 +9,10 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from workshop_lib.book.time_plan import CAP_SOURCE, PER_USER_GPU_CAP, estimate_chapter
+from workshop_lib.book.time_plan import CAP_SOURCE, estimate_chapter
 from workshop_lib.class_plan import (
     DAY_TARGET_S, IBEX_4GPU, IBEX_8GPU, INVENTORY_SOURCE, ClassJobs, ClassPlan, Node, PlanError, class_jobs,
-    counts_of, describe_counts, nodes_of, plan_on, smallest_reservation,
+    describe_counts, nodes_of, plan_on, smallest_reservation,
 )
 from workshop_lib.experiments import CHAPTERS, all_experiments
 
@@ -153,9 +153,8 @@ def day_length_min(frame: pd.DataFrame) -> int:
     return int(frame[["reading (min)", "jobs running (min)", "results and questions (min)"]].to_numpy().sum())
 
 
-__all__ = ["AGENDA", "AgendaTimes", "DAY_TARGET_S", "PER_USER_GPU_CAP", "agenda", "class_durations", "class_jobs_for",
-           "counts_of", "day_length_min", "day_plan_markdown", "describe_counts", "describe_plan", "node_counts", "plan_on",
-           "smallest_reservation"]
+__all__ = ["AGENDA", "AgendaTimes", "agenda", "class_durations", "class_jobs_for", "day_length_min",
+           "day_plan_markdown", "describe_plan", "node_counts"]
 
 
 def day_plan_markdown(participants: int = 30, nodes_4gpu: int = 16, nodes_8gpu: int = 2,

@@ -30,6 +30,11 @@ class NodeShape:
         return f"{self.gpus}-GPU"
 
 
+# KAUST's Ibex policy, kaust-rccl/ksl-docs docs/source/policy/ibex.rst line 35: "a maximum limit on allocating
+# 24 GPUs in running jobs on Ibex ... whether 1 job requesting 24 GPUs or 24 jobs requesting a single GPU".
+PER_USER_GPU_CAP = 24
+CAP_SOURCE = "KAUST's Ibex policy (kaust-rccl/ksl-docs, docs/source/policy/ibex.rst:35)"
+
 # KAUST's A100 nodes, kaust-rccl/ksl-docs docs/source/systems/ibex/compute_node.rst:266-287: 46 nodes of 4 A100s,
 # 64 cores (62 allocatable: two run the WekaIO file system) and 512 GB; 8 nodes of 8 A100s, 128 cores (126) and 1 TB.
 # The memory is the documented figure; a reservation read from SLURM brings each node's RealMemory instead.

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from workshop_lib.checks.requests import mem_gib
-from workshop_lib.class_plan.nodes import IBEX_A100_NODES, Node, NodeShape, counts_of, describe_counts, nodes_of
-from workshop_lib.class_plan.roles import CLASS_ROLES, Assignment, ChapterRoles, assign
+from workshop_lib.class_plan.nodes import IBEX_A100_NODES, PER_USER_GPU_CAP, Node, NodeShape, counts_of, describe_counts, nodes_of
+from workshop_lib.class_plan.roles import CLASS_ROLES, Assignment, ChapterRoles, assign, participant_names
 from workshop_lib.class_plan.simulate import PlannedJob, Schedule, simulate
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.experiments import CHAPTERS, Experiment
@@ -107,8 +107,6 @@ def class_jobs(participants: int, durations: Mapping[str, float], profile: Profi
                roles: dict[int, ChapterRoles] = CLASS_ROLES, chapters: Sequence[int] = tuple(CHAPTERS)) -> ClassJobs:
     """Every chapter's runs dealt out to ``participants``; ``durations`` maps each experiment id to its planned
     seconds on the site (the chapter time plan's figure)."""
-    from workshop_lib.class_plan.roles import participant_names
-
     names = participant_names(participants)
     profile = load_profile(profile)
     days, instructor, start = [], [], 0
@@ -122,7 +120,7 @@ def class_jobs(participants: int, durations: Mapping[str, float], profile: Profi
     return ClassJobs(names, tuple(days), tuple(instructor))
 
 
-def plan_on(jobs: ClassJobs, nodes: Sequence[Node], where: str, cap: int = 24,
+def plan_on(jobs: ClassJobs, nodes: Sequence[Node], where: str, cap: int = PER_USER_GPU_CAP,
             target_s: float = DAY_TARGET_S) -> ClassPlan:
     """The class's jobs simulated on ``nodes``, chapter after chapter; the instructor's alone, before the day."""
     if not nodes:
@@ -135,7 +133,7 @@ def plan_on(jobs: ClassJobs, nodes: Sequence[Node], where: str, cap: int = 24,
 
 
 def build_plan(participants: int, durations: Mapping[str, float], nodes: Sequence[Node], where: str,
-               profile: Profile | str = "ibex", cap: int = 24, target_s: float = DAY_TARGET_S,
+               profile: Profile | str = "ibex", cap: int = PER_USER_GPU_CAP, target_s: float = DAY_TARGET_S,
                roles: dict[int, ChapterRoles] = CLASS_ROLES, chapters: Sequence[int] = tuple(CHAPTERS)) -> ClassPlan:
     """The class plan for ``participants`` on ``nodes``."""
     return plan_on(class_jobs(participants, durations, profile, roles, chapters), nodes, where, cap, target_s)
@@ -148,7 +146,7 @@ def _duration(durations: Mapping[str, float], experiment: Experiment) -> float:
     return durations[experiment.id]
 
 
-def smallest_reservation(jobs: ClassJobs, cap: int = 24, target_s: float = DAY_TARGET_S,
+def smallest_reservation(jobs: ClassJobs, cap: int = PER_USER_GPU_CAP, target_s: float = DAY_TARGET_S,
                          inventory: Mapping[NodeShape, int] = IBEX_A100_NODES) -> ClassPlan | None:
     """The plan on the fewest GPUs (then the fewest large nodes) of the site's inventory whose day fits the
     target; None if even the whole inventory does not."""

@@ -4,6 +4,7 @@ It adds its verb to the `workshop class` group that cli/class_pool.py makes."""
 from __future__ import annotations
 
 import argparse
+import re
 
 from workshop_lib.core.errors import WorkshopError
 
@@ -28,11 +29,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_plan(args: argparse.Namespace) -> int:
-    from workshop_lib.book.day_plan import class_durations, describe_plan, node_counts, plan_on, smallest_reservation
-    from workshop_lib.class_plan import class_jobs, describe_counts, counts_of, read_reservation
+    from workshop_lib.book.day_plan import class_durations, describe_plan, node_counts
+    from workshop_lib.class_plan import class_jobs, counts_of, describe_counts, plan_on, read_reservation, \
+        smallest_reservation
     from workshop_lib.sites.reservation import RESERVATION
-
-    import re
 
     if args.participants < 1:
         raise WorkshopError(f"--participants {args.participants}: a class has at least 1 participant "
