@@ -253,3 +253,28 @@ def test_the_day_plan_page_shows_the_plans_own_numbers(durations):
     assert shown.equals(frame)
     assert shown.loc[1, "read from the instructor's runs"] == ("model-parallel/mixtral/tp2-pp4-ep2-sp, "
                                                                 "model-parallel/mixtral/tp4-pp2-ep2-sp")
+
+
+def test_in_a_class_a_chapter_submits_the_participants_own_runs(monkeypatch):
+    from workshop_lib.book.selection import select
+    from workshop_lib.core.errors import WorkshopError
+
+    monkeypatch.setenv("WORKSHOP_PARTICIPANT", "9/30")
+    names = tuple(f"participant-{i + 1:02d}" for i in range(30))
+    first, start = assign(1, names)
+    second, _ = assign(2, names, start)
+    selection = select(2, "ibex")
+    assert [e.id for e in selection.runnable] == [e.id for e in second.by_participant["participant-09"]]
+    assert [e.id for e in selection.planned] == [e.id for e in selection.runnable]
+    why = dict((e.id, reason) for e, reason in selection.left_out)
+    assert "made by participant(s) 10" in why["model-parallel/llama/tp4"]
+    assert "the instructor runs it once before the day" in why["model-parallel/mixtral/tp2-pp4-ep2-sp"]
+    one = select(1, "ibex")
+    assert [e.id for e in one.runnable] == [e.id for e in first.by_participant["participant-09"]]
+    assert "lora/llama/8-gpus" not in [e.id for e in one.runnable]  # the instructor's in a class
+    for value in ("31/30", "0/30", "seven", "7-30"):
+        monkeypatch.setenv("WORKSHOP_PARTICIPANT", value)
+        with pytest.raises(WorkshopError, match=r"WORKSHOP_PARTICIPANT is .*K/N"):
+            select(1, "ibex")
+    monkeypatch.delenv("WORKSHOP_PARTICIPANT")
+    assert "lora/llama/8-gpus" in [e.id for e in select(1, "ibex").runnable]  # outside a class: every run

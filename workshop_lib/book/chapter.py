@@ -128,15 +128,15 @@ def show_time_plan(selection: Selection, site: str = "ibex") -> pd.DataFrame:
     and about how long each runs on an A100 (``workshop_lib.book.time_plan``, from the reference runs). Always
     the Ibex plan, whatever profile runs here: it is what the chapter costs on the cluster."""
     from workshop_lib.book import time_plan
-    from workshop_lib.class_plan.roles import needs_two_large_nodes
 
-    # What a participant submits: runs that need two 8-GPU nodes are the instructor's (made before the day).
-    planned = [experiment for experiment in selection.chosen if not needs_two_large_nodes(experiment)]
-    instructor = [experiment.id for experiment in selection.chosen if needs_two_large_nodes(experiment)]
+    # What a participant submits: not the instructor's runs, nor (in a class) those other participants make.
+    planned = selection.planned or selection.chosen
     sentence, table, factors = time_plan.chapter_plan(planned, site)
-    if instructor:
-        sentence += (f" Not counted: {', '.join(instructor)} need{'s' if len(instructor) == 1 else ''} two 8-GPU "
-                     "nodes each, so the instructor runs them once before the day and the class reads their results.")
+    others = [experiment.id for experiment in selection.chosen if experiment not in planned]
+    if others:
+        sentence += (f" Not counted: {', '.join(others)}, which {'is' if len(others) == 1 else 'are'} not yours to "
+                     "submit (the instructor's runs, made before the day, or in a class another participant's); "
+                     "their results are read, not run.")
     display(as_html(f'<p class="workshop-time-plan">{escape(sentence)}</p>'
                     f"<details><summary>Each job on Ibex: GPUs, steps, A100 estimate, queue</summary>"
                     + scrollable(table.to_html(index=False, border=0, classes="workshop-time-plan-table"))

@@ -14,6 +14,7 @@ from workshop_lib.class_plan import (
     DAY_TARGET_S, IBEX_4GPU, IBEX_8GPU, INVENTORY_SOURCE, ClassJobs, ClassPlan, Node, PlanError, class_jobs,
     describe_counts, nodes_of, plan_on, smallest_reservation,
 )
+from workshop_lib.class_plan.roles import PARTICIPANT_VARIABLE
 from workshop_lib.experiments import CHAPTERS, all_experiments
 
 
@@ -80,7 +81,7 @@ def _short(names: tuple[str, ...]) -> str:
 
 
 def describe_plan(plan: ClassPlan, smallest: ClassPlan | None, durations: dict[str, float],
-                  missing: list[str] = ()) -> str:
+                  missing: list[str] = (), users: tuple[str, ...] = ()) -> str:
     """The report of `workshop class plan`: per chapter who makes which runs and how long the jobs take, the day,
     GPU-hours by node shape, the instructor's runs and the smallest reservation that fits."""
     lines = [f"Class plan: {len(plan.participants)} participants on {plan.where}; at most {plan.cap} GPUs per user "
@@ -103,6 +104,12 @@ def describe_plan(plan: ClassPlan, smallest: ClassPlan | None, durations: dict[s
             lines.append(f"  ! {len(without)} participant(s) have no job of their own: {_short(tuple(without))}")
         if schedule.never:
             lines.append(f"  ! {len(schedule.never)} job(s) can never start on these nodes (see below)")
+    count = len(plan.participants)
+    lines += ["", f"Each participant exports {PARTICIPANT_VARIABLE}=K/{count} (K: their number above, 1 to {count}) "
+                  "before starting JupyterLab: each chapter then submits that participant's runs only."]
+    if users:
+        lines.append("Numbers by the reservation's users: " + ", ".join(
+            f"{index + 1} {user}" for index, user in enumerate(users[:count])))
     verdict = "fits" if plan.fits else "does NOT fit"
     lines += ["", f"The day: {plan.day_s / 3600:.2f} h of jobs, chapters one after the other (target "
                   f"{plan.target_s / 3600:g} h): {verdict}. Most GPUs one participant holds at once: "

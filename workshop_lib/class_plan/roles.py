@@ -129,3 +129,51 @@ def assign(chapter: int, participants: Sequence[str], start: int = 0,
     assignment = Assignment(chapter, {name: tuple(runs) for name, runs in by_participant.items()}, instructor, core,
                             tuple((e, tuple(makers[e.id])) for e in split))
     return assignment, cursor % count
+
+
+# ---- one participant on the day ----------------------------------------------------------------------
+PARTICIPANT_VARIABLE = "WORKSHOP_PARTICIPANT"
+
+
+def class_participant(environ: dict | None = None) -> tuple[int, int] | None:
+    """(your number, the class's size) from $WORKSHOP_PARTICIPANT=K/N, as the instructor hands them out (the
+    order of `workshop class plan`); None when unset: every run of the chapter but the instructor's is yours."""
+    import os
+    import re
+
+    value = (os.environ if environ is None else environ).get(PARTICIPANT_VARIABLE, "").strip()
+    if not value:
+        return None
+    match = re.fullmatch(r"(\d+)/(\d+)", value)
+    if not match or not 1 <= int(match[1]) <= int(match[2]):
+        raise WorkshopError(f"${PARTICIPANT_VARIABLE} is {value!r}: write your number and the class's size as K/N "
+                            f"with 1 <= K <= N (e.g. export {PARTICIPANT_VARIABLE}=7/30, the numbers the instructor "
+                            f"gave out), or unset it to run every run of the chapter")
+    return int(match[1]), int(match[2])
+
+
+def not_yours(chapter: int, participant: tuple[int, int] | None,
+              roles: dict[int, ChapterRoles] = CLASS_ROLES) -> dict[str, str]:
+    """In a class ($WORKSHOP_PARTICIPANT), the runs of the chapter that are not this participant's, each with why:
+    the instructor's and the split runs other participants make. Outside a class: none."""
+    if participant is None:
+        return {}
+    reasons = {experiment.id: (f"{experiment.id} is the instructor's run (made once before the day): the class "
+                               f"reads its results; to run it yourself, name it: experiments = [\"{experiment.id}\"]")
+               for experiment in chapter_experiments(chapter) if role_of(experiment, roles) == INSTRUCTOR}
+    number, count = participant
+    names = participant_names(count)
+    start = 0
+    for earlier in sorted(roles):  # the split runs go on round-robin from chapter to chapter
+        assignment, start = assign(earlier, names, start, roles)
+        if earlier == chapter:
+            break
+    else:
+        return reasons
+    yours = {experiment.id for experiment in assignment.by_participant[names[number - 1]]}
+    for experiment, makers in assignment.split:
+        if experiment.id not in yours:
+            who = ", ".join(name.rsplit("-", 1)[-1] for name in makers)
+            reasons[experiment.id] = (f"{experiment.id} is made by participant(s) {who} of the class (you are "
+                                      f"{number} of {count}, ${PARTICIPANT_VARIABLE}); its results come from them")
+    return reasons

@@ -46,16 +46,16 @@ def run_plan(args: argparse.Namespace) -> int:
             raise WorkshopError(f"--reservation {args.reservation!r} is not {RESERVATION.expected}: give the name "
                                 "`scontrol show reservation` lists")
         reservation = read_reservation(args.reservation)
-        nodes = reservation.nodes
+        nodes, users = reservation.nodes, reservation.users
         where = f"reservation {reservation.name} ({describe_counts(counts_of(nodes))}, {reservation.start} to " \
                 f"{reservation.end}, {reservation.state})"
     else:
         nodes = node_counts(16 if args.nodes_4gpu is None else args.nodes_4gpu,
                             2 if args.nodes_8gpu is None else args.nodes_8gpu)
-        where = describe_counts(counts_of(nodes))
+        where, users = describe_counts(counts_of(nodes)), ()
     target = args.hours * 3600
     durations = class_durations(args.profile)
     jobs = class_jobs(args.participants, durations, args.profile)
     plan = plan_on(jobs, nodes, where, target_s=target)
-    print(describe_plan(plan, smallest_reservation(jobs, target_s=target), durations))
+    print(describe_plan(plan, smallest_reservation(jobs, target_s=target), durations, users=users))
     return 0 if plan.fits else 1
