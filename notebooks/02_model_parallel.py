@@ -36,8 +36,9 @@
 # nodes each** (16 GPUs), and Ibex has eight such nodes for all of its users: the instructor runs them once
 # before the day, and you read their results in the Mixtral table below. They are left out of what this
 # notebook submits and of its time plan (name one in `experiments` to run it yourself). In a class, each
-# participant makes one Llama layout and the class shares the rest: `workshop class plan` shows who makes
-# which, and the book's {doc}`../book/day_plan` the day around it.
+# participant makes one Llama layout and the class shares the rest: with `WORKSHOP_PARTICIPANT=K/N` set, this
+# notebook submits yours only and its plan counts only those; `workshop class plan` shows who makes which,
+# and the book's {doc}`../book/day_plan` the day around it.
 # ```
 #
 # ```{admonition} The hyperparameters are deliberately small
