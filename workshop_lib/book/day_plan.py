@@ -81,7 +81,7 @@ def _short(names: tuple[str, ...]) -> str:
 
 
 def describe_plan(plan: ClassPlan, smallest: ClassPlan | None, durations: dict[str, float],
-                  missing: list[str] = (), users: tuple[str, ...] = ()) -> str:
+                  users: tuple[str, ...] = ()) -> str:
     """The report of `workshop class plan`: per chapter who makes which runs and how long the jobs take, the day,
     GPU-hours by node shape, the instructor's runs and the smallest reservation that fits."""
     lines = [f"Class plan: {len(plan.participants)} participants on {plan.where}; at most {plan.cap} GPUs per user "
@@ -124,7 +124,7 @@ def describe_plan(plan: ClassPlan, smallest: ClassPlan | None, durations: dict[s
             f"{value:.0f} GPU-hours on {gpus}-GPU nodes" for gpus, value in sorted(hours.items()))
             + f"; {instructor.makespan_s / 3600:.1f} h on these nodes (runs never measured count their time limit)."
             + (f" {len(instructor.never)} of them cannot run on these nodes." if instructor.never else ""))
-    for line in missing or plan.missing_shapes():
+    for line in plan.missing_shapes():
         lines.append(f"! Missing: {line}")
     if smallest is not None:
         lines.append(f"Smallest reservation that fits ({INVENTORY_SOURCE}: 46 four-GPU and 8 eight-GPU A100 nodes): "
