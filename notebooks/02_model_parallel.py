@@ -44,11 +44,11 @@
 # ```{admonition} The hyperparameters are deliberately small
 # :class: note
 # On Ibex every run stops after 250 optimizer steps with a global batch of 8 sequences, a short warm-up and a
-# few validation batches, so that the chapter's jobs fit a workshop day: about 76 minutes for each Llama layout
-# on A100s (the plan before submitting gives each job's time). The measurements on real GPUs shown first stopped
-# earlier still, as each caption says. That is enough to see how time and memory change with the layout, which
-# is the lesson. It is not a fine-tune worth keeping: a useful one of an 8-billion-parameter model runs over a
-# whole data set, with global batches of
+# few validation batches, so that the chapter's jobs fit a workshop day (the plan before submitting gives
+# each job's time). The measurements on real GPUs shown first stopped earlier still, as each caption says.
+# That is enough to see how time and memory change with the layout, which is the lesson. It is not a
+# fine-tune worth keeping: a useful one of an 8-billion-parameter model runs over a whole data set, with
+# global batches of
 # hundreds of sequences and a learning-rate schedule tuned to them, for hours or days.
 # ```
 
