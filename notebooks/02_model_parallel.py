@@ -30,6 +30,17 @@
 # keeps and what it drops.
 # ```
 #
+# ```{admonition} What you run, and what the instructor ran for you
+# :class: important
+# You run the **Llama** layouts, one node each (4 or 8 GPUs). **Mixtral's full fine-tunes need two 8-GPU
+# nodes each** (16 GPUs), and Ibex has eight such nodes for all of its users: the instructor runs them once
+# before the day, and you read their results in the Mixtral table below. They are left out of what this
+# notebook submits and of its time plan (name one in `experiments` to run it yourself). In a class, each
+# participant makes one Llama layout and the class shares the rest: with `WORKSHOP_PARTICIPANT=K/N` set, this
+# notebook submits yours only and its plan counts only those; `workshop class plan` shows who makes which,
+# and the book's {doc}`../book/day_plan` the day around it.
+# ```
+#
 # ```{admonition} The hyperparameters are deliberately small
 # :class: note
 # On Ibex every run stops after 250 optimizer steps with a global batch of 8 sequences, a short warm-up and a
@@ -187,7 +198,8 @@ nb.show_reference_script("model-parallel/mixtral/tp2-pp4-ep2-sp", "ibex");
 # %% [markdown]
 # ## How many GPUs, and how long on Ibex
 #
-# Before anything is submitted: how many GPUs this chapter's jobs ask for on Ibex, how they queue under
+# Before anything is submitted: how many GPUs this chapter's jobs ask for on Ibex (the Llama layouts you
+# submit; Mixtral's two-node runs are the instructor's), how they queue under
 # KAUST's limit of 24 GPUs per user in running jobs, and about how long each job runs on an A100. The
 # times come from the reference runs (H100/H200), scaled by the datasheet ratios named under the table,
 # and the sentence is written from the same numbers. Whatever profile runs here, this is the Ibex plan.
@@ -238,7 +250,8 @@ nb.say(claims.nemo_tensor_parallel(reference));
 
 # %% tags=["hide-input"]
 nb.show_results(selection, ["mixtral"], runs_dir,
-                missing="needs 2 nodes of 8 GPUs, more than the one machine of at most 4 GPUs the references ran on")
+                missing="needs 2 nodes of 8 GPUs: the instructor's run, made before the day (the references ran on one "
+                        "machine of at most 4 GPUs)")
 
 # %% [markdown]
 # ## Mixtral's parallel factors on 4 GPUs, at reduced depth

@@ -97,6 +97,15 @@ def cases(places: dict[str, str]) -> list[list[str]]:
     found += [["class", "pool", "--chapter", "1", "--profile", value] for value in (p["missing"], p["binary"])]
     found += [["class", "init", value] for value in (p["file"], p["file_child"], p["proc"])]
     found += [["class", "init", p["folder"], "--group", "no-such-group"], ["class", "init"], ["class"]]
+    # class plan (no --reservation that exists: nothing here reaches a scheduler)
+    found += [["class", "plan"]]
+    found += [["class", "plan", "--participants", value] for value in ("0", "-3", "x", "")]
+    found += [["class", "plan", "--participants", "3", option, value]
+              for option, values in {"--nodes-4gpu": ("-1", "x"), "--nodes-8gpu": ("-2",), "--hours": ("0", "-1", "nan"),
+                                     "--reservation": ("", "a b", "x;rm", "../../etc")}.items() for value in values]
+    found += [["class", "plan", "--participants", "3", "--nodes-4gpu", "0", "--nodes-8gpu", "0"],
+              ["class", "plan", "--participants", "3", "--reservation", "r", "--nodes-8gpu", "1"],
+              ["class", "plan", "--participants", "3", "--profile", p["binary"]]]
     # the cluster and jobs
     found += [["cluster", "up", "--nodes", value] for value in ("0", "-1", "99", "x")]
     found += [["cluster", "up", "--timeout", value] for value in ("0", "-1", "nan")]

@@ -14,6 +14,8 @@ imports only packages listed above it (tests/test_import_loops.py checks it, and
     jobs/         jobs on a scheduler (SLURM or the local executor), one watcher per process, why a job failed
     runs/         a run's folder, record and job: submit or reuse, status, explanations
     results/      what runs left, parsed (one module per log format) into a chapter's table
+    class_plan/   the class day: who makes which run, the day's jobs packed on a reservation's node shapes,
+                  the reservation that fits
     book/         what a chapter shows: tables, figures, claims, the memory calculator, and the notebooks' API
                   (`from workshop_lib.book import chapter as nb`)
     widgets/      the experiment builder and the job monitor (ipywidgets, with HTML fallbacks); the one import
@@ -24,5 +26,5 @@ imports only packages listed above it (tests/test_import_loops.py checks it, and
 """
 
 # The layers, bottom first; tests/test_import_loops.py reads this list.
-LAYERS = ("core", "experiments", "estimate", "sites", "checks", "scripts", "jobs", "runs", "results", "book",
+LAYERS = ("core", "experiments", "estimate", "sites", "checks", "scripts", "jobs", "runs", "results", "class_plan", "book",
           "widgets", "cli", "nemo_check")

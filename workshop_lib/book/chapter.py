@@ -129,7 +129,14 @@ def show_time_plan(selection: Selection, site: str = "ibex") -> pd.DataFrame:
     the Ibex plan, whatever profile runs here: it is what the chapter costs on the cluster."""
     from workshop_lib.book import time_plan
 
-    sentence, table, factors = time_plan.chapter_plan(selection.chosen, site)
+    # What a participant submits: not the instructor's runs, nor (in a class) those other participants make.
+    planned = selection.planned or selection.chosen
+    sentence, table, factors = time_plan.chapter_plan(planned, site)
+    others = [experiment.id for experiment in selection.chosen if experiment not in planned]
+    if others:
+        sentence += (f" Not counted: {', '.join(others)}, which {'is' if len(others) == 1 else 'are'} not yours to "
+                     "submit (the instructor's runs, made before the day, or in a class another participant's); "
+                     "their results are read, not run.")
     display(as_html(f'<p class="workshop-time-plan">{escape(sentence)}</p>'
                     f"<details><summary>Each job on Ibex: GPUs, steps, A100 estimate, queue</summary>"
                     + scrollable(table.to_html(index=False, border=0, classes="workshop-time-plan-table"))

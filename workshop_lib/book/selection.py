@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from workshop_lib.class_plan.roles import class_participant, needs_two_large_nodes, not_yours
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.experiments import Experiment, chapter_experiments, get_experiment, with_recipe
 from workshop_lib.core.vocabulary import DEFAULT_RECIPE, HF, RECIPES
@@ -21,6 +22,9 @@ class Selection:
     chosen: tuple[Experiment, ...]  # what the parameters cell asked for, in matrix order
     runnable: tuple[Experiment, ...]  # the part the profile realises
     left_out: tuple[tuple[Experiment, str], ...]  # (experiment, why) for the rest
+    # What a participant submits on the day, whatever the profile realises here: the chosen runs less the
+    # instructor's and, in a class ($WORKSHOP_PARTICIPANT), less those other participants make (the time plan's jobs).
+    planned: tuple[Experiment, ...] = ()
 
 
 def select(chapter: int, profile: Profile | str = "tiny", experiments: Sequence[str] | str | None = None,
@@ -46,12 +50,20 @@ def select(chapter: int, profile: Profile | str = "tiny", experiments: Sequence[
         in_matrix = {experiment.id for experiment in matrix}
         chosen = ([experiment for experiment in matrix if experiment.id in set(wanted)]
                   + [get_experiment(i) for i in dict.fromkeys(wanted) if i not in in_matrix])
-    chosen = [with_recipe(experiment, recipe) if experiment.engine == HF else experiment for experiment in chosen]
+    # Not yours, when the whole chapter is asked for: the instructor's runs (two 8-GPU nodes) and, in a class, the
+    # runs the class plan gives other participants. Named, a run is always yours.
+    others = not_yours(chapter, class_participant()) if experiments is None else {}
+    others.update({e.id: f"{e.id} needs two {e.gpus_per_node}-GPU nodes: the instructor runs it once before the "
+                         f"day and the class reads its results (to run it yourself, name it: experiments = "
+                         f"[\"{e.id}\"])" for e in chosen if experiments is None and needs_two_large_nodes(e)})
+    pairs = [(with_recipe(experiment, recipe) if experiment.engine == HF else experiment, experiment.id)
+             for experiment in chosen]
     runnable, left_out = [], []
-    for experiment in chosen:
-        reason = profile.unsupported_reason(experiment)
+    for experiment, base_id in pairs:
+        reason = profile.unsupported_reason(experiment) or others.get(base_id)
         if reason:
             left_out.append((experiment, reason))
         else:
             runnable.append(experiment)
-    return Selection(chapter, profile, tuple(chosen), tuple(runnable), tuple(left_out))
+    planned = tuple(experiment for experiment, base_id in pairs if base_id not in others)
+    return Selection(chapter, profile, tuple(e for e, _ in pairs), tuple(runnable), tuple(left_out), planned)

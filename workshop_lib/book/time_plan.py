@@ -23,6 +23,8 @@ import pandas as pd
 
 from workshop_lib.book.cells import is_missing
 from workshop_lib.book.series import choose_series
+# The per-user cap of GPUs in running jobs: one Ibex fact for the chapter plan and the class plan.
+from workshop_lib.class_plan.nodes import CAP_SOURCE, PER_USER_GPU_CAP
 from workshop_lib.core.durations import format_duration, parse_duration
 from workshop_lib.core.gpu_cards import CARDS, Card, card_of
 from workshop_lib.experiments import Experiment
@@ -30,10 +32,6 @@ from workshop_lib.core.vocabulary import GPT, HF, NEMO
 from workshop_lib.core.paths import REFERENCE_DIR
 from workshop_lib.sites.profiles import Profile, load_profile
 
-# KAUST's Ibex policy, kaust-rccl/ksl-docs docs/source/policy/ibex.rst line 35: "a maximum limit on allocating
-# 24 GPUs in running jobs on Ibex ... whether 1 job requesting 24 GPUs or 24 jobs requesting a single GPU".
-PER_USER_GPU_CAP = 24
-CAP_SOURCE = "KAUST's Ibex policy (kaust-rccl/ksl-docs, docs/source/policy/ibex.rst:35)"
 
 # The NeMo reference row ran under this profile's trainer.max_steps (its row records no run_settings).
 NEMO_REFERENCE_PROFILE = "gpu-workstation-nemo"

@@ -72,7 +72,8 @@ def experiment_layout(experiment: "Experiment", profile: "Profile | None" = None
                   tensor_parallel=experiment.tensor_parallel, expert_parallel=experiment.expert_parallel,
                   pipeline_parallel=experiment.pipeline_parallel, sequence_parallel=bool(experiment.sequence_parallel),
                   lora=experiment.peft == "lora", zero_stage=experiment.zero_stage, offload=bool(experiment.offload),
-                  fsdp=experiment.fsdp, constraint=profile.scheduler.constraint if profile is not None else None,
+                  fsdp=experiment.fsdp,
+                  constraint=profile.scheduler.constraint_for(experiment.gpus_per_node) if profile is not None else None,
                   nemo_container=container, model=experiment.model)
 
 

@@ -17,6 +17,7 @@ COMMAND_MODULES = [
     "setup",  # setup SITE (a login node's one-off preparation)
     "lab",  # lab --batch / --ibex (JupyterLab as a batch job, and its tunnel)
     "class_pool",  # class init / publish / pool (the class's pooled results)
+    "class_day",  # class plan (a class day on a reservation), in the `class` group class_pool makes
 ]
 
 

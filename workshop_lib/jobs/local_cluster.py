@@ -29,6 +29,21 @@ CLUSTER_NAME = "workshop"
 GPUS_PER_NODE = 8
 CPUS_PER_NODE = 64
 MEMORY_MIB_PER_NODE = 512 * 1024
+# The default nodes stand in for both of Ibex's A100 shapes (4-GPU and 8-GPU nodes), so a script rendered for
+# Ibex (--constraint=a100,4gpus or a100,8gpus) is accepted here as it would be there.
+DEFAULT_FEATURES = "a100,4gpus,8gpus"
+MAX_NODES = 32
+
+
+@dataclass(frozen=True)
+class NodeGroup:
+    """Nodes of one shape: how many, their GPUs, cores, memory and SLURM features (slurm.conf's Feature=)."""
+
+    count: int
+    gpus: int = GPUS_PER_NODE
+    cpus: int = CPUS_PER_NODE
+    memory_mib: int = MEMORY_MIB_PER_NODE
+    features: str = DEFAULT_FEATURES
 APT_PACKAGES = ["slurmctld", "slurmd", "slurm-client", "munge"]
 APT_ACCOUNTING_PACKAGES = ["slurmdbd", "mariadb-server"]
 # The executables each daemon runs as; checked in /proc/PID/comm before any signal is sent.
@@ -142,11 +157,22 @@ class LocalCluster:
 
     # ---- public -------------------------------------------------------------------------
     def up(self, nodes: int = 2, accounting: bool = True, timeout: float = 60.0,
-           min_job_age: int = 300) -> ClusterStatus:
+           min_job_age: int = 300, groups: tuple[NodeGroup, ...] | None = None) -> ClusterStatus:
         """Start whatever is not running yet and wait until every node is idle. Idempotent.
-        `min_job_age`: seconds the controller remembers an ended job (SLURM's MinJobAge)."""
-        if nodes < 1 or nodes > 16:
-            raise ClusterError(f"--nodes {nodes} is out of range: the local cluster runs 1 to 16 nodes")
+        `min_job_age`: seconds the controller remembers an ended job (SLURM's MinJobAge).
+        `groups`: nodes by shape (a class rehearsal's reservation: 4-GPU and 8-GPU nodes that jobs share);
+        None: `nodes` exclusive nodes of the default shape (one job per node: this host has few cores)."""
+        if groups is None:
+            if nodes < 1 or nodes > 16:
+                raise ClusterError(f"--nodes {nodes} is out of range: the local cluster runs 1 to 16 nodes")
+            groups, exclusive = (NodeGroup(nodes),), True
+        else:
+            exclusive = False
+            nodes = sum(group.count for group in groups)
+            if not groups or nodes < 1 or nodes > MAX_NODES or any(g.count < 1 or not 1 <= g.gpus <= GPUS_PER_NODE
+                                                                   for g in groups):
+                raise ClusterError(f"node groups {groups} are out of range: 1 to {MAX_NODES} nodes in all, each "
+                                   f"group at least one node of 1 to {GPUS_PER_NODE} GPUs")
         self._require_root()
         with self._one_at_a_time():
             return self._up(nodes, accounting, timeout, min_job_age)
@@ -156,7 +182,7 @@ class LocalCluster:
         for folder in ("etc", "pids", "logs", "munge", "ctld", "dev", "spool"):
             (self.state / folder).mkdir(parents=True, exist_ok=True)
         self._make_fake_gpus()
-        changed = self._write_config(nodes, accounting, min_job_age)
+        changed = self._write_config(groups, exclusive, accounting, min_job_age)
         if changed:
             # A different node count or accounting choice: restart the SLURM daemons on the new config.
             for name in self._slurm_daemon_names():
@@ -265,13 +291,19 @@ class LocalCluster:
             if not device.exists():
                 os.mknod(device, 0o600 | 0o020000, os.makedev(195, index))
 
-    def _write_config(self, nodes: int, accounting: bool, min_job_age: int = 300) -> bool:
+    def _write_config(self, groups: tuple[NodeGroup, ...], exclusive: bool, accounting: bool,
+                      min_job_age: int = 300) -> bool:
         """Render slurm.conf, gres.conf (and slurmdbd.conf); True if slurm.conf changed."""
         environment = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
                                          keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
+        nodes = sum(group.count for group in groups)
+        ranges, first = [], 1
+        for group in groups:  # node1..nodeN numbered across the groups, in order
+            ranges.append(dict(group=group, first=first, last=first + group.count - 1))
+            first += group.count
         values = dict(
             cluster_name=CLUSTER_NAME, hostname=socket.gethostname(), state=str(self.state), nodes=nodes,
-            gpus=GPUS_PER_NODE, cpus=CPUS_PER_NODE, memory_mib=MEMORY_MIB_PER_NODE, accounting=accounting,
+            groups=ranges, exclusive=exclusive, accounting=accounting,
             ports=dict(slurmctld=self.ports.slurmctld, slurmdbd=self.ports.slurmdbd, mariadb=self.ports.mariadb,
                        slurmd_first=self.ports.slurmd(0), slurmd_last=self.ports.slurmd(nodes - 1)),
             db_password=self._db_password() if accounting else "", min_job_age=min_job_age,

@@ -44,15 +44,25 @@ def directives(experiment: Experiment, profile: Profile) -> list[Directive]:
         Directive("cpus-per-task", str(cpus), f"CPU cores per task: {experiment.cpus_per_task} per training process "
                   f"({processes_per_task} in each task) for data loading and offload"),
         Directive("mem", experiment.memory, "host memory per node"),
-        *site_directives(profile, time_limit=profile.time_limit(experiment.chapter)),
+        *site_directives(profile, time_limit=profile.time_limit(experiment.chapter),
+                         gpus_per_node=experiment.gpus_per_node),
         Directive("output", STDOUT_PATTERN, "stdout and stderr, in the run directory sbatch is called from"),
     ]
 
 
-def site_directives(profile: Profile, time_limit: str) -> list[Directive]:
+def site_directives(profile: Profile, time_limit: str, gpus_per_node: int | None = None) -> list[Directive]:
+    """The site's placement and limits. With ``gpus_per_node`` the constraint also names the smallest node
+    shape that holds them (the profile's scheduler.gpu_node_features), so that a 1-GPU job never waits for, or
+    takes, one of the few 8-GPU nodes."""
     scheduler = profile.scheduler
     lines = []
-    if scheduler.constraint:
+    feature = scheduler.node_feature(gpus_per_node) if gpus_per_node else None
+    if feature:
+        shape = next(gpus for gpus, name in scheduler.gpu_node_features.items() if name == feature)
+        lines.append(Directive("constraint", scheduler.constraint_for(gpus_per_node),
+                               f"node features: the GPU type and the {shape}-GPU nodes (the smallest that hold "
+                               f"{gpus_per_node} GPU{'s' if gpus_per_node > 1 else ''})"))
+    elif scheduler.constraint:
         lines.append(Directive("constraint", scheduler.constraint, "node feature: the GPU type (NeMo needs A100)"))
     if scheduler.partition:
         lines.append(Directive("partition", scheduler.partition, "partition of this site"))

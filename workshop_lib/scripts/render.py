@@ -133,7 +133,7 @@ def render_import_script(model: str, profile: Profile | str | None = None) -> st
             Directive("gpus-per-node", "1", "one GPU"),
             Directive("cpus-per-task", "8", "tokenizer and weight conversion use the CPUs"),
             Directive("mem", "256G", "the whole checkpoint passes through host memory"),
-            *site_directives(profile, time_limit="02:00:00"),
+            *site_directives(profile, time_limit="02:00:00", gpus_per_node=1),
             Directive("output", STDOUT_PATTERN, "the log lands in the directory sbatch is called from"),
         ],
         "cache_exports": cache_exports(profile),

@@ -35,6 +35,22 @@ class Scheduler:
     account: str | None = None
     reservation: str | None = None
     time_limits: dict[int, str] = field(default_factory=dict)
+    # GPUs per node of each node shape -> the node feature that names it (Ibex: 4 -> 4gpus, 8 -> 8gpus). A job
+    # asks for the smallest shape that holds its GPUs per node, so small jobs leave the large nodes free.
+    gpu_node_features: dict[int, str] = field(default_factory=dict)
+
+    def node_feature(self, gpus_per_node: int) -> str | None:
+        """The feature of the smallest node shape with at least ``gpus_per_node`` GPUs (None: no shapes, or
+        none large enough: the job asks for the GPU type alone and SLURM says if no node fits)."""
+        fitting = sorted(gpus for gpus in self.gpu_node_features if gpus >= gpus_per_node)
+        return self.gpu_node_features[fitting[0]] if fitting else None
+
+    def constraint_for(self, gpus_per_node: int) -> str | None:
+        """The --constraint of a job with this many GPUs per node: the GPU type and the node shape, joined by
+        a comma (SLURM's AND, as KAUST's own scripts write `a100,4gpus`)."""
+        feature = self.node_feature(gpus_per_node)
+        words = [word for word in (self.constraint, feature) if word]
+        return ",".join(words) or None
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,8 @@ RULES: dict[str, Rule] = {
     "scheduler.reservation": RESERVATION,
     "scheduler.time_limits.*": TIME,
     "scheduler.time_limits.<key>": Rule("a chapter number (1 to 4)", minimum=1, maximum=4),
+    "scheduler.gpu_node_features.*": Rule("a SLURM node feature (letters, digits, _ . - only)", r"[A-Za-z0-9_.-]+"),
+    "scheduler.gpu_node_features.<key>": Rule("GPUs per node of that node shape (1 to 16)", minimum=1, maximum=16),
     "cache_root": SHELL_PATH,
     # Absolute: every participant's jobs read it from their own run folders.
     "shared_root": ABSOLUTE_SHELL_PATH,
