@@ -57,6 +57,11 @@ CLASS_ROLES: dict[int, ChapterRoles] = {
 }
 
 
+# No participant's job asks for more GPUs than one 8-GPU node has (a 16-GPU job, even spread over 4-GPU
+# nodes, holds two thirds of a participant's 24-GPU cap and a large slice of the reservation).
+MAX_PARTICIPANT_JOB_GPUS = 8
+
+
 def needs_two_large_nodes(experiment: Experiment) -> bool:
     """More than 4 GPUs per node on more than one node: two of Ibex's few 8-GPU nodes at once."""
     return experiment.nodes > 1 and experiment.gpus_per_node > 4
@@ -64,7 +69,8 @@ def needs_two_large_nodes(experiment: Experiment) -> bool:
 
 def role_of(experiment: Experiment, roles: dict[int, ChapterRoles] = CLASS_ROLES) -> str:
     chapter = roles.get(experiment.chapter, ChapterRoles())
-    if experiment.id in chapter.instructor or needs_two_large_nodes(experiment):
+    if (experiment.id in chapter.instructor or needs_two_large_nodes(experiment)
+            or experiment.gpus > MAX_PARTICIPANT_JOB_GPUS):
         return INSTRUCTOR
     if experiment.id in chapter.core:
         return CORE
