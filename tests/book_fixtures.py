@@ -69,6 +69,17 @@ def _execute_all(output_dir: Path, say) -> ExecutedChapters:
     return ExecutedChapters(runs_dir, output_dir, chapters)
 
 
+def _build(executed: ExecutedChapters, output: Path) -> BuiltBook:
+    from workshop_lib.cli.demo import build_book, chapter_number, run_snapshot
+
+    numbers = [chapter_number(run.notebook) for run in executed.chapters]
+    before = {n: run_snapshot(n, executed.runs_dir) for n in numbers}
+    # Into pytest's folder: the checkout's _build/html is the book the user built (`make demo`, `make book`).
+    html_dir = build_book(read_only=True, output=output)
+    after = {n: run_snapshot(n, executed.runs_dir) for n in numbers}
+    return BuiltBook(html_dir, before, after)
+
+
 @pytest.fixture(scope="session")
 def executed_chapters(local_cluster, progress_line, tmp_path_factory) -> ExecutedChapters:
     """Every chapter notebook executed once with papermill (tiny profile)."""

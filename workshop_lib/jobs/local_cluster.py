@@ -175,9 +175,10 @@ class LocalCluster:
                                    f"group at least one node of 1 to {GPUS_PER_NODE} GPUs")
         self._require_root()
         with self._one_at_a_time():
-            return self._up(nodes, accounting, timeout, min_job_age)
+            return self._up(nodes, groups, exclusive, accounting, timeout, min_job_age)
 
-    def _up(self, nodes: int, accounting: bool, timeout: float, min_job_age: int) -> ClusterStatus:
+    def _up(self, nodes: int, groups: tuple[NodeGroup, ...], exclusive: bool, accounting: bool, timeout: float,
+            min_job_age: int) -> ClusterStatus:
         self._install_packages(accounting)
         for folder in ("etc", "pids", "logs", "munge", "ctld", "dev", "spool"):
             (self.state / folder).mkdir(parents=True, exist_ok=True)
