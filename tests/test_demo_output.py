@@ -57,36 +57,6 @@ def test_a_chapter_kernel_gives_no_tcp_warning(tmp_path, capfd):
     assert "without encryption" not in captured.out + captured.err
 
 
-# The book build runs the chapters through jupyter-cache, with the kernel manager _config.yml's extension gives it.
-BOOK_EXECUTION = """
-import nbformat
-from jupyter_cache.executors.utils import single_nb_execution
-from workshop_lib.book import kernels
-kernels.setup(None)  # as the book build does (_config.yml: sphinx.extra_extensions)
-notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(6 * 7)")])
-notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-result = single_nb_execution(notebook, cwd=None, timeout=120, allow_errors=False)
-print("error:", result.err, "output:", notebook.cells[0].outputs[0]["text"].strip())
-"""
-
-
-@pytest.mark.slow
-def test_the_book_builds_kernels_give_no_tcp_warning():
-    import subprocess
-    import sys
-
-    import yaml
-
-    from workshop_lib.core.paths import SOURCE_ROOT
-
-    extensions = yaml.safe_load((SOURCE_ROOT / "_config.yml").read_text())["sphinx"]["extra_extensions"]
-    assert "workshop_lib.book.kernels" in extensions
-    result = subprocess.run([sys.executable, "-c", BOOK_EXECUTION], capture_output=True, text=True, timeout=180,
-                            cwd=SOURCE_ROOT)
-    assert "error: None output: 42" in result.stdout, result.stdout + result.stderr
-    assert "without encryption" not in result.stdout + result.stderr
-
-
 def test_each_chapter_has_one_time_in_the_summary():
     from pathlib import Path
 
