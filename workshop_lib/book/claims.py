@@ -396,6 +396,7 @@ def nemo_packing(results: pd.DataFrame, unpacked_id: str = "lora/llama/1-gpu",
         return ""
     same_series(plain, packed)
     speedup = packed["tokens_per_s"] / plain["tokens_per_s"]
+    more_tokens = packed["tokens_per_step"] / plain["tokens_per_step"]
     busy = [r.get("gpu0_util_busy_avg_pct") for r in (plain, packed)]
     busy_text = (f"; the GPU was busy {percent(busy[0])} of the time without packing and {percent(busy[1])} with it"
                  if not any(is_missing(b) for b in busy) else "")
@@ -405,10 +406,10 @@ def nemo_packing(results: pd.DataFrame, unpacked_id: str = "lora/llama/1-gpu",
             f"carry {packed['tokens_per_step']:,.0f} real tokens in {packed['mean_step_time_s']:.2f} s "
             f"({packed['tokens_per_s']:,.0f} tokens/s): {times(speedup)} the tokens per second{busy_text}. The step "
             f"takes {times(packed['mean_step_time_s'] / plain['mean_step_time_s'])} as long for "
-            f"{times(packed['tokens_per_step'] / plain['tokens_per_step'])} the tokens, because the unpacked step was "
+            f"{times(more_tokens)} the tokens, because the unpacked step was "
             f"waiting on kernel launches, not on arithmetic. Peak memory grows from {gib(plain['gpu_peak_max_mib'])} to "
             f"{gib(packed['gpu_peak_max_mib'])} (longer sequences hold more activations). Per step, the packed run also "
-            f"learns from about {packed['tokens_per_step'] / plain['tokens_per_step']:.0f} times as many records, so its "
+            f"learns from about {more_tokens:.0f} times as many records, so its "
             f"loss falls faster per step; per token trained it falls slower (the figure), because the unpacked run "
             f"takes that many more optimizer steps for the same tokens, and in a 60-step run with a 50-step warm-up "
             f"the steps set the pace. Packing shortens an epoch in steps: with it, revisit the global batch and the "
