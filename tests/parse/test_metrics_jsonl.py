@@ -74,7 +74,7 @@ def test_a_record_the_writer_accepts_reads_back_with_the_same_values():
                "local_params_per_rank": [50, 50], "peak_memory_mib_per_rank": [1000.5, 990.0],
                "peak_memory_kind": "cuda_max_allocated", "model_state_bytes_per_rank": [800, 800],
                "model_state_parts_per_rank": [{"parameters": 400}, {"parameters": 400}],
-               "step_peak_bytes_per_rank": [1200, None]}
+               "step_peak_bytes_per_rank": [1200, None], "training_peak_bytes_per_rank": [None, None]}
     step = {"kind": "step", "step": 3, "loss": 2.5, "lr": 1e-4, "step_time_s": 0.4, "samples_per_s": 20.0,
             "epoch": 0.5}
     for record in (summary, step):

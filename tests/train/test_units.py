@@ -103,7 +103,8 @@ def test_summary_schema_takes_one_census_entry_per_rank():
                "trainable_params": 10, "total_params": 10, "local_params_per_rank": [5, 5],
                "peak_memory_mib_per_rank": [500.0, 500.0], "peak_memory_kind": "cpu_max_rss",
                "model_state_bytes_per_rank": [80, None], "model_state_parts_per_rank": [{"parameters": 20}, None],
-               "step_peak_bytes_per_rank": [200, None]}  # a rank that ran fewer than two steps records null
+               # a rank that ran fewer than two steps records null
+               "step_peak_bytes_per_rank": [200, None], "training_peak_bytes_per_rank": [None, None]}
     validate_record(summary)
     with pytest.raises(SchemaError, match="entries"):
         validate_record({**summary, "step_peak_bytes_per_rank": [200, 1.5]})

@@ -35,13 +35,15 @@ SUMMARY_FIELDS = {"kind": str, "engine": str, "settings": dict, "model": str, "w
                   "eval_f1": OPTIONAL_NUMBER, "trainable_params": int, "total_params": int,
                   "local_params_per_rank": list, "peak_memory_mib_per_rank": list,
                   "peak_memory_kind": str, "model_state_bytes_per_rank": list,
-                  "model_state_parts_per_rank": list, "step_peak_bytes_per_rank": list}
+                  "model_state_parts_per_rank": list, "step_peak_bytes_per_rank": list,
+                  "training_peak_bytes_per_rank": list}
 FIELDS_BY_KIND = {"step": STEP_FIELDS, "eval": EVAL_FIELDS, "summary": SUMMARY_FIELDS}
 # The per-rank lists of a summary (one entry per rank) and the type of their entries.
 PER_RANK_ENTRIES = {"local_params_per_rank": (int,), "peak_memory_mib_per_rank": NUMBER,
                     "model_state_bytes_per_rank": (int, type(None)),
                     "model_state_parts_per_rank": (dict, type(None)),
-                    "step_peak_bytes_per_rank": (int, type(None))}
+                    "step_peak_bytes_per_rank": (int, type(None)),
+                    "training_peak_bytes_per_rank": (int, type(None))}
 # Values a summary field must take from a fixed set.
 CHOICES = {"engine": ENGINES, "peak_memory_kind": MEMORY_KINDS, "device": DEVICES}
 

@@ -77,9 +77,14 @@ class RunResult:
     gpu0_util_avg_pct: float | None = None
     gpu0_util_busy_avg_pct: float | None = None
     gpu0_util_peak_pct: float | None = None
-    allocated_peak_mib: float | None = None  # the engine's own per-rank peak (max over ranks)
+    # The engine's own per-rank peak (max over ranks): on a GPU the allocator's peak over the training steps
+    # (allocated_scope "training steps"); a run from before that was recorded, or a CPU run, gives the
+    # process's peak ("whole run": evaluation and answer generation included, or the RSS on a CPU)
+    allocated_peak_mib: float | None = None
     allocated_kind: str | None = None  # cuda_max_allocated or cpu_max_rss
-    rank0_peak_mib: float | None = None  # the engine's peak of rank 0 (GPU 0 of the first node)
+    allocated_scope: str | None = None  # "training steps" or "whole run"
+    rank0_peak_mib: float | None = None  # the same of rank 0 (GPU 0 of the first node)
+    process_peak_mib: float | None = None  # the process's peak, max over ranks, whatever the scope above
     # Tensor bytes of rank 0 on the second optimizer step (workshop_lib.train.tensor_census), what the
     # memory estimator predicts: model states at the update, and the step's peak of live tensors
     rank0_model_state_mib: float | None = None
@@ -227,9 +232,8 @@ def _from_metrics(values: dict, metrics) -> None:
         mean_step_time_s=summary.mean_step_time_s, train_samples_per_s=summary.samples_per_s,
         train_runtime_s=summary.train_runtime_s, eval_loss=summary.eval_loss, eval_em=summary.eval_em,
         eval_f1=summary.eval_f1, trainable_params=summary.trainable_params, total_params=summary.total_params,
-        world_size=summary.world_size, allocated_peak_mib=summary.peak_memory_mib,
+        world_size=summary.world_size, process_peak_mib=summary.peak_memory_mib,
         allocated_kind=summary.peak_memory_kind,
-        rank0_peak_mib=summary.peak_memory_mib_per_rank[0] if summary.peak_memory_mib_per_rank else None,
         local_params_max=max(summary.local_params_per_rank) if summary.local_params_per_rank else None,
         rank0_model_state_mib=_rank0_mib(summary.model_state_bytes_per_rank),
         rank0_step_peak_mib=_rank0_mib(summary.step_peak_bytes_per_rank),
@@ -238,8 +242,19 @@ def _from_metrics(values: dict, metrics) -> None:
         run_batch=_int_or_none((summary.settings or {}).get("per_device_batch")),
         run_settings=dict(summary.settings or {}),
     )
+    values.update(_allocated_peak(summary))
     if summary.final_loss is not None:
         _fill(values, "last_loss", summary.final_loss)
+
+
+def _allocated_peak(summary) -> dict:
+    """The peak the tables show: the training steps' where recorded, else the whole run's (older runs, CPU)."""
+    training = summary.training_peak_mib_per_rank
+    per_rank = training or summary.peak_memory_mib_per_rank
+    if not per_rank:
+        return {}
+    return {"allocated_peak_mib": max(per_rank), "rank0_peak_mib": per_rank[0],
+            "allocated_scope": "training steps" if training else "whole run"}
 
 
 def _rank0_mib(per_rank: list) -> float | None:

@@ -95,19 +95,20 @@ def summary_fields(*, runtime, engine: str, settings: dict, model: str, precisio
                    train_runtime_s: float, final_loss: float, trainable_params: int, total_params: int,
                    local_params: int, step_times: list[float], samples_processed: int, eval_loss=None,
                    eval_em=None, eval_f1=None, model_state_bytes: int | None = None,
-                   model_state_parts: dict | None = None, step_peak_bytes: int | None = None) -> dict:
+                   model_state_parts: dict | None = None, step_peak_bytes: int | None = None,
+                   training_peak_bytes: int | None = None) -> dict:
     """Collect the summary. Collective: every rank must call it (it gathers per-rank values).
 
     ``samples`` is the size of the training subset, ``samples_processed`` how many samples the
     optimizer steps consumed in ``train_runtime_s`` (epochs × subset, or fewer with --max-steps).
-    ``model_state_*`` and ``step_peak_bytes`` are this rank's :class:`~workshop_lib.train.tensor_census.MemoryProbe`
+    ``model_state_*``, ``step_peak_bytes`` and ``training_peak_bytes`` are this rank's :class:`~workshop_lib.train.tensor_census.MemoryProbe`
     outcome.
     """
     from workshop_lib.train.runtime import gather_from_ranks
 
     peak, kind = peak_memory_mib(runtime.device_kind)
     per_rank = gather_from_ranks((int(local_params), float(peak), model_state_bytes, model_state_parts,
-                                  step_peak_bytes))
+                                  step_peak_bytes, training_peak_bytes))
     # The first step carries one-off costs (allocation, compilation, NCCL setup): leave it out
     # of the mean when there are others.
     timed = step_times[1:] if len(step_times) > 1 else step_times
@@ -126,4 +127,5 @@ def summary_fields(*, runtime, engine: str, settings: dict, model: str, precisio
             "peak_memory_mib_per_rank": [rank[1] for rank in per_rank], "peak_memory_kind": kind,
             "model_state_bytes_per_rank": [rank[2] for rank in per_rank],
             "model_state_parts_per_rank": [rank[3] for rank in per_rank],
-            "step_peak_bytes_per_rank": [rank[4] for rank in per_rank]}
+            "step_peak_bytes_per_rank": [rank[4] for rank in per_rank],
+            "training_peak_bytes_per_rank": [rank[5] for rank in per_rank]}

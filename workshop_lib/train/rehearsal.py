@@ -121,7 +121,8 @@ def write_metrics(experiment: Experiment, output_dir: Path, steps: int, seconds:
                    trainable_params=1_000_000, total_params=100_000_000,
                    local_params_per_rank=[100_000_000] * world, peak_memory_mib_per_rank=[shape["peak_mib"]] * world,
                    peak_memory_kind="cuda_max_allocated", model_state_bytes_per_rank=[None] * world,
-                   model_state_parts_per_rank=[None] * world, step_peak_bytes_per_rank=[None] * world)
+                   model_state_parts_per_rank=[None] * world, step_peak_bytes_per_rank=[None] * world,
+                   training_peak_bytes_per_rank=[None] * world)
 
 
 def node_names(nodelist: str | None) -> list[str]:

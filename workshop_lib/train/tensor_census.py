@@ -258,6 +258,14 @@ def cuda_peak_before_reset(kind: str = "allocated") -> int:
     return _cuda_peaks_before_reset[kind]
 
 
+def _reset_cuda_peaks() -> None:
+    """Reset the allocator's peak counters, keeping the run's peak whole in :func:`cuda_peak_before_reset`."""
+    peaks = _cuda_peaks_before_reset
+    peaks["allocated"] = max(peaks["allocated"], torch.cuda.max_memory_allocated())
+    peaks["reserved"] = max(peaks["reserved"], torch.cuda.max_memory_reserved())
+    torch.cuda.reset_peak_memory_stats()
+
+
 def _on_cuda(model) -> bool:
     """Whether the model's parameters live on a CUDA device (the allocator then counts its step)."""
     if not torch.cuda.is_available():
@@ -268,10 +276,14 @@ def _on_cuda(model) -> bool:
 
 
 class MemoryProbe:
-    """Measures one optimizer step (``step``, 1-based) of a training loop on this rank.
+    """Measures one optimizer step (``step``, 1-based) of a training loop on this rank, and on a GPU the
+    training peak: the allocator's peak over every step, from its first forward to its ``zero_grad``.
 
-    Call ``begin(step, model, optimizer)`` before the step's first forward and ``end(step)`` after its
+    Call ``begin(step, model, optimizer)`` before every step's first forward and ``end(step)`` after its
     ``zero_grad``; ``outcome()`` gives the summary fields (None where the run had fewer steps).
+    The process peak (``torch.cuda.max_memory_allocated`` at the end) also holds what evaluation, answer
+    generation and checkpointing allocate between steps; the training peak is what a training step needs,
+    what the book's peak column and the estimator are about.
 
     The model states are counted when the first ``step()`` of the optimizer chain is entered: gradients
     are complete and nothing of the update exists yet. DeepSpeed calls its ZeRO optimizer's ``step()``
@@ -287,24 +299,25 @@ class MemoryProbe:
         self.device_kind = device_kind
         self.model_states: Census | None = None
         self.step_peak: int | None = None
+        self.training_peak: int | None = None  # GPU only: the largest allocator peak of any step
+        self._window_on_cuda = False  # whether the step begun last is counted by the allocator
         self._tracker: LiveTensorPeak | str | None = None  # "cuda": the allocator counts
         self._patched: list[tuple] = []  # (optimizer, its own instance attribute `step` or None)
         self.trace: list | None = [] if os.environ.get("WORKSHOP_CENSUS_TRACE") else None
 
     def begin(self, step: int, model, optimizer) -> None:
+        on_cuda = self.device_kind == "cuda" if self.device_kind else _on_cuda(model)
+        self._window_on_cuda = on_cuda
+        if on_cuda:  # every step's window starts from zero: what ran between steps is not counted in it
+            _reset_cuda_peaks()
         if step != self.step or self._tracker is not None:
             return
         roots = (model, optimizer)
-        on_cuda = self.device_kind == "cuda" if self.device_kind else _on_cuda(model)
         for link in optimizer_chain(optimizer):
             if callable(getattr(link, "step", None)):
                 self._count_before_step(link, roots, "cuda" if on_cuda else None)
         if on_cuda:  # a CPU model on a GPU machine is counted tensor by tensor, like on a CPU
-            peaks = _cuda_peaks_before_reset
-            peaks["allocated"] = max(peaks["allocated"], torch.cuda.max_memory_allocated())
-            peaks["reserved"] = max(peaks["reserved"], torch.cuda.max_memory_reserved())
-            torch.cuda.reset_peak_memory_stats()
-            self._tracker = "cuda"
+            self._tracker = "cuda"  # the counters were reset above, at this step's start
         else:
             self._tracker = LiveTensorPeak(census(*roots).storages)
             self._tracker.__enter__()
@@ -321,6 +334,8 @@ class MemoryProbe:
         link.step = step  # an instance attribute: the class's step (and torch's hooks on it) stay untouched
 
     def end(self, step: int) -> None:
+        if self._window_on_cuda:
+            self.training_peak = max(self.training_peak or 0, torch.cuda.max_memory_allocated())
         if step != self.step or self._tracker is None or self.step_peak is not None:
             return
         if self._tracker == "cuda":
@@ -342,4 +357,4 @@ class MemoryProbe:
         states = self.model_states
         return {"model_state_bytes": states.total if states else None,
                 "model_state_parts": dict(states.bytes) if states else None,
-                "step_peak_bytes": self.step_peak}
+                "step_peak_bytes": self.step_peak, "training_peak_bytes": self.training_peak}

@@ -59,11 +59,22 @@ class RunSummary:
     model_state_bytes_per_rank: list[int | None] = field(default_factory=list)
     model_state_parts_per_rank: list[dict | None] = field(default_factory=list)
     step_peak_bytes_per_rank: list[int | None] = field(default_factory=list)
+    # GPU runs: the allocator's peak over the training steps only (evaluation and generation left out)
+    training_peak_bytes_per_rank: list[int | None] = field(default_factory=list)
 
     @property
     def peak_memory_mib(self) -> float | None:
-        """The largest per-rank peak: the number that decides whether a run fits."""
+        """The largest per-rank peak of the whole process (evaluation and generation included)."""
         return max(self.peak_memory_mib_per_rank) if self.peak_memory_mib_per_rank else None
+
+    @property
+    def training_peak_mib_per_rank(self) -> list[float] | None:
+        """Each rank's peak over the training steps (MiB), where every rank recorded one (GPU runs of this
+        version); None for CPU runs and for runs from before it was recorded."""
+        peaks = self.training_peak_bytes_per_rank
+        if not peaks or any(peak is None for peak in peaks):
+            return None
+        return [peak / 2**20 for peak in peaks]
 
 
 @dataclass(frozen=True)
