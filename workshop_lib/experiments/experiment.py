@@ -13,13 +13,6 @@ from dataclasses import asdict, dataclass, fields
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.core.vocabulary import DEFAULT_RECIPE, GptShape, HF, NEMO, RECIPES
 
-CHAPTERS = {
-    1: "Data parallel + LoRA (NeMo)",
-    2: "Model parallel, no PEFT (NeMo)",
-    3: "DeepSpeed ZeRO (HF Trainer)",
-    4: "FSDP (HF Trainer and a custom GPT)",
-}
-
 @dataclass(frozen=True)
 class Experiment:
     """One run of one chapter: a row of one of the seeds' tables."""
