@@ -48,7 +48,6 @@ PARTS: dict[int, tuple[Part, ...]] = {
         Part("gpt-multi-node", ("gpt-multi-node",)),
         Part("weak-scaling", ("weak-scaling",), (figures.gpt_depth,)),
         Part("prediction", ("prediction",))),
-    5: (Part("toy", ("toy",)),),
 }
 
 

@@ -243,12 +243,6 @@ def engine_scaling_experiments() -> list[Experiment]:
     return rows
 
 
-def _chapter_5() -> list[Experiment]:
-    """A toy chapter: the HF Trainer's data parallelism without DeepSpeed or FSDP on one GPU (issue 39's walk-through)."""
-    return [Experiment(id="toy/ddp/1-gpu", chapter=5, group="toy", title="BLOOM-560m, plain HF Trainer, 1 GPU (toy)",
-                       samples=500, **{**_ZERO_RECIPE, "monitor_cpu_memory": False})]
-
-
 def _gpus(count: int, separator: str = "-") -> str:
     return f"{count}{separator}gpu" if count == 1 else f"{count}{separator}gpus"
 
@@ -275,7 +269,6 @@ CHAPTER_SPECS: tuple[ChapterSpec, ...] = (
                 ("zero_stage", "offload", "pin_memory", "per_device_batch")),
     ChapterSpec(4, "FSDP (HF Trainer and a custom GPT)", _chapter_4, "fsdp/multi-gpu/2-gpus",
                 ("fsdp", "offload", "per_device_batch")),
-    ChapterSpec(5, "Toy: plain data parallel (HF Trainer)", _chapter_5, "toy/ddp/1-gpu", ("per_device_batch",)),
 )
 # Chapter number -> title, in chapter order: what most readers of the registry need.
 CHAPTERS: dict[int, str] = {spec.number: spec.title for spec in CHAPTER_SPECS}

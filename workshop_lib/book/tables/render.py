@@ -10,11 +10,10 @@ from pathlib import Path
 import pandas as pd
 
 from workshop_lib.book.cells import NOT_RECORDED, format_cell
-from workshop_lib.book.tables.columns import Table, group_records
+from workshop_lib.book.tables.columns import Table
 from workshop_lib.book.tables.fsdp import chapter_4_tables
 from workshop_lib.book.tables.nemo import chapter_1_tables, chapter_2_tables
 from workshop_lib.book.tables.nemo_lessons import lesson_tables
-from workshop_lib.book.tables.summary import baseline_summary
 from workshop_lib.book.tables.zero import chapter_3_tables
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.experiments import chapter_spec
@@ -83,13 +82,7 @@ def drop_unrecorded(table: Table) -> Table:
     return replace(table, frame=frame.drop(columns=empty).reset_index(drop=True), note=note)
 
 
-def chapter_5_tables(results: pd.DataFrame) -> list[Table]:
-    """The toy chapter's one run, as seed 002's baseline summary."""
-    runs = group_records(results, "toy")
-    return [Table("Toy: plain HF Trainer on one GPU", baseline_summary(runs[0]), key="toy")] if runs else []
-
-
-_BUILDERS = {1: chapter_1_tables, 2: chapter_2_tables, 3: chapter_3_tables, 4: chapter_4_tables, 5: chapter_5_tables}
+_BUILDERS = {1: chapter_1_tables, 2: chapter_2_tables, 3: chapter_3_tables, 4: chapter_4_tables}
 
 
 def chapter_tables(chapter: int, runs_dir: str | Path | None = None) -> list[Table]:
