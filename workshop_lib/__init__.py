@@ -6,7 +6,8 @@ imports only packages listed above it (tests/test_import_loops.py checks it, and
     core/         words both sides share, standard library only: errors, paths, the run folder's file names,
                   vocabulary (engines, recipes, the custom GPT's shape), the reference folder's readers
     train/        job side: the entry points torchrun runs inside jobs; imports core only, imported by nobody
-    experiments/  every chapter's runs as data: the Experiment value, its id and content hash
+    experiments/  every chapter's runs as data: the chapter registry (CHAPTER_SPECS, the one list of chapters),
+                  the Experiment value, its id and content hash (and the rule that keeps hashes stable)
     estimate/     predictions before a run: parameters, memory per GPU, FLOPs, whether it fits
     sites/        where it runs: site profiles, reservation, what a job requires, `workshop setup`
     checks/       findings about an experiment or a job script (the seeds' pitfalls, the linter, fit, disk)

@@ -16,6 +16,7 @@ import pandas as pd
 from workshop_lib.book.cells import is_missing
 from workshop_lib.book.series import row_engine, same_series
 from workshop_lib.core.vocabulary import GPT, HF, NEMO
+from workshop_lib.experiments import known_id
 from workshop_lib.results import COMPLETED
 
 MIB = 2**20
@@ -34,13 +35,28 @@ def percent(value: float) -> str:
     return f"{value:.0f} %"
 
 
-def _runs(results: pd.DataFrame, engine: str) -> dict[str, dict]:
+class RunsById(dict):
+    """Values by experiment id whose lookups (``[id]``, ``get``, ``in``) first check the id against the experiments
+    (`experiments.known_id`): a misspelt id raises, naming the closest ids, instead of reading as "not measured"
+    and silently dropping the sentence it feeds."""
+
+    def __getitem__(self, experiment_id: str):
+        return super().__getitem__(known_id(experiment_id))
+
+    def get(self, experiment_id: str, default=None):
+        return super().get(known_id(experiment_id), default)
+
+    def __contains__(self, experiment_id) -> bool:
+        return super().__contains__(known_id(experiment_id))
+
+
+def _runs(results: pd.DataFrame, engine: str) -> RunsById:
     """The completed runs of ``engine`` by id, refused (MixedSeriesError) where they ran on two kinds of card:
     every sentence here divides or orders these runs, which only one series may do (`book.series`)."""
     done = results[results["state"] == COMPLETED]
     records = [record for record in done.to_dict("records") if row_engine(record) == engine]
     same_series(*records)
-    return {record["id"]: record for record in records}
+    return RunsById((record["id"], record) for record in records)
 
 
 def _stage_name(record: dict) -> str:
@@ -195,7 +211,7 @@ def zero_weak_scaling(results: pd.DataFrame) -> str:
 def engine_scaling(results: pd.DataFrame) -> str:
     """DDP, ZeRO-2 and FSDP FULL_SHARD on 1, 2 and 4 GPUs: efficiency from the median step time."""
     runs = _runs(results, HF)
-    steps = {key: runs[key]["median_step_time_s"] for key in runs}
+    steps = RunsById((key, runs[key]["median_step_time_s"]) for key in runs)
 
     def efficiency(engine: str, gpus: int) -> float:
         return 100 * steps[f"scaling/{engine}/1-gpu"] / steps[f"scaling/{engine}/{gpus}-gpu{'s' if gpus > 1 else ''}"]

@@ -41,6 +41,8 @@ AGENDA = {
     4: AgendaTimes(20, 15, "read the FSDP strategies and the NCCL bandwidth check; predict the weak-scaling rows; "
                            "questions of the strategies part"),
 }
+# A chapter of the registry without its own agenda yet: the class day still plans it, with these times.
+DEFAULT_AGENDA = AgendaTimes(20, 15, "read the reference runs' tables and predict your runs' rows")
 
 
 def class_durations(profile: str = "ibex") -> dict[str, float]:
@@ -140,7 +142,7 @@ def agenda(plan: ClassPlan) -> pd.DataFrame:
     while the jobs run; the core and split runs and the instructor's."""
     rows, clock = [], 0.0
     for day in plan.chapters:
-        times = AGENDA[day.chapter]
+        times = AGENDA.get(day.chapter, DEFAULT_AGENDA)
         running = math.ceil(day.schedule.makespan_s / 300) * 5  # minutes, rounded up to 5
         length = times.reading_min + running + times.questions_min
         rows.append({

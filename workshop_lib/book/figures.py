@@ -16,6 +16,7 @@ from workshop_lib.book.html import display, message
 from workshop_lib.book.tables import (
     MODEL_NAMES, layout_name, ran_fixed_steps, rename_models, stand_in_names, step_time_key,
 )
+from workshop_lib.experiments import known_id
 from workshop_lib.sites.profiles import Profile
 from workshop_lib.results import COMPLETED
 
@@ -155,7 +156,7 @@ def zero_weak_scaling(data: FigureData, key: str) -> list:
     series = {}
     if "multi-gpu" in data.keys:
         single = _zero_one_gpu_runs(data)
-        series["one node (ZeRO 0)"] = pd.concat([single[single["id"] == "zero/single-gpu/zero0"],
+        series["one node (ZeRO 0)"] = pd.concat([single[single["id"] == known_id("zero/single-gpu/zero0")],
                                                  data.group("multi-gpu")])
     if "multi-node" in data.keys:
         series["2 GPUs per node, across nodes"] = data.group("multi-node")

@@ -4,7 +4,8 @@ the tables it shows (``Table.key`` of `book.tables`) and the builders of its fig
 One declaration serves the notebooks, the tables and the figures, so a misspelt key is an error that names the
 chapter's parts instead of a silent "No reference measurement". Parts are listed in the chapter's order; their
 figures come in that order. Chapters 1-2's ``memory`` and ``loss`` are figure-only parts (no notebook asks for
-them yet).
+them yet). Which chapters exist is the chapter registry's (`experiments.CHAPTER_SPECS`): every chapter there has its
+parts here, and there are none for a chapter it does not have (tests/test_chapter_registry.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Sequence
 from workshop_lib.book import figures
 from workshop_lib.book.figures import FigureBuilder
 from workshop_lib.core.errors import WorkshopError
+from workshop_lib.experiments import chapter_spec
 
 
 @dataclass(frozen=True)
@@ -52,8 +54,9 @@ PARTS: dict[int, tuple[Part, ...]] = {
 def lookup(chapter: int, keys: Sequence[str] | str) -> tuple[Part, ...]:
     """The chapter's parts named in ``keys``, in the chapter's order; a WorkshopError naming the chapter's
     parts for a key it does not have."""
+    chapter_spec(chapter)  # a chapter the registry does not have is an error that lists those it has
     if chapter not in PARTS:
-        raise WorkshopError(f"there is no chapter {chapter}: choose one of {', '.join(map(str, sorted(PARTS)))}")
+        raise WorkshopError(f"chapter {chapter} has no parts yet: declare them in PARTS of workshop_lib/book/parts.py")
     wanted = [keys] if isinstance(keys, str) else list(keys)
     parts = PARTS[chapter]
     unknown = [key for key in wanted if key not in {part.key for part in parts}]

@@ -13,8 +13,9 @@ import argparse
 import sys
 
 from workshop_lib.core.errors import WorkshopError
+from workshop_lib.experiments import CHAPTERS as _CHAPTER_TITLES
 
-CHAPTERS = (1, 2, 3, 4)
+CHAPTERS = tuple(_CHAPTER_TITLES)  # the --chapter choices: the chapter registry's numbers
 
 
 def class_verbs(subparsers: argparse._SubParsersAction) -> argparse._SubParsersAction:

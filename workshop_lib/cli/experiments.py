@@ -7,13 +7,14 @@ import json
 import sys
 from pathlib import Path
 
+from workshop_lib.experiments import CHAPTERS as _CHAPTER_TITLES
 
-CHAPTERS = (1, 2, 3, 4)
+CHAPTERS = tuple(_CHAPTER_TITLES)  # the --chapter choices: the chapter registry's numbers
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     listing = subparsers.add_parser("experiments", help="list the experiments of every chapter (or one)")
-    listing.add_argument("--chapter", type=int, choices=CHAPTERS, help="only this chapter (1-4)")
+    listing.add_argument("--chapter", type=int, choices=CHAPTERS, help="only this chapter")
     listing.add_argument("--format", choices=["table", "json"], default="table")
     listing.add_argument("--profile", help="mark the experiments this profile does not run (e.g. tiny)")
     listing.set_defaults(handler=_experiments)

@@ -7,6 +7,8 @@ import json
 import sys
 from dataclasses import asdict
 
+from workshop_lib.experiments import CHAPTERS
+
 # Every `workshop` command imports this module, `workshop setup` on a login node's plain python3 (PyYAML, no
 # pandas) included: the results package needs pandas, so it is imported where a results command runs.
 
@@ -55,7 +57,7 @@ def _register_collect(subparsers: argparse._SubParsersAction) -> None:
         help="print a chapter's tables, filled from its run directories",
         description="Read every run of a chapter and print the seeds' tables with the scaling columns computed.",
     )
-    collect.add_argument("--chapter", type=int, choices=(1, 2, 3, 4), help="one chapter (default: all)")
+    collect.add_argument("--chapter", type=int, choices=tuple(CHAPTERS), help="one chapter (default: all)")
     collect.add_argument("--format", choices=("md", "csv", "json"), default="md", help="output format")
     collect.add_argument("--runs", default=None, metavar="DIR",
                          help="the folder holding run directories (default: $WORKSHOP_RUNS_DIR or <repository>/runs)")
@@ -71,7 +73,7 @@ def run_collect(args: argparse.Namespace) -> int:
     from workshop_lib.results import chapter_results, unreadable_notes
     from workshop_lib.runs import load_run, run_directory
 
-    chapters = [args.chapter] if args.chapter else [1, 2, 3, 4]
+    chapters = [args.chapter] if args.chapter else list(CHAPTERS)
     runs_dir = existing_runs_root(args.runs)
     if args.runs and not any(run_directory(experiment, runs_dir).is_dir() for experiment in all_experiments()):
         raise WorkshopError(f"{args.runs} holds no run directories (runs/<experiment id>/): give the folder you "

@@ -1,24 +1,18 @@
 """One experiment: a row of one of the seeds' tables, as a frozen value with its id and content hash.
 
-The content hash names a run's folder contents: a run is reused only when it matches (field names, order and
-defaults of Experiment and GptShape are part of it).
+The content hash names a run's folder contents: a run is reused only when it matches. The hash rule
+(`Experiment.content_hash`; tests/test_experiment_hash_rule.py): a field added to Experiment, at its default, does
+not change any existing hash, so finished runs stay finished; set to another value, it does.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, Field, asdict, dataclass, fields
 
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.core.vocabulary import DEFAULT_RECIPE, GptShape, HF, NEMO, RECIPES
-
-CHAPTERS = {
-    1: "Data parallel + LoRA (NeMo)",
-    2: "Model parallel, no PEFT (NeMo)",
-    3: "DeepSpeed ZeRO (HF Trainer)",
-    4: "FSDP (HF Trainer and a custom GPT)",
-}
 
 @dataclass(frozen=True)
 class Experiment:
@@ -116,17 +110,44 @@ class Experiment:
 
     @property
     def content_hash(self) -> str:
-        """Stable across processes and machines: sha256 of the canonical JSON of every field."""
-        fields_ = self.to_dict()
-        # Fields added after runs existed leave the hash when at their default, so those runs keep theirs.
-        for name in HASH_OMITS_AT_DEFAULT:
-            if fields_[name] == _DEFAULTS[name]:
-                del fields_[name]
-        canonical = json.dumps(fields_, sort_keys=True, separators=(",", ":"))
+        """Stable across processes and machines: sha256 of the canonical JSON of the hashed fields.
+
+        The hash rule: the fields of the first recorded runs (`FIELDS_OF_FIRST_RUNS`) are always hashed, by name
+        and value (names sorted, so field order does not matter). Every other field, one added since, is hashed
+        only when its value differs from its default, so adding a field with a default changes no existing hash
+        and no finished run is taken for a new experiment. Renaming or removing a field of the first runs, or
+        changing one's default, changes hashes: don't. GptShape's fields are hashed inside ``gpt`` as they are."""
+        hashed = self.to_dict()
+        for field_ in fields(self):
+            if field_.name not in FIELDS_OF_FIRST_RUNS and getattr(self, field_.name) == _default(field_):
+                del hashed[field_.name]
+        canonical = json.dumps(hashed, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
-# Fields added after the first runs were recorded: at their default they are not part of the content hash.
-HASH_OMITS_AT_DEFAULT = ("recipe", "packed_sequence", "num_layers")
-_DEFAULTS = {field_.name: field_.default for field_ in fields(Experiment)}
+
+
+# The fields the first recorded runs were hashed with. Never add to this list: a field added to Experiment
+# stays out of it, and so out of the hash while it holds its default (`Experiment.content_hash`).
+FIELDS_OF_FIRST_RUNS = frozenset((
+    "id", "chapter", "group", "title", "engine", "model", "nodes", "gpus_per_node", "cpus_per_task", "memory",
+    "peft", "tensor_parallel", "expert_parallel", "pipeline_parallel", "sequence_parallel", "max_steps",
+    "global_batch", "warmup_steps", "limit_val_batches", "lora_rank", "zero_stage", "fsdp", "offload", "pin_memory",
+    "per_device_batch", "grad_accum", "epochs", "samples", "samples_per_gpu", "eval_samples", "precision", "gpt",
+    "monitor_cpu_memory", "nccl_check",
+))
+# Fields added since the first runs: at their default they are not part of the content hash.
+HASH_OMITS_AT_DEFAULT = tuple(field_.name for field_ in fields(Experiment) if field_.name not in FIELDS_OF_FIRST_RUNS)
+
+
+def _default(field_: Field):
+    """A field's default value; a marker equal to nothing for a field without one (always hashed)."""
+    if field_.default is not MISSING:
+        return field_.default
+    if field_.default_factory is not MISSING:
+        return field_.default_factory()
+    return _NO_DEFAULT
+
+
+_NO_DEFAULT = object()
 
 # The recipes' LoRA rank (`llama31_8b`: LoRA(dim=8, alpha=16) on q/k/v, output, both MLP matrices;
 # `mixtral_8x7b`: dim=32 on linear_qkv and linear_proj). Not rendered: the recipe's default is used.

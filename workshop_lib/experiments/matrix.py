@@ -1,14 +1,20 @@
-"""Each chapter's experiments as data (the seeds' tables), the large-GPU and engine-scaling extras, and lookups
-by chapter and id.
+"""Each chapter's experiments as data (the seeds' tables), the chapter registry (`CHAPTER_SPECS`: the one list
+of chapters), the large-GPU and engine-scaling extras, and lookups by chapter and id.
+
+Adding a chapter is one builder function and one `ChapterSpec` line here; the CLI's --chapter choices, the
+calculator's presets, the experiment builder's form, the profile schema's time-limit keys and the book's parts
+derive from `CHAPTER_SPECS` (tests/test_chapter_registry.py checks that each of them follows it).
 """
 
 from __future__ import annotations
 
-from typing import Iterable
+import difflib
+from dataclasses import dataclass
+from typing import Callable, Iterable
 
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.core.vocabulary import FSDP_STRATEGIES, GPT, GptShape, HF, NEMO
-from workshop_lib.experiments.experiment import CHAPTERS, Experiment, RECIPE_LORA_RANK
+from workshop_lib.experiments.experiment import Experiment, RECIPE_LORA_RANK
 
 # ---------------------------------------------------------------------------------------------
 # Chapter 1: data parallel + LoRA (seed 000). Same NeMo overrides everywhere; only the devices change.
@@ -241,23 +247,74 @@ def _gpus(count: int, separator: str = "-") -> str:
     return f"{count}{separator}gpu" if count == 1 else f"{count}{separator}gpus"
 
 
+# ---------------------------------------------------------------------------------------------
+# The chapter registry: the one declaration of which chapters exist.
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ChapterSpec:
+    """One chapter: its number and title, its matrix, and what the experiment builder offers for it."""
+
+    number: int
+    title: str
+    experiments: Callable[[], list[Experiment]]  # the chapter's matrix, in table order
+    start: str  # the experiment builder's starting row (an id of the matrix)
+    knobs: tuple[str, ...]  # the Experiment fields the builder lets a reader change on this chapter's track
+
+
+_NEMO_KNOBS = ("peft", "tensor_parallel", "expert_parallel", "sequence_parallel")
+CHAPTER_SPECS: tuple[ChapterSpec, ...] = (
+    ChapterSpec(1, "Data parallel + LoRA (NeMo)", _chapter_1, "lora/llama/1-gpu", _NEMO_KNOBS),
+    ChapterSpec(2, "Model parallel, no PEFT (NeMo)", _chapter_2, "model-parallel/llama/tp4", _NEMO_KNOBS),
+    ChapterSpec(3, "DeepSpeed ZeRO (HF Trainer)", _chapter_3, "zero/two-gpus/zero2",
+                ("zero_stage", "offload", "pin_memory", "per_device_batch")),
+    ChapterSpec(4, "FSDP (HF Trainer and a custom GPT)", _chapter_4, "fsdp/multi-gpu/2-gpus",
+                ("fsdp", "offload", "per_device_batch")),
+)
+# Chapter number -> title, in chapter order: what most readers of the registry need.
+CHAPTERS: dict[int, str] = {spec.number: spec.title for spec in CHAPTER_SPECS}
+
+
+def chapter_spec(chapter: int) -> ChapterSpec:
+    """The registry's entry for ``chapter``; a WorkshopError naming the chapters there are."""
+    for spec in CHAPTER_SPECS:
+        if spec.number == chapter:
+            return spec
+    raise WorkshopError(f"there is no chapter {chapter}: choose one of {sorted(CHAPTERS)}")
+
+
 def all_experiments() -> list[Experiment]:
     """Every experiment of every chapter, in chapter and table order."""
-    return _chapter_1() + _chapter_2() + _chapter_3() + _chapter_4()
+    return [experiment for spec in CHAPTER_SPECS for experiment in spec.experiments()]
 
 
 def chapter_experiments(chapter: int) -> list[Experiment]:
-    """The matrix of one chapter (1-4)."""
-    if chapter not in CHAPTERS:
-        raise WorkshopError(f"there is no chapter {chapter}: choose one of {sorted(CHAPTERS)}")
-    return [experiment for experiment in all_experiments() if experiment.chapter == chapter]
+    """The matrix of one chapter."""
+    return chapter_spec(chapter).experiments()
+
+
+def _every_experiment_by_id() -> dict[str, Experiment]:
+    """The chapters' matrices and the extras beyond them, by id."""
+    return {experiment.id: experiment
+            for experiment in all_experiments() + engine_scaling_experiments() + large_gpu_experiments()
+            + nemo_lesson_experiments()}
+
+
+def known_id(experiment_id: str) -> str:
+    """``experiment_id`` itself when an experiment has it; otherwise a WorkshopError naming the closest known ids.
+
+    Code that names experiments by literal id (the book's sentences and figures) looks them up through this, so a
+    misspelt id fails loudly instead of matching no run and silently dropping what it would have shown."""
+    known = _every_experiment_by_id()
+    if experiment_id in known:
+        return experiment_id
+    closest = difflib.get_close_matches(experiment_id, list(known), n=3, cutoff=0.6)
+    hint = f"did you mean {', '.join(map(repr, closest))}?" if closest else "no known id is close to it"
+    raise WorkshopError(f"unknown experiment id {experiment_id!r}: {hint} (`workshop experiments` lists them all)")
 
 
 def get_experiment(experiment_id: str) -> Experiment:
     """The experiment with this id; the error lists close matches."""
-    by_id = {experiment.id: experiment
-             for experiment in all_experiments() + engine_scaling_experiments() + large_gpu_experiments()
-             + nemo_lesson_experiments()}
+    by_id = _every_experiment_by_id()
     if experiment_id in by_id:
         return by_id[experiment_id]
     prefix = experiment_id.split("/")[0]

@@ -14,6 +14,7 @@ from dataclasses import MISSING, fields, is_dataclass
 from pathlib import Path
 
 from workshop_lib.core.errors import WorkshopError
+from workshop_lib.experiments.matrix import CHAPTERS
 
 
 class ProfileError(WorkshopError):
@@ -61,7 +62,9 @@ RULES: dict[str, Rule] = {
     "scheduler.account": SLURM_WORD,
     "scheduler.reservation": RESERVATION,
     "scheduler.time_limits.*": TIME,
-    "scheduler.time_limits.<key>": Rule("a chapter number (1 to 4)", minimum=1, maximum=4),
+    # A time limit per chapter of the registry (its numbers run without gaps).
+    "scheduler.time_limits.<key>": Rule(f"a chapter number ({min(CHAPTERS)} to {max(CHAPTERS)})",
+                                        minimum=min(CHAPTERS), maximum=max(CHAPTERS)),
     "scheduler.gpu_node_features.*": Rule("a SLURM node feature (letters, digits, _ . - only)", r"[A-Za-z0-9_.-]+"),
     "scheduler.gpu_node_features.<key>": Rule("GPUs per node of that node shape (1 to 16)", minimum=1, maximum=16),
     "cache_root": SHELL_PATH,

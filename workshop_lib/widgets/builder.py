@@ -21,8 +21,10 @@ from pathlib import Path
 from workshop_lib.book.your_runs import resolve_runs_dir, submitting_enabled
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.estimate import estimate_memory, format_estimate, setup_from_experiment
-from workshop_lib.experiments import CHAPTERS, Experiment, chapter_experiments, get_experiment
-from workshop_lib.core.vocabulary import GPT, HF, GptShape
+from workshop_lib.experiments import (
+    CHAPTER_SPECS, CHAPTERS, Experiment, chapter_experiments, chapter_spec, get_experiment,
+)
+from workshop_lib.core.vocabulary import GPT, HF, NEMO, GptShape
 from workshop_lib.sites.profiles import Profile, available_profiles, default_profile_name, load_profile
 from workshop_lib.runs import Run, submit_experiment
 from workshop_lib.scripts import render_script
@@ -34,14 +36,17 @@ from workshop_lib.widgets.monitor import JobMonitor
 
 BUILDER_CLASS = "workshop-experiment-builder"
 OFF = "off"  # what a dropdown shows for None ("no DeepSpeed", "no FSDP", "no EP size")
-NEMO_CHAPTERS = (1, 2)
-
-# Where a chapter's builder starts: a row of its matrix; every field no control sets comes from it.
-START_ROWS = {1: "lora/llama/1-gpu", 2: "model-parallel/llama/tp4", 3: "zero/two-gpus/zero2",
-              4: "fsdp/multi-gpu/2-gpus"}
-MODELS = {1: ("llama-3.1-8b", "mixtral-8x7b"), 2: ("llama-3.1-8b", "mixtral-8x7b"), 3: ("bloom-560m",),
-          4: ("bloom-560m", "gpt")}
+# The form follows the chapter registry (experiments.CHAPTER_SPECS): its chapters, where each starts (a row of its
+# matrix; every field no control sets comes from it), the models its matrix trains and the knobs of its track.
+NEMO_CHAPTERS = tuple(spec.number for spec in CHAPTER_SPECS if all(row.engine == NEMO for row in spec.experiments()))
+START_ROWS = {spec.number: spec.start for spec in CHAPTER_SPECS}
+MODELS = {spec.number: tuple(dict.fromkeys(row.model for row in spec.experiments())) for spec in CHAPTER_SPECS}
 SIZES = (1, 2, 4, 8)
+
+
+def _chapters_with(knob: str) -> tuple[int, ...]:
+    """The chapters whose track offers ``knob`` (an Experiment field)."""
+    return tuple(spec.number for spec in CHAPTER_SPECS if knob in spec.knobs)
 
 
 @dataclass(frozen=True)
@@ -51,7 +56,7 @@ class Control:
     name: str
     label: str
     help: str
-    chapters: tuple[int, ...] = (1, 2, 3, 4)
+    chapters: tuple[int, ...] = tuple(CHAPTERS)
 
 
 CONTROLS = (
@@ -60,15 +65,19 @@ CONTROLS = (
     Control("model", "Model", "the model (the tiny profile trains a small stand-in of the same family)"),
     Control("nodes", "Nodes", "nodes of the job (--nodes)"),
     Control("gpus_per_node", "GPUs per node", "GPUs (and tasks) per node; GPUs = nodes x GPUs per node"),
-    Control("peft", "PEFT", "LoRA adapters, or a full fine-tune (none)", NEMO_CHAPTERS),
-    Control("tensor_parallel", "TP", "tensor-parallel size", NEMO_CHAPTERS),
-    Control("expert_parallel", "EP", "expert-parallel size (Mixtral needs one)", NEMO_CHAPTERS),
-    Control("sequence_parallel", "SP", "sequence parallelism (needs TP >= 2)", NEMO_CHAPTERS),
-    Control("zero_stage", "ZeRO stage", "DeepSpeed ZeRO stage; off: the plain HF Trainer", (3,)),
-    Control("fsdp", "FSDP", "FSDP sharding strategy; off: the plain HF Trainer", (4,)),
-    Control("offload", "CPU offload", "optimizer (ZeRO 1-2) or parameters (ZeRO 3, FSDP) to CPU", (3, 4)),
-    Control("pin_memory", "Pinned memory", "page-locked CPU buffers for the offloaded states", (3,)),
-    Control("per_device_batch", "Batch per GPU", "micro batch per GPU (--per-device-batch)", (3, 4)),
+    Control("peft", "PEFT", "LoRA adapters, or a full fine-tune (none)", _chapters_with("peft")),
+    Control("tensor_parallel", "TP", "tensor-parallel size", _chapters_with("tensor_parallel")),
+    Control("expert_parallel", "EP", "expert-parallel size (Mixtral needs one)", _chapters_with("expert_parallel")),
+    Control("sequence_parallel", "SP", "sequence parallelism (needs TP >= 2)", _chapters_with("sequence_parallel")),
+    Control("zero_stage", "ZeRO stage", "DeepSpeed ZeRO stage; off: the plain HF Trainer",
+            _chapters_with("zero_stage")),
+    Control("fsdp", "FSDP", "FSDP sharding strategy; off: the plain HF Trainer", _chapters_with("fsdp")),
+    Control("offload", "CPU offload", "optimizer (ZeRO 1-2) or parameters (ZeRO 3, FSDP) to CPU",
+            _chapters_with("offload")),
+    Control("pin_memory", "Pinned memory", "page-locked CPU buffers for the offloaded states",
+            _chapters_with("pin_memory")),
+    Control("per_device_batch", "Batch per GPU", "micro batch per GPU (--per-device-batch)",
+            _chapters_with("per_device_batch")),
     Control("profile", "Profile", "where it runs: ibex (A100s) or tiny (CPU stand-in); never what runs"),
 )
 CONTROL_NAMES = tuple(control.name for control in CONTROLS)
@@ -148,20 +157,16 @@ class ExperimentBuilder:
     def experiment(self) -> Experiment:
         """The Experiment the controls describe: the start row with the controls' values, id custom/..."""
         values, row = self.values, get_experiment(self.values["start"])
+        knobs = chapter_spec(self.chapter).knobs
         changes: dict = {"nodes": values["nodes"], "gpus_per_node": values["gpus_per_node"]}
-        if self.chapter in NEMO_CHAPTERS:
-            changes.update(peft=values["peft"], tensor_parallel=values["tensor_parallel"],
-                           expert_parallel=values["expert_parallel"], sequence_parallel=values["sequence_parallel"],
-                           lora_rank=(row.lora_rank or 32) if values["peft"] == "lora" else None)
-        else:
-            changes.update(offload=values["offload"], per_device_batch=values["per_device_batch"],
-                           pin_memory=values["pin_memory"] if self.chapter == 3 else False)
-            if self.chapter == 3:
-                changes.update(zero_stage=values["zero_stage"])
-            else:
-                changes.update(fsdp=values["fsdp"], nccl_check=values["nodes"] > 1)
-                changes.update(engine=GPT if values["model"] == "gpt" else HF,
-                               gpt=(row.gpt or GptShape()) if values["model"] == "gpt" else None)
+        changes.update({knob: values[knob] for knob in knobs})
+        # What follows from the knobs: LoRA's rank, FSDP's engine and bandwidth check, offload's CPU monitor.
+        if "peft" in knobs:
+            changes.update(lora_rank=(row.lora_rank or 32) if values["peft"] == "lora" else None)
+        if "fsdp" in knobs:
+            changes.update(nccl_check=values["nodes"] > 1, engine=GPT if values["model"] == "gpt" else HF,
+                           gpt=(row.gpt or GptShape()) if values["model"] == "gpt" else None)
+        if "offload" in knobs:
             changes.update(monitor_cpu_memory=row.monitor_cpu_memory or values["offload"])
         changes["model"] = values["model"]
         draft = replace(row, **changes)

@@ -22,8 +22,8 @@ from workshop_lib.book.calculator.page import MODELS, inputs_from_setup
 from workshop_lib.book.nemo_reference import NEMO_RECORD_TOKENS, packs_sequences
 
 REFERENCE_FILES = ("chapter1.json", "chapter2.json", "chapter3.json", "chapter4.json", "engine_scaling.json")
-# Which chapters open the calculator on their experiments (chapters 1-2: layouts; 3: ZeRO; 4: FSDP).
-PRESET_CHAPTERS = (1, 2, 3, 4)
+# Every chapter of the registry opens the calculator on its experiments (1-2: layouts; 3: ZeRO; 4: FSDP).
+PRESET_CHAPTERS = tuple(CHAPTERS)
 
 
 def _known_model(model) -> str | None:

@@ -16,6 +16,7 @@ from workshop_lib.book.tables.nemo import chapter_1_tables, chapter_2_tables
 from workshop_lib.book.tables.nemo_lessons import lesson_tables
 from workshop_lib.book.tables.zero import chapter_3_tables
 from workshop_lib.core.errors import WorkshopError
+from workshop_lib.experiments import chapter_spec
 from workshop_lib.results import COMPLETED, chapter_results
 
 
@@ -97,8 +98,9 @@ def tables_from_results(chapter: int, results: pd.DataFrame) -> list[Table]:
 
 
 def _check_chapter(chapter: int) -> None:
+    chapter_spec(chapter)  # a chapter the registry does not have is an error that lists those it has
     if chapter not in _BUILDERS:
-        raise WorkshopError(f"there is no chapter {chapter}: choose 1, 2, 3 or 4")
+        raise WorkshopError(f"chapter {chapter} has no table builder yet: add it to _BUILDERS of {__name__}")
 
 
 def long_form(results: pd.DataFrame, metrics: tuple[str, ...] = (
