@@ -63,7 +63,7 @@ CANDIDATES = {
     "lint_file": ["workshop_lib.validate:lint_file", "workshop_lib.checks.lint:lint_file"],
     "tables_from_results": ["workshop_lib.tables:tables_from_results", "workshop_lib.book.tables:tables_from_results"],
     "render_tables": ["workshop_lib.tables:render_tables", "workshop_lib.book.tables:render_tables"],
-    "claims": ["workshop_lib.claims:", "workshop_lib.book.claims:"],
+    "claims": ["workshop_lib.book.claims.sentences:", "workshop_lib.claims:", "workshop_lib.book.claims:"],
     "nemo_reference": ["workshop_lib.nemo_reference:", "workshop_lib.book.nemo_reference:"],
 }
 CLAIMS = {3: ["zero_one_gpu", "zero_weak_scaling", "losses_differ", "zero_two_gpus", "model_states_versus_peak"],

@@ -245,7 +245,7 @@ runs = nb.run_experiments(selection, runs_dir, wait_timeout_s)
 # ## Results: Llama 3.1 8B + LoRA
 
 # %% tags=["hide-input"]
-from workshop_lib.book import claims
+from workshop_lib.book.claims import sentences as claims
 
 reference = nb.reference_results(1)[1]
 nb.show_results(selection, ["llama"], runs_dir)

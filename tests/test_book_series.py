@@ -130,7 +130,7 @@ def test_the_time_plan_estimates_a_table_from_one_series(tmp_path):
 
 
 def test_no_generated_sentence_divides_rows_of_two_cards():
-    from workshop_lib.book import claims
+    from workshop_lib.book.claims import sentences as claims
     from workshop_lib.book.reference import reference_results
 
     results = reference_results(4)[1].copy()

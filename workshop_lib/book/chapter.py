@@ -227,7 +227,7 @@ def show_results(selection: Selection, keys: Sequence[str], runs_dir: Path | str
 
 
 def say(text: str) -> str:
-    """A paragraph of Markdown generated from data (e.g. `workshop_lib.book.claims`), shown as text on the page."""
+    """A paragraph of Markdown generated from data (`book.claims.sentences`), shown as text on the page."""
     if not text:
         return ""
     try:
