@@ -21,7 +21,7 @@ from workshop_lib.book.calculator import bundle
 from workshop_lib.book.calculator.page import (
     FIELDS, Calculator, cli_command, experiment_for_inputs, inputs_from_setup, read_inputs, setup_from_inputs,
 )
-from workshop_lib.book.calculator.references import chapter_presets, page_data, reference_runs
+from workshop_lib.book.calculator.measured_runs import chapter_presets, page_data, reference_runs
 from workshop_lib.cli import main
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.estimate import GIB, TrainingSetup, check_setup, estimate_memory, model_shape

@@ -293,7 +293,7 @@ def test_products_are_not_mistaken_for_ratios():
 
 def test_settings_stated_in_words_match_their_declarations():
     """Counts the pages state without a unit: the per-user GPU cap, the NeMo runs' steps and global batch."""
-    from workshop_lib.book.time_plan import PER_USER_GPU_CAP
+    from workshop_lib.book.plans.time_plan import PER_USER_GPU_CAP
 
     texts = static_texts()
     assert f"limit of {PER_USER_GPU_CAP} GPUs per user" in " ".join(texts["book/intro.md"].split())

@@ -5,7 +5,7 @@ Under papermill, in the static book and in plain Python both fall back to HTML t
 ipywidgets is imported only when a live view is made, so nothing here needs it otherwise.
 Owns: builder (an experiment from a form, checked as it is typed), monitor (a notebook's runs, fed by the jobs
 watcher), frontend (live or static), screenshot (a headless browser's picture of a widget, for the book's tests).
-May import: every package below book, and book's html and your_runs helpers; never book.chapter.
+May import: every package below book, and book's html and your_runs helpers; never book.chapter.facade.
 """
 
 from workshop_lib.widgets.builder import CONTROL_NAMES, CONTROLS, ExperimentBuilder, custom_id

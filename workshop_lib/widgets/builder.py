@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from workshop_lib.book.your_runs import resolve_runs_dir, submitting_enabled
+from workshop_lib.book.chapter.your_runs import resolve_runs_dir, submitting_enabled
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.estimate import estimate_memory, format_estimate, setup_from_experiment
 from workshop_lib.experiments import CHAPTERS, Experiment, chapter_experiments, get_experiment

@@ -351,7 +351,7 @@ class Calculator:
         return json.dumps(self.calculate(json.loads(values)))
 
 
-# The engines the estimator's error is shown for (book/calculator/references.py groups the runs by them).
+# The engines the estimator's error is shown for (book/calculator/measured_runs.py groups the runs by them).
 ENGINE_FAMILIES = {"nemo": "NeMo itself", "stand-in": "the PyTorch stand-in for NeMo",
                    "hf": "the Hugging Face Trainer alone", "hf-deepspeed": "the Hugging Face Trainer with DeepSpeed",
                    "hf-fsdp": "the Hugging Face Trainer with FSDP", "gpt": "the custom GPT"}

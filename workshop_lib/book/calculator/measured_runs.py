@@ -19,7 +19,7 @@ from workshop_lib.experiments import CHAPTERS, chapter_experiments, get_experime
 from workshop_lib.core.vocabulary import NEMO
 from workshop_lib.core.paths import REFERENCE_DIR
 from workshop_lib.book.calculator.page import MODELS, inputs_from_setup
-from workshop_lib.book.nemo_reference import NEMO_RECORD_TOKENS, packs_sequences
+from workshop_lib.book.reference.nemo_views import NEMO_RECORD_TOKENS, packs_sequences
 
 REFERENCE_FILES = ("chapter1.json", "chapter2.json", "chapter3.json", "chapter4.json", "engine_scaling.json")
 # Which chapters open the calculator on their experiments (chapters 1-2: layouts; 3: ZeRO; 4: FSDP).
@@ -37,7 +37,7 @@ def _known_model(model) -> str | None:
 
 def _setup_of_row(row: dict):
     """(model, TrainingSetup) of a measured row as it ran; NeMo layouts as the fit rule sees them."""
-    from workshop_lib.book.predictions import _model_for, setup_for_record
+    from workshop_lib.book.measurements.memory_predictions import _model_for, setup_for_record
 
     if row.get("engine") == NEMO:
         experiment = get_experiment(row["id"])

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from workshop_lib.book.cells import is_missing
-from workshop_lib.book.html import scrollable
-from workshop_lib.book.series import Series, card_name, series_provenance
+from workshop_lib.book.pages.cells import is_missing
+from workshop_lib.book.pages.html import scrollable
+from workshop_lib.book.measurements.series import Series, card_name, series_provenance
 from workshop_lib.book.tables.nemo import layout_text
 from workshop_lib.estimate.fit import MARGIN, check_fit
 from workshop_lib.experiments import chapter_experiments, large_gpu_experiments

@@ -21,8 +21,8 @@ from typing import Sequence
 
 import pandas as pd
 
-from workshop_lib.book.cells import is_missing
-from workshop_lib.book.series import choose_series
+from workshop_lib.book.pages.cells import is_missing
+from workshop_lib.book.measurements.series import choose_series
 # The per-user cap of GPUs in running jobs: one Ibex fact for the chapter plan and the class plan.
 from workshop_lib.class_plan.nodes import CAP_SOURCE, PER_USER_GPU_CAP
 from workshop_lib.core.durations import format_duration, parse_duration
@@ -104,7 +104,7 @@ def reference_data(chapter: int, folder: Path = REFERENCE_DIR) -> tuple[list[dic
 
 
 def series_rows(experiment: Experiment, rows: list[dict], provenance: list[dict] | None = None) -> list[dict]:
-    """The rows one experiment's estimate may draw on: the one series (engine and card, `book.series`) its
+    """The rows one experiment's estimate may draw on: the one series (engine and card, `book.measurements.series`) its
     table shows, so a table's jobs are all estimated from NeMo's runs, or all from the stand-in's, never both.
     A table nothing measured draws on the series of the runs of the same engine and model."""
     family = [row for row in rows if row.get("group") == experiment.group and row.get("model") == experiment.model]
