@@ -181,3 +181,36 @@ def test_a_caption_lists_only_the_rows_its_own_table_left_out():
     mixtral = reference_caption(data, rows[rows["group"] == "mixtral"], "book/reference/chapter1.json", choice)
     assert "2 rows by the PyTorch stand-in (not NeMo) on H200" in llama  # Llama's own, not Mixtral's
     assert "1 row by the PyTorch stand-in (not NeMo) on H200" in mixtral and "NeMo on H200" not in mixtral
+
+
+def test_the_reference_files_have_one_reader(tmp_path):
+    """book/reference/*.json is parsed in one place (book.measurements.reference_files): a single provenance
+    record reads as a list, a missing file as None, and the views read through it, so they agree."""
+    import ast
+    from pathlib import Path
+
+    from workshop_lib.book.measurements.reference_files import read_reference
+    from workshop_lib.book.plans.time_plan import reference_data
+    from workshop_lib.book.reference.nemo_views import measured_results
+
+    (tmp_path / "chapter9.json").write_text(json.dumps({
+        "profile": "tiny", "provenance": {"torch": "2.5"},
+        "results": [{"id": "a", "state": "COMPLETED"}, {"id": "b", "state": "FAILED", "run_engine": "nemo"}]}))
+    stored = read_reference(9, tmp_path)
+    assert stored.provenance == [{"torch": "2.5"}] and stored.profile == "tiny"
+    assert [row["id"] for row in stored.completed()] == ["a"]
+    assert read_reference(8, tmp_path) is None and reference_data(8, tmp_path) == ([], [])
+    assert reference_data(9, tmp_path) == ([{"torch": "2.5"}], [{"id": "a", "state": "COMPLETED",
+                                                                  "reference_profile": "tiny"}])
+    assert measured_results(9, tmp_path, "nemo") == ([{"torch": "2.5"}], {"b": stored.results[1]})
+
+    book = Path(__file__).resolve().parents[1] / "workshop_lib" / "book"
+    readers = []
+    for path in book.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        names = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+        parses = any(isinstance(node, ast.Attribute) and node.attr in ("load", "loads")
+                     and isinstance(node.value, ast.Name) and node.value.id == "json" for node in ast.walk(tree))
+        if parses and "REFERENCE_DIR" in names:
+            readers.append(path.relative_to(book).as_posix())
+    assert readers == ["measurements/reference_files.py"], readers

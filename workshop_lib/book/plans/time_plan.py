@@ -22,6 +22,7 @@ from typing import Sequence
 import pandas as pd
 
 from workshop_lib.book.pages.cells import is_missing
+from workshop_lib.book.measurements.reference_files import read_reference
 from workshop_lib.book.measurements.series import choose_series
 # The per-user cap of GPUs in running jobs: one Ibex fact for the chapter plan and the class plan.
 from workshop_lib.class_plan.nodes import CAP_SOURCE, PER_USER_GPU_CAP
@@ -91,16 +92,11 @@ def reference_rows(chapter: int, folder: Path = REFERENCE_DIR) -> list[dict]:
 
 def reference_data(chapter: int, folder: Path = REFERENCE_DIR) -> tuple[list[dict], list[dict]]:
     """(provenance records, completed rows) of book/reference/chapter<N>.json."""
-    import json
-
-    path = folder / f"chapter{chapter}.json"
-    if not path.is_file():
+    stored = read_reference(chapter, folder)
+    if stored is None:
         return [], []
-    data = json.loads(path.read_text())
-    provenance = data["provenance"] if isinstance(data["provenance"], list) else [data["provenance"]]
     # Each row keeps the profile it ran under: its trainer's step cap where the row did not record one.
-    return provenance, [{**row, "reference_profile": data.get("profile")} for row in data["results"]
-                        if row.get("state") == "COMPLETED"]
+    return stored.provenance, [{**row, "reference_profile": stored.profile} for row in stored.completed()]
 
 
 def series_rows(experiment: Experiment, rows: list[dict], provenance: list[dict] | None = None) -> list[dict]:

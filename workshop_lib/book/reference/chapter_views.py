@@ -9,13 +9,13 @@ from typing import Sequence
 
 import pandas as pd
 
+from workshop_lib.book.measurements.reference_files import read_reference
 from workshop_lib.book.pages.cells import is_missing
 from workshop_lib.book.measurements.series import (
     Series, SeriesChoice, choose_series, record_profile, row_engine, same_series, series_provenance,
 )
 from workshop_lib.book.pages.html import as_html, display, reference_missing, table_html
 from workshop_lib.book.tables import Table, drop_unrecorded, tables_from_results
-from workshop_lib.core.paths import REFERENCE_DIR
 from workshop_lib.sites.profiles import load_profile
 from workshop_lib.core.vocabulary import NEMO
 from workshop_lib.results import COMPLETED
@@ -23,13 +23,10 @@ from workshop_lib.results import COMPLETED
 
 def reference_results(chapter: int | str) -> tuple[dict, pd.DataFrame] | None:
     """A chapter's results measured on real GPUs (book/reference/chapter<N>.json, or book/reference/<name>.json)."""
-    import json
-
-    name = f"chapter{chapter}" if isinstance(chapter, int) else chapter
-    path = REFERENCE_DIR / f"{name}.json"
-    if not path.is_file():
+    stored = read_reference(chapter)
+    if stored is None:
         return None
-    data = json.loads(path.read_text())
+    data = stored.document
     # Rows from before an engine recorded its step cap (the custom GPT's) ran under the reference profile's
     # max_steps: say so, or their tables would describe the full epochs they never trained.
     cap = load_profile(data["profile"]).training.max_steps if data.get("profile") else None
