@@ -32,6 +32,7 @@ from workshop_lib.experiments import Experiment
 from workshop_lib.core.vocabulary import GPT, HF, NEMO
 from workshop_lib.core.paths import REFERENCE_DIR
 from workshop_lib.sites.profiles import Profile, load_profile
+from workshop_lib.sites.step_cap import step_cap
 
 
 # The NeMo reference row ran under this profile's trainer.max_steps (its row records no run_settings).
@@ -82,7 +83,7 @@ def planned_steps(experiment: Experiment, profile: Profile) -> int | None:
         steps = math.ceil(batches / (experiment.grad_accum or 1)) * experiment.epochs
     else:
         return None
-    return min(steps, cap) if cap and steps else steps
+    return step_cap(steps, cap)
 
 
 # ---- the reference rows ---------------------------------------------------------------------------
@@ -152,9 +153,8 @@ def _reference_steps(row: dict) -> int | None:
         return int(settings["max_steps"])
     profile = NEMO_REFERENCE_PROFILE if row.get("run_engine") == NEMO else row.get("reference_profile")
     cap = load_profile(profile).training.max_steps if profile else None
-    if row.get("max_steps") and not is_missing(row["max_steps"]):
-        return min(int(row["max_steps"]), cap) if cap else int(row["max_steps"])
-    return cap
+    declared = row.get("max_steps")
+    return step_cap(None if not declared or is_missing(declared) else declared, cap)
 
 
 def _step_time(row: dict) -> float | None:

@@ -17,6 +17,7 @@ from workshop_lib.book.measurements.series import (
 from workshop_lib.book.pages.html import as_html, display, reference_missing, table_html
 from workshop_lib.book.tables import Table, drop_unrecorded, tables_from_results
 from workshop_lib.sites.profiles import load_profile
+from workshop_lib.sites.step_cap import step_cap
 from workshop_lib.core.vocabulary import NEMO
 from workshop_lib.results import COMPLETED
 
@@ -132,10 +133,7 @@ def _steps_run(row: dict, profile) -> int | None:
         return int(settings["max_steps"])
     cap = profile.training.max_steps if profile is not None else None
     declared = row.get("max_steps")
-    declared = None if is_missing(declared) else int(declared)
-    if cap and declared:
-        return min(cap, declared)
-    return cap or declared
+    return step_cap(cap, None if is_missing(declared) else declared)
 
 
 def _software(provenance: list[dict], rows: pd.DataFrame, series: Series) -> str:
