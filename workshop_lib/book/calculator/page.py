@@ -241,8 +241,10 @@ class Calculator:
         try:
             estimate = estimate_memory(inputs["model"], setup)
         except WorkshopError as error:  # the estimator's own check (check_setup): its message, no numbers
-            return {"ok": False, "problems": [_problem("workshop estimate", str(error))] + problems,
-                    "inputs": inputs}
+            rule = getattr(error, "rule", "")  # a seed pitfall (PitfallError): validate said it in the same words
+            said = rule and any(problem["rule"] == rule for problem in problems)
+            return {"ok": False, "problems": ([] if said else [_problem("workshop estimate", str(error), rule=rule)])
+                    + problems, "inputs": inputs}
         return {"ok": True, "inputs": inputs, "problems": problems, "description": describe_setup(setup),
                 "command": cli_command(inputs["model"], setup),
                 "parameters": (f"{estimate.total_parameters:,} parameters, {estimate.trainable_parameters:,} "
