@@ -63,15 +63,18 @@ CANDIDATES = {
     "lint_file": ["workshop_lib.validate:lint_file", "workshop_lib.checks.lint:lint_file"],
     "tables_from_results": ["workshop_lib.tables:tables_from_results", "workshop_lib.book.tables:tables_from_results"],
     "render_tables": ["workshop_lib.tables:render_tables", "workshop_lib.book.tables:render_tables"],
-    "claims": ["workshop_lib.claims:", "workshop_lib.book.claims:"],
-    "nemo_reference": ["workshop_lib.nemo_reference:", "workshop_lib.book.nemo_reference:"],
+    "claims": ["workshop_lib.book.claims.sentences:", "workshop_lib.claims:", "workshop_lib.book.claims:"],
+    "nemo_reference": ["workshop_lib.book.reference.nemo_views:", "workshop_lib.nemo_reference:",
+                       "workshop_lib.book.nemo_reference:"],
 }
 CLAIMS = {3: ["zero_one_gpu", "zero_weak_scaling", "losses_differ", "zero_two_gpus", "model_states_versus_peak"],
           4: ["gpt_architecture", "fsdp_strategies", "fsdp_single_gpu", "fsdp_one_node", "gpt_depth"]}
 
 
 # Where the chapter-facing functions may live (the facade first, then the modules it is split into).
-CHAPTER_MODULES = ["workshop_lib.notebook", "workshop_lib.book.chapter", "workshop_lib.book.reference",
+CHAPTER_MODULES = ["workshop_lib.book.chapter.facade", "workshop_lib.book.reference.chapter_views",
+                   "workshop_lib.book.chapter.your_runs",
+                   "workshop_lib.notebook", "workshop_lib.book.chapter", "workshop_lib.book.reference",
                    "workshop_lib.book.your_runs", "workshop_lib.book.figures"]
 
 

@@ -10,7 +10,7 @@ On a multi-GPU machine without SLURM (the device machine, a workstation):
 
 Chapters 1-2 run the PyTorch stand-ins at the real models' shapes (random weights, synthetic data) with
 the recipe NeMo resolved for each experiment (book/reference/nemo/resolved.json); the chapters show each
-row next to its memory prediction (workshop_lib/book/nemo_reference.py), and rows not run as "not measured yet".
+row next to its memory prediction (workshop_lib/book/reference/nemo_views.py), and rows not run as "not measured yet".
 
 renders every experiment of the chapter that fits the `gpu-workstation` profile (one node, up to 4 GPUs,
 and no more GPUs than the machine has: --max-gpus, default the GPUs nvidia-smi lists),

@@ -44,7 +44,7 @@ wait_timeout_s = 1800  # stop waiting after this long (jobs keep running; re-run
 runs_dir = None  # None: <repository>/runs (or $WORKSHOP_RUNS_DIR)
 
 # %%
-from workshop_lib.book import chapter as nb
+from workshop_lib.book.chapter import facade as nb
 
 selection = nb.chapter_header(1, profile, experiments, runs_dir)
 nb.experiments_overview(selection);
@@ -103,7 +103,7 @@ nb.experiments_overview(selection);
 # leaves each GPU 8/*N* of the experts (about 24.2 B parameters per GPU on 2 GPUs, 12.9 B on 4, 7.2 B on 8).
 
 # %% tags=["hide-input"]
-from workshop_lib.book import plots
+from workshop_lib.book.claims import plots
 
 mixtral_on_2 = plots.mixtral_layouts(2)
 nb.show_figure(plots.gpu_layout_diagram({name: mixtral_on_2[name] for name in ("DP 2", "EP 2")},
@@ -170,7 +170,7 @@ nb.show_reference_script("lora/mixtral/2-gpus", "ibex");
 # table for one of them.
 
 # %%
-from workshop_lib.book import nemo_reference
+from workshop_lib.book.reference import nemo_views as nemo_reference
 
 nemo_reference.show_resolved(1, "lora/llama/2-gpus");
 
@@ -245,7 +245,7 @@ runs = nb.run_experiments(selection, runs_dir, wait_timeout_s)
 # ## Results: Llama 3.1 8B + LoRA
 
 # %% tags=["hide-input"]
-from workshop_lib.book import claims
+from workshop_lib.book.claims import sentences as claims
 
 reference = nb.reference_results(1)[1]
 nb.show_results(selection, ["llama"], runs_dir)

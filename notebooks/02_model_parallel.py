@@ -59,7 +59,7 @@ wait_timeout_s = 1800  # stop waiting after this long (jobs keep running; re-run
 runs_dir = None  # None: <repository>/runs (or $WORKSHOP_RUNS_DIR)
 
 # %%
-from workshop_lib.book import chapter as nb
+from workshop_lib.book.chapter import facade as nb
 
 selection = nb.chapter_header(2, profile, experiments, runs_dir)
 nb.experiments_overview(selection);
@@ -114,7 +114,7 @@ nb.experiments_overview(selection);
 # Mixtral recipes use the distributed optimizer either way).
 
 # %% tags=["hide-input"]
-from workshop_lib.book import plots
+from workshop_lib.book.claims import plots
 
 nb.show_figure(plots.gpu_layout_diagram(plots.mixtral_layouts(4), "What each of 4 GPUs holds of Mixtral"));
 
@@ -153,7 +153,7 @@ nb.show_figure(plots.gpu_layout_diagram(plots.mixtral_layouts(4), "What each of 
 # predicted), as NeMo's own recipe does (PP = 4). The alternative that fits one node is chapter 1's: keep LoRA.
 
 # %%
-from workshop_lib.book import nemo_reference
+from workshop_lib.book.reference import nemo_views as nemo_reference
 
 nemo_reference.show(2);
 
@@ -238,7 +238,7 @@ runs = nb.run_experiments(selection, runs_dir, wait_timeout_s)
 # ## Results: Llama 3.1 8B, tensor parallel
 
 # %% tags=["hide-input"]
-from workshop_lib.book import claims
+from workshop_lib.book.claims import sentences as claims
 
 reference = nb.reference_results(2)[1]
 nb.show_results(selection, ["llama"], runs_dir,

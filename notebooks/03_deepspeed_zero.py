@@ -41,8 +41,9 @@ runs_dir = None  # None: <repository>/runs (or $WORKSHOP_RUNS_DIR)
 recipe = "seed"  # "seed": the original material's recipe (comparable numbers); "tuned": the faster one
 
 # %% tags=["hide-input"]
-from workshop_lib.book import claims, plots
-from workshop_lib.book import chapter as nb
+from workshop_lib.book.claims import plots
+from workshop_lib.book.claims import sentences as claims
+from workshop_lib.book.chapter import facade as nb
 
 selection = nb.chapter_header(3, profile, experiments, runs_dir, recipe)
 reference = nb.reference_results(3)[1]
@@ -380,7 +381,7 @@ nb.show_recipe_benchmark();
 #
 # ```python
 # from dataclasses import replace
-# from workshop_lib.book import chapter as nb
+# from workshop_lib.book.chapter import facade as nb
 # from workshop_lib.experiments import get_experiment
 #
 # bigger = replace(get_experiment("zero/single-gpu/zero2-offload"), id="zero/single-gpu/zero2-offload-1000",

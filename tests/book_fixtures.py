@@ -5,7 +5,7 @@ imports) it, so the expensive work is memoised here and done once per test proce
 asks first.
 
 The chapters run with papermill on the tiny profile against the local SLURM cluster, into a temporary
-folder; their runs go to the workshop's runs folder (``workshop_lib.book.your_runs.resolve_runs_dir``), where
+folder; their runs go to the workshop's runs folder (``workshop_lib.book.chapter.your_runs.resolve_runs_dir``), where
 completed runs are reused, exactly as a participant re-running a chapter would see. The book is then
 built into a temporary folder (never the checkout's ``_build/html``, the user's own book) with warnings as
 errors while $WORKSHOP_SUBMIT=0, so the build can only read.
@@ -52,7 +52,7 @@ def _execute_all(output_dir: Path, say) -> ExecutedChapters:
     """Every chapter, with a line as each starts and ends and as each of its jobs moves on: this takes most of
     `make test`'s time (about 40 minutes on 2 cores), which pytest's dots would spend in silence."""
     from workshop_lib.cli.demo import chapter_notebooks, execute_and_account
-    from workshop_lib.book.your_runs import resolve_runs_dir
+    from workshop_lib.book.chapter.your_runs import resolve_runs_dir
 
     runs_dir = resolve_runs_dir()
     chapters = []

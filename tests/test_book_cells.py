@@ -1,4 +1,4 @@
-"""The book's cell rules (workshop_lib.book.cells): one rule for a missing value, one way to write a number."""
+"""The book's cell rules (workshop_lib.book.pages.cells): one rule for a missing value, one way to write a number."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from workshop_lib.book.cells import is_missing
+from workshop_lib.book.pages.cells import is_missing
 
 
 @pytest.mark.parametrize("value", [None, math.nan, np.float32("nan"), np.float64("nan"), pd.NA, pd.NaT])
@@ -25,7 +25,7 @@ def test_workshop_collect_writes_numbers_as_the_chapter_page_does():
     """One formatter: the markdown of `workshop collect` and the page's HTML table show the same cell texts."""
     import re
 
-    from workshop_lib.book.html import table_html
+    from workshop_lib.book.pages.html import table_html
     from workshop_lib.book.tables import Table, render_tables
 
     frame = pd.DataFrame({"Peak (MiB)": [6251.0, 8532.94, None], "Loss": [0.1234567, -0.0, 12.0],

@@ -1,7 +1,7 @@
 """Every sentence the book states about measurements agrees with book/reference/*.json.
 
-The generated sentences (`workshop_lib.book.claims`) are checked against facts recomputed here straight from the
-JSON, and the hand-written pages (answers, corrections, reading the logs, the chapters' markdown) are
+The generated sentences (`workshop_lib.book.claims.sentences`) are checked against facts recomputed here
+straight from the JSON, and the hand-written pages (answers, corrections, reading the logs, the chapters' markdown) are
 checked where they state an ordering or a count that the data or the code decides."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import jupytext
 import pytest
 
-from workshop_lib.book import claims
+from workshop_lib.book.claims import sentences as claims
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "book" / "reference"

@@ -9,9 +9,9 @@ from pathlib import Path
 import matplotlib
 import pytest
 
-from workshop_lib.book import chapter as nb
+from workshop_lib.book.chapter import facade as nb
 from workshop_lib.book import figures, parts
-from workshop_lib.book.reference import reference_results, reference_shown
+from workshop_lib.book.reference.chapter_views import reference_results, reference_shown
 from workshop_lib.book.tables import tables_from_results
 from workshop_lib.core.errors import WorkshopError
 

@@ -3,7 +3,7 @@
 For every chapter page with reference data (book/reference/chapter<N>.json): in each section that shows
 result tables, the first one is a reference table with a provenance caption (or a note that this part has
 no reference measurement), the participant's tables come after it titled by their profile, and every
-sentence generated from the reference data (`workshop_lib.book.claims`, checked against the JSON in
+sentence generated from the reference data (`workshop_lib.book.claims.sentences`, checked against the JSON in
 tests/test_book_claims.py) is on the page. A book built without runs says so where the runs' tables
 would be; a book built after the tiny chapters ran names every tiny model as a stand-in.
 """
@@ -97,8 +97,8 @@ def check_stand_ins(page: Path) -> int:
 
 def check_claims(page: Path, chapter: int) -> None:
     """Every generated sentence of the chapter is on the page, as generated from the reference JSON."""
-    from workshop_lib.book import claims
-    from workshop_lib.book.reference import reference_results
+    from workshop_lib.book.claims import sentences as claims
+    from workshop_lib.book.reference.chapter_views import reference_results
 
     generators = {3: [("chapter3", claims.zero_one_gpu), ("chapter3", claims.zero_two_gpus),
                       ("chapter3", claims.model_states_versus_peak), ("chapter3", claims.zero_weak_scaling),
@@ -155,7 +155,7 @@ def test_show_results_puts_the_reference_first_then_your_runs_by_profile(tmp_pat
     import matplotlib
 
     from workshop_lib.results import chapter as results_module
-    from workshop_lib.book import chapter as nb
+    from workshop_lib.book.chapter import facade as nb
     from workshop_lib.book import figures
 
     matplotlib.use("Agg")

@@ -8,7 +8,7 @@ import json
 import pandas as pd
 import pytest
 
-from workshop_lib.book.series import MixedSeriesError, Series, choose_series, same_series
+from workshop_lib.book.measurements.series import MixedSeriesError, Series, choose_series, same_series
 from workshop_lib.experiments import get_experiment
 
 H100, H200 = "NVIDIA H100 80GB HBM3", "NVIDIA H200"
@@ -64,7 +64,7 @@ def test_cards_with_as_many_rows_go_to_the_one_measured_last():
 @pytest.mark.parametrize("other", [row("lora/llama/2-gpus", "stand-in", H100),  # another engine
                                    row("lora/llama/2-gpus", "nemo", H200)])  # another card
 def test_no_table_or_plot_divides_rows_of_two_series(other):
-    from workshop_lib.book.plots import speedup_plot
+    from workshop_lib.book.claims.plots import speedup_plot
     from workshop_lib.book.tables.columns import ratio
     from workshop_lib.book.tables.nemo import chapter_1_tables
 
@@ -79,7 +79,7 @@ def test_no_table_or_plot_divides_rows_of_two_series(other):
 
 
 def test_the_chapter_shows_one_series_per_table_each_with_its_own_provenance():
-    from workshop_lib.book.reference import reference_caption, reference_series
+    from workshop_lib.book.reference.chapter_views import reference_caption, reference_series
 
     data, frame = mixed_chapter_1()
     shown = {choice.series: (choice, rows) for choice, rows in reference_series(1, (data, frame))}
@@ -116,7 +116,7 @@ def test_two_layouts_on_the_same_gpus_are_compared_as_layouts_not_scaling():
 
 
 def test_the_time_plan_estimates_a_table_from_one_series(tmp_path):
-    from workshop_lib.book.time_plan import estimate_chapter
+    from workshop_lib.book.plans.time_plan import estimate_chapter
     from workshop_lib.experiments import chapter_experiments
 
     data, _ = mixed_chapter_1()
@@ -130,8 +130,8 @@ def test_the_time_plan_estimates_a_table_from_one_series(tmp_path):
 
 
 def test_no_generated_sentence_divides_rows_of_two_cards():
-    from workshop_lib.book import claims
-    from workshop_lib.book.reference import reference_results
+    from workshop_lib.book.claims import sentences as claims
+    from workshop_lib.book.reference.chapter_views import reference_results
 
     results = reference_results(4)[1].copy()
     assert claims.fsdp_one_node(results)  # one card today: the sentence is written
@@ -141,7 +141,7 @@ def test_no_generated_sentence_divides_rows_of_two_cards():
 
 
 def test_each_chapter_4_table_has_its_own_caption_naming_the_fsdp_that_ran():
-    from workshop_lib.book.reference import reference_caption, reference_results, reference_series
+    from workshop_lib.book.reference.chapter_views import reference_caption, reference_results, reference_series
 
     data, results = reference_results(4)
     captions = {}
@@ -171,7 +171,7 @@ def test_a_second_run_on_the_baselines_gpus_is_no_scaling_step_in_chapter_1_eith
 
 
 def test_a_caption_lists_only_the_rows_its_own_table_left_out():
-    from workshop_lib.book.reference import reference_caption, reference_series
+    from workshop_lib.book.reference.chapter_views import reference_caption, reference_series
 
     data, _ = mixed_chapter_1()
     data["results"].append(row("lora/mixtral/2-gpus", "nemo", H100, 90, 1.5))  # NeMo ran Mixtral too
@@ -181,3 +181,36 @@ def test_a_caption_lists_only_the_rows_its_own_table_left_out():
     mixtral = reference_caption(data, rows[rows["group"] == "mixtral"], "book/reference/chapter1.json", choice)
     assert "2 rows by the PyTorch stand-in (not NeMo) on H200" in llama  # Llama's own, not Mixtral's
     assert "1 row by the PyTorch stand-in (not NeMo) on H200" in mixtral and "NeMo on H200" not in mixtral
+
+
+def test_the_reference_files_have_one_reader(tmp_path):
+    """book/reference/*.json is parsed in one place (book.measurements.reference_files): a single provenance
+    record reads as a list, a missing file as None, and the views read through it, so they agree."""
+    import ast
+    from pathlib import Path
+
+    from workshop_lib.book.measurements.reference_files import read_reference
+    from workshop_lib.book.plans.time_plan import reference_data
+    from workshop_lib.book.reference.nemo_views import measured_results
+
+    (tmp_path / "chapter9.json").write_text(json.dumps({
+        "profile": "tiny", "provenance": {"torch": "2.5"},
+        "results": [{"id": "a", "state": "COMPLETED"}, {"id": "b", "state": "FAILED", "run_engine": "nemo"}]}))
+    stored = read_reference(9, tmp_path)
+    assert stored.provenance == [{"torch": "2.5"}] and stored.profile == "tiny"
+    assert [row["id"] for row in stored.completed()] == ["a"]
+    assert read_reference(8, tmp_path) is None and reference_data(8, tmp_path) == ([], [])
+    assert reference_data(9, tmp_path) == ([{"torch": "2.5"}], [{"id": "a", "state": "COMPLETED",
+                                                                  "reference_profile": "tiny"}])
+    assert measured_results(9, tmp_path, "nemo") == ([{"torch": "2.5"}], {"b": stored.results[1]})
+
+    book = Path(__file__).resolve().parents[1] / "workshop_lib" / "book"
+    readers = []
+    for path in book.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        names = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+        parses = any(isinstance(node, ast.Attribute) and node.attr in ("load", "loads")
+                     and isinstance(node.value, ast.Name) and node.value.id == "json" for node in ast.walk(tree))
+        if parses and "REFERENCE_DIR" in names:
+            readers.append(path.relative_to(book).as_posix())
+    assert readers == ["measurements/reference_files.py"], readers

@@ -21,7 +21,7 @@ from workshop_lib.book.calculator import bundle
 from workshop_lib.book.calculator.page import (
     FIELDS, Calculator, cli_command, experiment_for_inputs, inputs_from_setup, read_inputs, setup_from_inputs,
 )
-from workshop_lib.book.calculator.references import chapter_presets, page_data, reference_runs
+from workshop_lib.book.calculator.measured_runs import chapter_presets, page_data, reference_runs
 from workshop_lib.cli import main
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.estimate import GIB, TrainingSetup, check_setup, estimate_memory, model_shape
@@ -64,8 +64,12 @@ def test_the_page_shows_the_estimators_numbers_for_random_layouts(calculator):
             estimate = estimate_memory(inputs["model"], setup)
         except WorkshopError as error:
             refused += 1
+            rule = getattr(error, "rule", "")  # a seed pitfall: shown once, as workshop validate's finding
+            if rule and any(problem["rule"] == rule for problem in result["problems"]):
+                assert not result["ok"] and "workshop estimate" not in {p["source"] for p in result["problems"]}
+                continue
             assert not result["ok"] and result["problems"][0] == {
-                "source": "workshop estimate", "rule": "", "message": str(error), "fix": "", "severity": "error"}
+                "source": "workshop estimate", "rule": rule, "message": str(error), "fix": "", "severity": "error"}
             continue
         accepted += 1
         assert result["ok"]
@@ -236,3 +240,25 @@ def test_nemos_run_is_shown_as_it_ran_with_the_estimators_error_per_engine(calcu
         assert re.match(r"^The estimator's error on the \d+ runs? measured with .+ %", text), (engine, text)
     fsdp = next(run for run in runs if run["engine"] == "hf-fsdp")
     assert "FSDP" in calculator.calculate(fsdp["inputs"])["reference"]["engine_error"]
+
+
+PITFALLS = [  # (form values, the seed pitfall's rule): setups the estimator refuses and the checks report
+    (dict(engine="deepspeed", zero_stage="0", offload="optimizer"), "offload-with-zero0"),
+    (dict(engine="fsdp", fsdp="HYBRID_SHARD", nodes=1), "hybrid-shard-single-node"),
+    (dict(engine="megatron", model="mixtral-8x7b", tensor_parallel=2, expert_parallel=8, gpus_per_node=4),
+     "parallel-sizes-mismatch"),
+    (dict(engine="megatron", tensor_parallel=3, gpus_per_node=4), "parallel-sizes-mismatch"),
+]
+
+
+@pytest.mark.parametrize("values, rule", PITFALLS)
+def test_the_calculator_says_one_thing_once_for_one_pitfall(calculator, values, rule):
+    """The estimator and the checks take a seed pitfall's words from one place (estimate.pitfall_text): the
+    estimator's refusal reads as `workshop validate`'s finding, and the page shows that message once."""
+    result = calculator.calculate({**{field.name: field.default for field in FIELDS}, **values})
+    assert not result["ok"]
+    assert [problem["rule"] for problem in result["problems"]] == [rule], result["problems"]
+    (finding,) = [f for f in validate_experiment(experiment_for_inputs(result["inputs"])) if f.rule == rule]
+    with pytest.raises(WorkshopError) as refusal:
+        check_setup(setup_from_inputs(result["inputs"]))
+    assert str(refusal.value) == f"{finding.message} Fix: {finding.fix}" and refusal.value.rule == rule

@@ -22,7 +22,7 @@ import pytest
 
 from browser_cdp import Browser
 from workshop_lib.book.calculator.page import Calculator
-from workshop_lib.book.calculator.references import page_data
+from workshop_lib.book.calculator.measured_runs import page_data
 
 pytestmark = pytest.mark.slow
 

@@ -12,8 +12,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from workshop_lib.book import claims, figures, parts
-from workshop_lib.book.calculator.references import PRESET_CHAPTERS, chapter_presets
+from workshop_lib.book import figures, parts
+from workshop_lib.book.claims import sentences as claims
+from workshop_lib.book.calculator.measured_runs import PRESET_CHAPTERS, chapter_presets
 from workshop_lib.book.tables import render
 from workshop_lib.cli.main import build_parser
 from workshop_lib.core.errors import WorkshopError
@@ -23,7 +24,7 @@ from workshop_lib.experiments import (
 )
 from workshop_lib.results import COMPLETED
 from workshop_lib.sites.profiles import PROFILES_DIR, ProfileError, load_profile
-from workshop_lib.widgets import builder
+from workshop_lib.widgets import builder, form
 
 ROOT = Path(__file__).resolve().parents[1]
 NUMBERS = tuple(spec.number for spec in CHAPTER_SPECS)
@@ -76,16 +77,16 @@ def test_the_calculator_presets_the_form_and_the_book_parts_follow_the_registry(
     assert list(chapter_presets()) == [str(number) for number in NUMBERS]
     assert tuple(parts.PARTS) == NUMBERS, "every chapter has its parts in book/parts.py, and only those"
     assert tuple(render._BUILDERS) == NUMBERS, "every chapter has a table builder, and only those"
-    form = builder.ExperimentBuilder(chapter=NUMBERS[-1], interactive=False)
-    assert [value for _, value in form.choices("chapter")] == list(NUMBERS)
-    assert builder.START_ROWS == {spec.number: spec.start for spec in CHAPTER_SPECS}
+    widget = builder.ExperimentBuilder(chapter=NUMBERS[-1], interactive=False)
+    assert [value for _, value in widget.choices("chapter")] == list(NUMBERS)
+    assert form.START_ROWS == {spec.number: spec.start for spec in CHAPTER_SPECS}
     knobs = {knob for spec in CHAPTER_SPECS for knob in spec.knobs}
-    assert knobs <= set(builder.CONTROL_NAMES), "every knob of a chapter's track has a control"
-    for control in builder.CONTROLS:
+    assert knobs <= set(form.CONTROL_NAMES), "every knob of a chapter's track has a control"
+    for control in form.CONTROLS:
         if control.name in knobs:
             assert control.chapters == tuple(spec.number for spec in CHAPTER_SPECS if control.name in spec.knobs)
     # The NeMo chapters' form (peft, TP, EP, SP) is exactly where every row of the matrix runs NeMo.
-    assert builder.NEMO_CHAPTERS == tuple(spec.number for spec in CHAPTER_SPECS if "peft" in spec.knobs)
+    assert form.NEMO_CHAPTERS == tuple(spec.number for spec in CHAPTER_SPECS if "peft" in spec.knobs)
 
 
 def test_a_profile_may_set_a_time_limit_for_each_chapter_of_the_registry_and_no_other(tmp_path):

@@ -98,7 +98,7 @@ def test_split_runs_go_round_robin_and_the_next_chapter_goes_on_where_the_last_s
 # ---- the plan for the target class ----------------------------------------------------------------
 @pytest.fixture(scope="module")
 def durations():
-    from workshop_lib.book.day_plan import class_durations
+    from workshop_lib.book.plans.day_plan import class_durations
 
     return class_durations()
 
@@ -227,8 +227,8 @@ def test_the_plan_prints_each_chapter_the_day_and_the_reservation_to_ask_for(cap
 
 # ---- chapter 2 and the day plan page ------------------------------------------------------------------
 def test_chapter_2_submits_no_two_node_mixtral_by_default_and_its_plan_fits_the_day():
-    from workshop_lib.book import time_plan
-    from workshop_lib.book.selection import select
+    from workshop_lib.book.plans import time_plan
+    from workshop_lib.book.chapter.selection import select
     from workshop_lib.class_plan.roles import needs_two_large_nodes
 
     selection = select(2, "ibex")
@@ -243,7 +243,7 @@ def test_chapter_2_submits_no_two_node_mixtral_by_default_and_its_plan_fits_the_
 
 
 def test_the_day_plan_page_shows_the_plans_own_numbers(durations):
-    from workshop_lib.book.day_plan import agenda, day_plan_markdown
+    from workshop_lib.book.plans.day_plan import agenda, day_plan_markdown
 
     text, shown = day_plan_markdown(participants=30, nodes_4gpu=16, nodes_8gpu=2)
     plan = plan_on(class_jobs(30, durations), nodes_of({IBEX_4GPU: 16, IBEX_8GPU: 2}), "x")
@@ -256,7 +256,7 @@ def test_the_day_plan_page_shows_the_plans_own_numbers(durations):
 
 
 def test_in_a_class_a_chapter_submits_the_participants_own_runs(monkeypatch):
-    from workshop_lib.book.selection import select
+    from workshop_lib.book.chapter.selection import select
     from workshop_lib.core.errors import WorkshopError
 
     monkeypatch.setenv("WORKSHOP_PARTICIPANT", "9/30")

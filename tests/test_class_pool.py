@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from workshop_lib.book.class_runs import class_results, whole_chapter
-from workshop_lib.book.selection import select
+from workshop_lib.book.chapter.class_runs import class_results, whole_chapter
+from workshop_lib.book.chapter.selection import select
 from workshop_lib.cli import main
 from workshop_lib.experiments import get_experiment
 from workshop_lib.results.class_pool import (
@@ -272,7 +272,7 @@ def test_the_class_row_is_the_median_run_and_says_who_ran_what():
 
 
 def test_the_chapter_cell_publishes_your_runs_and_shows_the_class_table(class_folder, tmp_path, capsys):
-    from workshop_lib.book import chapter as nb
+    from workshop_lib.book.chapter import facade as nb
 
     runs = tmp_path / "runs"
     completed_run(runs, "lora/llama/2-gpus")
@@ -284,7 +284,7 @@ def test_the_chapter_cell_publishes_your_runs_and_shows_the_class_table(class_fo
     llama = tables[0].frame.to_dict("records")
     assert [row["Total job time (HH:MM:SS)"] for row in llama[:2]] == ["MISSING", "00:01:40"]
     # Published and read back, the runs fill the very tables they fill at home: nothing lost on the way.
-    from workshop_lib.book.your_runs import for_profile, selection_tables
+    from workshop_lib.book.chapter.your_runs import for_profile, selection_tables
 
     whole = whole_chapter(nb.select(CHAPTER, TINY))
     at_home = [for_profile(table, whole.profile) for table in selection_tables(whole, runs)]
@@ -292,7 +292,7 @@ def test_the_chapter_cell_publishes_your_runs_and_shows_the_class_table(class_fo
 
 
 def test_a_chapter_without_a_class_folder_shows_one_note_and_publishes_nothing(monkeypatch, tmp_path, capsys):
-    from workshop_lib.book import chapter as nb
+    from workshop_lib.book.chapter import facade as nb
 
     monkeypatch.delenv(CLASS_DIR_VARIABLE, raising=False)
     monkeypatch.delenv(SHARED_ROOT_VARIABLE, raising=False)
@@ -378,7 +378,7 @@ def classroom():
 
 
 def _publish(folder: Path, runs: Path):
-    from workshop_lib.book.class_runs import publish_own
+    from workshop_lib.book.chapter.class_runs import publish_own
 
     return publish_own(select(CHAPTER, TINY), folder, runs)
 
@@ -438,7 +438,7 @@ def test_no_participant_can_change_or_delete_anothers_results_the_os_refuses(cla
 
 
 def test_a_hostile_participant_is_named_and_skipped_and_the_others_tables_stand(classroom):
-    from workshop_lib.book.class_runs import show_class_results
+    from workshop_lib.book.chapter.class_runs import show_class_results
 
     folder, names = classroom["folder"], classroom["names"]
     as_user(names["alice"], _publish, folder, classroom["runs"]["alice"])

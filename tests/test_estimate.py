@@ -332,11 +332,11 @@ def test_mfu_by_hand_and_the_findings_ceiling():
 # ---------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("setup, message", [
-    (TrainingSetup(zero_stage=0, offload="optimizer"), "needs ZeRO stage 1 or more"),
+    (TrainingSetup(zero_stage=0, offload="optimizer"), "stage 0 partitions nothing"),
     (TrainingSetup(offload="optimizer"), "needs ZeRO stage 1 or more"),
     (TrainingSetup(zero_stage=2, offload="parameters"), "parameter offload needs ZeRO stage 3"),
-    (TrainingSetup(gpus=4, fsdp="HYBRID_SHARD"), "HYBRID_SHARD .* needs --nodes 2"),
-    (TrainingSetup(gpus=6, tensor_parallel=2, expert_parallel=2), "does not divide 6 GPUs"),
+    (TrainingSetup(gpus=4, fsdp="HYBRID_SHARD"), "HYBRID_SHARD shards inside a node .* use 2 or more nodes"),
+    (TrainingSetup(gpus=6, tensor_parallel=2, expert_parallel=2), "does not divide the 6 GPUs"),
     (TrainingSetup(gpus=3, nodes=2), "do not split evenly over 2 nodes"),
     (TrainingSetup(zero_stage=1, fsdp="FULL_SHARD"), "pick one"),
 ])
@@ -379,9 +379,9 @@ def test_cli_json_and_offload(capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["--model", "bloom-7b"], "unknown model 'bloom-7b'; use one of bloom-560m"),
-    (["--model", "bloom-560m", "--zero", "0", "--offload", "optimizer"], "needs ZeRO stage 1 or more"),
-    (["--model", "bloom-560m", "--gpus", "4", "--fsdp", "HYBRID_SHARD"], "needs --nodes 2"),
-    (["--model", "mixtral-8x7b", "--gpus", "6", "--tp", "2", "--ep", "2"], "does not divide 6 GPUs"),
+    (["--model", "bloom-560m", "--zero", "0", "--offload", "optimizer"], "stage 0 partitions nothing"),
+    (["--model", "bloom-560m", "--gpus", "4", "--fsdp", "HYBRID_SHARD"], "use 2 or more nodes (--nodes=2)"),
+    (["--model", "mixtral-8x7b", "--gpus", "6", "--tp", "2", "--ep", "2"], "does not divide the 6 GPUs"),
 ])
 def test_cli_errors_name_the_problem(capsys, argv, message):
     assert main(["estimate", *argv]) == 2

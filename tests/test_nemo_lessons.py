@@ -32,7 +32,8 @@ def test_packing_ratio_is_tokens_per_second_of_one_card():
 
 
 def test_the_packing_sentence_and_figure_come_from_the_rows():
-    from workshop_lib.book import claims, plots
+    from workshop_lib.book.claims import plots
+    from workshop_lib.book.claims import sentences as claims
 
     rows = [_row("lora/llama/1-gpu", tokens_per_s=800.0, tokens_per_step=1400, mean_step_time_s=1.75,
                  gpu_peak_max_mib=20000, gpu0_util_busy_avg_pct=15.0, loss_by_step={0: 12.0, 1: 11.0}),

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from workshop_lib.book.nemo_reference import (
+from workshop_lib.book.reference.nemo_views import (
     REFERENCE_DIR, chapter_rows, measured_table, memory_sentences, provenance_line, reference_table, resolved_table,
 )
 
@@ -66,7 +66,7 @@ def test_every_stored_row_says_what_ran_it():
 
 
 def test_nemo_and_the_stand_in_side_by_side_as_one_observation_never_a_ratio():
-    from workshop_lib.book.nemo_reference import engine_comparisons, nemo_run_line, stand_in_caveat
+    from workshop_lib.book.reference.nemo_views import engine_comparisons, nemo_run_line, stand_in_caveat
 
     rows = json.loads((REFERENCE_DIR / "chapter1.json").read_text())["results"]
     done = {(r["id"], r["run_engine"]): r for r in rows if r["state"] == "COMPLETED"}
@@ -93,7 +93,7 @@ def test_nemo_and_the_stand_in_side_by_side_as_one_observation_never_a_ratio():
 
 
 def test_no_ratio_without_both_engines_on_the_same_card(tmp_path):
-    from workshop_lib.book.nemo_reference import engine_comparisons, stand_in_caveat
+    from workshop_lib.book.reference.nemo_views import engine_comparisons, stand_in_caveat
 
     data = json.loads((REFERENCE_DIR / "chapter1.json").read_text())
     for row in data["results"]:

@@ -1,4 +1,4 @@
-"""The chapter notebooks and their glue (workshop_lib.book.chapter and the modules beside it).
+"""The chapter notebooks and their glue (workshop_lib.book.chapter.facade and the modules beside it).
 
 The slow tests execute every chapter with papermill on the tiny profile against the local SLURM cluster
 and check what a reader gets: each chapter's seed tables filled with numbers from runs that completed
@@ -75,8 +75,8 @@ def test_every_run_of_every_chapter_completed(executed_chapters):
 @pytest.mark.cluster
 def test_tables_hold_numbers_from_real_runs(executed_chapters):
     from workshop_lib.cli.demo import chapter_number, notebook_parameters
-    from workshop_lib.book.selection import select
-    from workshop_lib.book.your_runs import selection_tables
+    from workshop_lib.book.chapter.selection import select
+    from workshop_lib.book.chapter.your_runs import selection_tables
 
     for run in executed_chapters.chapters:
         chapter = chapter_number(run.notebook)
@@ -151,13 +151,13 @@ def test_four_chapters_with_a_papermill_parameters_cell():
 
 
 def test_the_notebook_side_does_not_import_torch():
-    code = ("import sys, workshop_lib.book.chapter, workshop_lib.cli.demo; workshop_lib.book.chapter.show_recipe_benchmark(); "
+    code = ("import sys, workshop_lib.book.chapter.facade, workshop_lib.cli.demo; workshop_lib.book.chapter.facade.show_recipe_benchmark(); "
             "assert 'torch' not in sys.modules, 'torch'")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 
 def test_runs_dir_is_the_repository_runs_folder_from_any_working_folder(monkeypatch):
-    from workshop_lib.book import your_runs
+    from workshop_lib.book.chapter import your_runs
 
     monkeypatch.delenv("WORKSHOP_RUNS_DIR", raising=False)
     monkeypatch.delenv("WORKSHOP_ROOT", raising=False)
@@ -168,7 +168,7 @@ def test_runs_dir_is_the_repository_runs_folder_from_any_working_folder(monkeypa
 
 
 def test_selection_keeps_chapter_order_and_says_what_the_profile_leaves_out():
-    from workshop_lib.book.selection import select
+    from workshop_lib.book.chapter.selection import select
     from workshop_lib.core.errors import WorkshopError
 
     chosen = select(1, "tiny", ["lora/llama/8-gpus", "lora/llama/1-gpu"])
@@ -180,8 +180,8 @@ def test_selection_keeps_chapter_order_and_says_what_the_profile_leaves_out():
 
 
 def test_read_only_mode_submits_nothing_and_says_so(monkeypatch, tmp_path, capsys):
-    from workshop_lib.book import chapter as nb
-    from workshop_lib.book.your_runs import SUBMIT_VARIABLE, show_tables
+    from workshop_lib.book.chapter import facade as nb
+    from workshop_lib.book.chapter.your_runs import SUBMIT_VARIABLE, show_tables
 
     monkeypatch.setenv(SUBMIT_VARIABLE, "0")
     selection = nb.select(1, "tiny", ["lora/llama/1-gpu"])
@@ -194,7 +194,7 @@ def test_read_only_mode_submits_nothing_and_says_so(monkeypatch, tmp_path, capsy
 
 
 def test_scripts_are_folded_with_their_findings(capsys):
-    from workshop_lib.book.chapter import select, show_scripts
+    from workshop_lib.book.chapter.facade import select, show_scripts
 
     blocks = show_scripts(select(1, "tiny", ["lora/llama/1-gpu", "lora/llama/8-gpus"]))
     assert len(blocks) == 2 and all(block.startswith("<details>") for block in blocks)

@@ -1,9 +1,9 @@
 """What a built page prints: no folders of the machine that built it, no packages a run did not use, tables that scroll."""
 
-from workshop_lib.book import chapter as nb
-from workshop_lib.book.html import table_html
-from workshop_lib.book.reference import reference_caption
-from workshop_lib.book.your_runs import shown_path
+from workshop_lib.book.chapter import facade as nb
+from workshop_lib.book.pages.html import table_html
+from workshop_lib.book.reference.chapter_views import reference_caption
+from workshop_lib.book.chapter.your_runs import shown_path
 
 
 def test_a_runs_folder_inside_the_workshop_is_shown_relative(tmp_path, monkeypatch):
@@ -29,7 +29,7 @@ def test_the_chapter_header_shows_the_relative_folder(tmp_path, monkeypatch, cap
 
 
 def test_reference_captions_list_only_software_the_reference_machine_had():
-    from workshop_lib.book.reference import reference_series
+    from workshop_lib.book.reference.chapter_views import reference_series
 
     data, results = nb.reference_results(1)
     assert "unavailable" in str(data["provenance"][0].get("deepspeed"))  # chapter 1's stand-in ran without it

@@ -11,7 +11,7 @@ import pytest
 
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.estimate import estimate_memory, parameter_tensors
-from workshop_lib.book.predictions import (
+from workshop_lib.book.measurements.memory_predictions import (
     GOAL_MODEL_STATES, GOAL_PEAK, STEP_PEAK, compare_summary, model_of_summary, read_summary, reference_comparisons,
     reference_frame, setup_from_summary,
 )

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from workshop_lib.book import reference_views as views
+from workshop_lib.book.reference import benchmark_views as views
 from workshop_lib.core.vocabulary import parse_recipe
 
 

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from workshop_lib.book.selection import select
-from workshop_lib.book.your_runs import selection_tables
+from workshop_lib.book.chapter.selection import select
+from workshop_lib.book.chapter.your_runs import selection_tables
 from workshop_lib.scripts import render_script
 from workshop_lib.train import rehearsal
 

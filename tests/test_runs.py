@@ -221,7 +221,7 @@ def test_submit_from_a_subfolder_writes_where_the_chapter_reads(isolated, monkey
 
 
 def test_the_notebook_explains_a_failed_run_without_a_checks_passed_badge(isolated, capsys):
-    from workshop_lib.book.chapter import Selection, run_experiments
+    from workshop_lib.book.chapter.facade import Selection, run_experiments
 
     failing = quick_profile(isolated, status=3)
     selection = Selection(4, failing, (EXPERIMENT,), (EXPERIMENT,), ())
@@ -237,7 +237,7 @@ def test_a_view_of_two_failed_runs_asks_sacct_once_for_both(isolated, monkeypatc
     with its earlier attempts, asking sacct once for the whole view, never again per run."""
     from workshop_lib.jobs import slurm as slurm_backend
     from workshop_lib.cli.experiments import _print_explanations
-    from workshop_lib.book.your_runs import show_run_table
+    from workshop_lib.book.chapter.your_runs import show_run_table
     from workshop_lib.runs import load_run
     from workshop_lib.jobs.slurm_output import JobInfo
 
@@ -365,7 +365,7 @@ def test_the_books_way_to_stop_a_chapter_is_the_real_one():
     import shlex
     from pathlib import Path
 
-    from workshop_lib.book import chapter as nb
+    from workshop_lib.book.chapter import facade as nb
     from workshop_lib.cli import build_parser
 
     page = (Path(__file__).resolve().parents[1] / "book" / "slurm_primer.md").read_text()

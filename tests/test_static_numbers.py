@@ -9,7 +9,7 @@ tokens/s, ms, %, N×) and requires each one to be registered below: with a check
 not a result (a definition, an illustration, a quotation of the original material). A new figure that
 nobody registered fails, a registered figure that no longer matches its source fails, and a registration
 whose sentence has gone fails too, so the next correction cannot leave a stale copy behind. Sentences that
-state measured results belong in ``workshop_lib.book.claims`` (generated when the book builds), not here.
+state measured results belong in ``workshop_lib.book.claims.sentences`` (generated when the book builds), not here.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Callable
 import jupytext
 import pytest
 
-from workshop_lib.book.claims import gpt_parameter_counts
+from workshop_lib.book.claims.sentences import gpt_parameter_counts
 from workshop_lib.estimate import model_shape, parameter_count
 from workshop_lib.estimate.fit import MARGIN, check_fit
 from workshop_lib.experiments import get_experiment
@@ -247,7 +247,7 @@ def test_every_figure_on_a_static_page_is_registered():
     missing = unregistered(figures(static_texts()), REGISTRY)
     assert not missing, "figures the static pages state without a registered source:\n" + "\n".join(
         f"  {f.page}: {f.text!r} in “…{f.context}…”" for f in missing) + (
-        "\nGenerate the sentence from book/reference/ (workshop_lib.book.claims), or register the figure in "
+        "\nGenerate the sentence from book/reference/ (workshop_lib.book.claims.sentences), or register the figure in "
         "tests/test_static_numbers.py with the check that recomputes it.")
 
 
@@ -293,7 +293,7 @@ def test_products_are_not_mistaken_for_ratios():
 
 def test_settings_stated_in_words_match_their_declarations():
     """Counts the pages state without a unit: the per-user GPU cap, the NeMo runs' steps and global batch."""
-    from workshop_lib.book.time_plan import PER_USER_GPU_CAP
+    from workshop_lib.book.plans.time_plan import PER_USER_GPU_CAP
 
     texts = static_texts()
     assert f"limit of {PER_USER_GPU_CAP} GPUs per user" in " ".join(texts["book/intro.md"].split())

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from workshop_lib.book.your_runs import show_run_table
+from workshop_lib.book.chapter.your_runs import show_run_table
 from workshop_lib.cli import main
 from workshop_lib.experiments import get_experiment
 from workshop_lib.results.memory import memory_summary

@@ -6,7 +6,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-from workshop_lib.book.plots import efficiency_plot, loss_curves, memory_plot, speedup_plot  # noqa: E402
+from workshop_lib.book.claims.plots import efficiency_plot, loss_curves, memory_plot, speedup_plot  # noqa: E402
 from workshop_lib.results import chapter_results  # noqa: E402
 
 
@@ -34,7 +34,7 @@ def test_memory_layout_diagrams_follow_the_model_state_formulas():
     import matplotlib
 
     matplotlib.use("Agg")
-    from workshop_lib.book import plots
+    from workshop_lib.book.claims import plots
 
     zero = plots.zero_layouts(2)
     total = {name: sum(layout.get("gpu", {}).values()) + sum(layout.get("host", {}).values())
@@ -88,7 +88,7 @@ def test_chapter_2_draws_a_bar_per_layout_not_a_line_over_gpus():
     import pandas as pd
 
     from workshop_lib.experiments import chapter_experiments
-    from workshop_lib.book.plots import step_time_plot
+    from workshop_lib.book.claims.plots import step_time_plot
     from workshop_lib.book.tables import layout_name
 
     rows = [{**e.to_dict(), "gpus": e.gpus, "state": "COMPLETED", "mean_step_time_s": 1.0 + i}

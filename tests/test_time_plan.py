@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from workshop_lib.book import time_plan
+from workshop_lib.book.plans import time_plan
 from workshop_lib.experiments import chapter_experiments, get_experiment
 from workshop_lib.core.paths import SOURCE_ROOT
 from workshop_lib.sites.profiles import load_profile
@@ -103,3 +103,22 @@ def test_a_reduced_depth_or_packed_run_never_stands_in_for_another_job():
         assert "4-layers" not in estimates[layout].basis  # 4 of 32 layers say nothing of the whole model's step
     (unpacked,) = time_plan.estimate_chapter([get_experiment("lora/llama/8-gpus")])
     assert "packed" not in unpacked.basis
+
+
+@pytest.mark.parametrize("profile_name", ["ibex", "gpu-workstation-nemo", "tiny"])
+def test_the_step_cap_is_one_rule_for_the_job_script_the_disk_check_and_the_time_plan(profile_name):
+    """NeMo's trainer.max_steps in the script, the checkpoints the disk check counts and the steps the time plan
+    times all come from sites.step_cap: the experiment's 250 steps, or the profile's cap where it is smaller."""
+    from workshop_lib.checks.disk import NEMO_CHECKPOINT_EVERY, NEMO_CHECKPOINTS_KEPT, disk_need
+    from workshop_lib.scripts.commands import nemo_overrides
+    from workshop_lib.sites.step_cap import step_cap
+
+    assert step_cap(None, None) is None and step_cap(None, 30) == 30 and step_cap(250, 30, None) == 30
+    profile, experiment = load_profile(profile_name), get_experiment("lora/llama/1-gpu")
+    steps = step_cap(experiment.max_steps, profile.training.max_steps)
+    assert steps == min(250, profile.training.max_steps or 250)
+    assert f"trainer.max_steps={steps}" in nemo_overrides(experiment, profile.training.max_steps)
+    assert time_plan.planned_steps(experiment, profile) == steps
+    saves = min(steps // NEMO_CHECKPOINT_EVERY, NEMO_CHECKPOINTS_KEPT)
+    if profile.nemo.enabled and saves:
+        assert disk_need(experiment, profile).what.startswith(f"{saves} LoRA adapter checkpoint")

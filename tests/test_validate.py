@@ -410,3 +410,23 @@ def test_every_rule_the_slurm_primer_names_exists():
     named = {name for row in page.splitlines() if row.startswith("| `")
              for name in re.findall(r"`([a-z0-9]+(?:-[a-z0-9]+)+)`", row.split("|")[1])}
     assert len(named) >= 40 and named <= set(RULES) | set(FOLDER_RULES)
+
+
+def test_a_scripts_layout_is_read_once_for_the_pitfalls_and_the_fit_check():
+    """checks.layout.script_layout is the one reading of a script's layout: the GPUs per node as the launch
+    rules read the request (--gpus over the nodes), the NeMo factory, sizes and depth; the fit check reads it
+    too, so a depth known only at run time keeps it silent rather than guessing."""
+    from workshop_lib.checks.layout import script_layout
+    from workshop_lib.checks.lint import lint_script
+    from workshop_lib.checks.sbatch import read_header
+    from workshop_lib.checks.script import Script
+
+    text = (SAMPLES / "does-not-fit" / "bad.sbatch").read_text()
+    assert [f.rule for f in lint_script(text) if f.is_error] == ["does-not-fit"]
+    spread = text.replace("--nodes=1", "--nodes=2").replace("--gpus-per-node=1", "--gpus=8")
+    layout = script_layout(Script(spread, read_header(spread), None, "spread.sbatch"))
+    assert (layout.nodes, layout.gpus_per_node, layout.gpus, layout.model) == (2, 4, 8, "llama31_8b")
+    unknown_depth = text.replace("trainer.devices=1 \\", "trainer.devices=1 model.config.num_layers=$LAYERS \\")
+    layout = script_layout(Script(unknown_depth, read_header(unknown_depth), None, "depth.sbatch"))
+    assert "num_layers" in layout.unknown and layout.lora is False
+    assert not [f for f in lint_script(unknown_depth) if f.rule == "does-not-fit"]

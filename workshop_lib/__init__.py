@@ -18,9 +18,9 @@ imports only packages listed above it (tests/test_import_loops.py checks it, and
     class_plan/   the class day: who makes which run, the day's jobs packed on a reservation's node shapes,
                   the reservation that fits
     book/         what a chapter shows: tables, figures, claims, the memory calculator, and the notebooks' API
-                  (`from workshop_lib.book import chapter as nb`)
+                  (`from workshop_lib.book.chapter import facade as nb`)
     widgets/      the experiment builder and the job monitor (ipywidgets, with HTML fallbacks); the one import
-                  upward is book.chapter showing the live monitor, and widgets never import book.chapter
+                  upward is book.chapter.facade showing the live monitor, and widgets never import it
     cli/          the `workshop` command and `make demo`
     nemo_check/   developer tool: NeMo's own dry runs of chapters 1-2, written to book/reference/nemo/
     site_check.py `python -m workshop_lib.site_check`, run inside a site's environment by the setup steps

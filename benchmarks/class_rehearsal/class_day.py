@@ -102,7 +102,7 @@ def rehearse_day(participants: int, nodes_4gpu: int = 16, nodes_8gpu: int = 2, s
                  chapters: tuple[int, ...] = (1, 2, 3, 4), timeout_s: float = 3600.0) -> dict:
     if os.geteuid() != 0:
         raise SystemExit("the rehearsal creates Linux users and a SLURM reservation: run it as root")
-    from workshop_lib.book.day_plan import class_durations
+    from workshop_lib.book.plans.day_plan import class_durations
     from workshop_lib.class_plan import IBEX_4GPU, IBEX_8GPU, class_jobs, plan_on, read_reservation
     from workshop_lib.class_plan.nodes import describe_counts, counts_of, scontrol
     from workshop_lib.jobs.local_cluster import LocalCluster, NodeGroup, Ports

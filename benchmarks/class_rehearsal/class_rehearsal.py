@@ -290,7 +290,7 @@ def table_cells(notebook_path: Path) -> tuple[int, list[str]]:
 
 
 def expected_experiments(chapter: int, profile: Path) -> list[str]:
-    from workshop_lib.book.chapter import select
+    from workshop_lib.book.chapter.facade import select
 
     return [experiment.id for experiment in select(chapter, str(profile)).runnable]
 

@@ -91,9 +91,9 @@ def assert_sharded(summary: dict, world_size: int) -> None:
 def assert_memory_as_predicted(summary: dict, model_states: bool = True, peak: bool = True):
     """Every rank's tensor bytes (workshop_lib.train.tensor_census) against workshop_lib.estimate for the
     setup that ran: model states within 15 %, the second step's peak within 25 % (the goals of
-    workshop_lib.book.predictions). Returns the estimate."""
+    workshop_lib.book.measurements.memory_predictions). Returns the estimate."""
     from workshop_lib.estimate import estimate_memory
-    from workshop_lib.book.predictions import (
+    from workshop_lib.book.measurements.memory_predictions import (
         GOAL_MODEL_STATES, GOAL_PEAK, model_of_summary, predicted_bytes, setup_from_summary,
     )
 

@@ -49,7 +49,7 @@ def test_hf_ddp_two_processes_doubles_the_weak_scaling_subset(launch):
 
 
 # ZeRO-1's model states are not compared: DeepSpeed reduces its full gradients into the rank's partition
-# before the update, the paper's formula keeps them (workshop_lib.book.predictions says so in its note). On a CPU,
+# before the update, the paper's formula keeps them (workshop_lib.book.measurements.memory_predictions says so in its note). On a CPU,
 # ZeRO-2-Offload's host buffers (a copy of the parameters, the gradient accumulator) are not estimated.
 @pytest.mark.parametrize("config, nproc, states", [("zero0.json", 1, True), ("zero1.json", 2, False),
                                                    ("zero2.json", 1, True), ("zero2.json", 2, True),

@@ -1,8 +1,15 @@
-"""What a chapter shows: the chapter facade the notebooks use as ``nb``, its HTML, the reference
-measurements (one series, an engine on one kind of card, per table: ``series``) and their views, the seed
-tables, plots and figures, the generated sentences, the memory predictions beside the measurements, the time
-plan, the class day plan (day_plan.py: the class plan with the time plan's durations, its report and agenda),
-the NeMo reference and the book's memory calculator.
+"""What a chapter shows, by concern (each subpackage's __init__ says what it owns and may import), bottom up:
+
+    pages/         how the book writes things: cells (missing values, numbers), HTML, the chapters' kernels
+    measurements/  a measured row's series (one engine on one kind of card) and the memory predictions beside it
+    tables/        the seed tables and the added columns, filled from a results frame
+    reference/     the views of book/reference/*.json: chapter tables with provenance, NeMo layouts, benchmarks
+    claims/        what the data says: generated sentences and matplotlib plots
+    figures.py     the figures of a chapter's parts; parts.py: each chapter's parts, declared as data
+    plans/         how long the chapters take (time plan) and the class day plan
+    calculator/    the book's memory calculator (runs in the browser)
+    chapter/       the notebooks' facade (``from workshop_lib.book.chapter import facade as nb``), the
+                   participant's selection, their runs and the class's
 
 May import every package below it (core, experiments, estimate, sites, checks, scripts, jobs, runs, results,
 class_plan);

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 import pandas as pd
 
-from workshop_lib.book import plots
-from workshop_lib.book.html import display, message
+from workshop_lib.book.claims import plots
+from workshop_lib.book.pages.html import display, message
 from workshop_lib.book.tables import (
     MODEL_NAMES, layout_name, ran_fixed_steps, rename_models, stand_in_names, step_time_key,
 )

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.core.vocabulary import NEMO
+from workshop_lib.sites.step_cap import step_cap
 from workshop_lib.experiments import Experiment
 
 LOG_ALLOWANCE = 64 * 2**20  # logs, monitors, metrics and NeMo's event files of one run
@@ -44,8 +45,8 @@ def disk_need(experiment: Experiment, profile) -> DiskNeed:
     uses_nemo = experiment.engine == NEMO and profile.nemo.enabled
     if not (uses_nemo and experiment.peft == "lora"):
         return DiskNeed(experiment.id, LOG_ALLOWANCE, "logs and metrics (no checkpoint)")
-    caps = [value for value in (experiment.max_steps, profile.training.max_steps) if value is not None]
-    saves = min(min(caps) // NEMO_CHECKPOINT_EVERY, NEMO_CHECKPOINTS_KEPT) if caps else NEMO_CHECKPOINTS_KEPT
+    cap = step_cap(experiment.max_steps, profile.training.max_steps)
+    saves = min(cap // NEMO_CHECKPOINT_EVERY, NEMO_CHECKPOINTS_KEPT) if cap is not None else NEMO_CHECKPOINTS_KEPT
     if saves == 0:
         return DiskNeed(experiment.id, LOG_ALLOWANCE, "logs and metrics (stops before NeMo's first checkpoint)")
     trainable = _trainable_parameters(experiment)

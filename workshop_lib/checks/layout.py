@@ -52,6 +52,7 @@ class Layout:
     constraint: str | None = None
     nemo_container: bool = False  # NeMo runs from its container (whose kernels need A100)
     model: str | None = None  # the model, or the NeMo factory a script names
+    num_layers: int | None = None  # fewer layers than the model has (a reduced depth); None: the model's own
     unknown: frozenset[str] = frozenset()  # fields a script sets to a value known only at run time
     lines: dict[str, int | None] = field(default_factory=dict)  # the script line each field came from
 
@@ -68,7 +69,7 @@ def experiment_layout(experiment: "Experiment", profile: "Profile | None" = None
     """An experiment as ``profile`` realises it (no profile: the experiment alone)."""
     container = (experiment.engine == NEMO and profile is not None and profile.nemo.enabled
                  and bool(profile.nemo.image))
-    return Layout(nodes=experiment.nodes, gpus_per_node=experiment.gpus_per_node,
+    return Layout(nodes=experiment.nodes, gpus_per_node=experiment.gpus_per_node, num_layers=experiment.num_layers,
                   tensor_parallel=experiment.tensor_parallel, expert_parallel=experiment.expert_parallel,
                   pipeline_parallel=experiment.pipeline_parallel, sequence_parallel=bool(experiment.sequence_parallel),
                   lora=experiment.peft == "lora", zero_stage=experiment.zero_stage, offload=bool(experiment.offload),
@@ -82,7 +83,9 @@ def script_layout(script: Script) -> Layout:
     come from the request, else from trainer.devices; LoRA is on unless the script turns PEFT off (NeMo's
     finetune recipes train LoRA by default); HYBRID_SHARD is the one FSDP strategy read (the one a pitfall is
     about). DeepSpeed settings come per config file: ``deepspeed_layouts``."""
-    header, code = script.header, script.code
+    from workshop_lib.checks.launches import launches_of  # here, not at the top: the calculator ships this module
+
+    header, code, job = script.header, script.code, launches_of(script)
     overrides = nemo_overrides(code)
     sizes: dict[str, int] = {}
     unknown = set()
@@ -97,6 +100,10 @@ def script_layout(script: Script) -> Layout:
         else:
             sizes[name] = number
         lines[name] = overrides.line(key)
+    layers = overrides.value("model.config.num_layers")
+    num_layers = script.number(layers) if layers is not None else None
+    if layers is not None and num_layers is None:
+        unknown.add("num_layers")
     sequence_parallel = overrides.value(f"{STRATEGY}sequence_parallel")
     lines["sequence_parallel"] = overrides.line(f"{STRATEGY}sequence_parallel")
     factory = _FACTORY.search(code)
@@ -105,8 +112,9 @@ def script_layout(script: Script) -> Layout:
     lines["fsdp"] = script.line_of(hybrid.group(0)) if hybrid else None
     lines["gpus_per_node"] = header.line("gpus-per-node")
     lines["constraint"] = header.line("constraint") or 1  # no constraint: the script's top is where it goes
-    return Layout(nodes=script.number(header.get("nodes") or "1"),
-                  gpus_per_node=header.gpus_per_node or script.number(overrides.value("trainer.devices")),
+    # The GPUs per node as the launch rules read the request (--gpus-per-node, --gres, --gpus over the nodes,
+    # --gpus-per-task x tasks), else Lightning's trainer.devices.
+    return Layout(nodes=job.nodes, gpus_per_node=job.gpus_per_node or script.number(overrides.value("trainer.devices")),
                   tensor_parallel=sizes.get("tensor_parallel", 1), expert_parallel=sizes.get("expert_parallel"),
                   pipeline_parallel=sizes.get("pipeline_parallel", 1),
                   context_parallel=sizes.get("context_parallel", 1),
@@ -115,7 +123,7 @@ def script_layout(script: Script) -> Layout:
                   fsdp="HYBRID_SHARD" if hybrid else None,
                   # a typed GPU request (--gres=gpu:a100:8) picks the model as surely as a constraint does
                   constraint=header.get("constraint") or header.gpu_type,
-                  nemo_container="nemo llm" in code, model=factory.group(1) if factory else None,
+                  nemo_container="nemo llm" in code, model=factory.group(1) if factory else None, num_layers=num_layers,
                   unknown=frozenset(unknown), lines=lines)
 
 

@@ -11,14 +11,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Iterable
 
-from workshop_lib.checks import (directive_rules, launcher_arithmetic, launches, requests, script_rules,
+from workshop_lib.checks import (directive_rules, launch_rules, launcher_arithmetic, requests, script_rules,
                                  step_rules)
 from workshop_lib.checks.findings import Finding
 from workshop_lib.checks.sbatch import read_header
 from workshop_lib.checks.script import Script, read_job_script
 
 ScriptRule = Callable[[Script], Iterable[Finding]]
-SCRIPT_RULES: list[ScriptRule] = [*script_rules.RULES, *launches.RULES, *requests.RULES, *directive_rules.RULES,
+SCRIPT_RULES: list[ScriptRule] = [*script_rules.RULES, *launch_rules.RULES, *requests.RULES, *directive_rules.RULES,
                                   *step_rules.RULES, *launcher_arithmetic.RULES]
 
 

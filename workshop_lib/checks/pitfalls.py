@@ -1,4 +1,5 @@
-"""The seeds' pitfalls, each stated once: a function of a Layout that returns the Finding, or None.
+"""The seeds' pitfalls, each stated once: a function of a Layout that returns the Finding, or None. The three
+the estimator refuses too take their words from ``estimate.pitfall_text``, which it raises with.
 
 The experiment rules (``checks.experiment_rules``) and the script linter (``checks.script_rules``) build a
 Layout their own way (``checks.layout``) and ask the same functions, so a pitfall reads the same, and is
@@ -12,6 +13,8 @@ from typing import Callable, Iterable, Iterator
 from workshop_lib.checks.findings import ERROR, Finding
 from workshop_lib.checks.layout import Layout
 from workshop_lib.checks.nemo_command import STRATEGY
+from workshop_lib.estimate import pitfall_text
+from workshop_lib.estimate.pitfall_text import PitfallText
 
 Pitfall = Callable[[Layout], "Finding | None"]
 # NeMo's Mixtral 8x7B recipe sets expert_model_parallel_size = 8 when the command does not.
@@ -30,23 +33,18 @@ def mixtral_default_ep_problem(gpus: int, tensor_parallel: int, pipeline_paralle
             f"divide the {gpus} GPUs, so NeMo stops at start-up")
 
 
+def _finding(text: PitfallText, line: int | None) -> Finding:
+    return Finding(text.rule, ERROR, text.message, text.fix, line)
+
+
 def parallel_sizes_mismatch(layout: Layout) -> Finding | None:
-    """Megatron: data parallel = GPUs / (TP x PP), and the EP ranks are carved out of it, so TP x EP x PP
-    (x CP) must divide the GPUs (it need not equal them)."""
-    gpus, cp = layout.gpus, layout.context_parallel
-    product = layout.tensor_parallel * (layout.expert_parallel or 1) * layout.pipeline_parallel * cp
-    if not gpus or gpus % product == 0:
+    """Megatron's sizes must divide the GPUs (the words: ``estimate.pitfall_text``, the estimator's too)."""
+    if not layout.gpus:
         return None
-    names = "TP x EP x PP" + (" x CP" if cp > 1 else "")
-    values = f"{layout.tensor_parallel} x {layout.expert_parallel or 1} x {layout.pipeline_parallel}" + (
-        f" x {cp}" if cp > 1 else "")
-    nodes = layout.nodes
-    return Finding(
-        "parallel-sizes-mismatch", ERROR,
-        f"{names} = {values} = {product} does not divide the {gpus} GPUs of the job ({layout.gpus_per_node} per "
-        f"node x {nodes} node{'s' if nodes > 1 else ''}): Megatron stops at start-up.",
-        f"request a multiple of {names} GPUs (the rest is data parallel), or smaller sizes.",
-        layout.line("tensor_parallel", "context_parallel", "gpus_per_node"))
+    text = pitfall_text.parallel_sizes_mismatch(layout.tensor_parallel, layout.expert_parallel or 1,
+                                                layout.pipeline_parallel, layout.context_parallel,
+                                                layout.gpus_per_node, layout.nodes)
+    return _finding(text, layout.line("tensor_parallel", "context_parallel", "gpus_per_node")) if text else None
 
 
 def mixtral_without_ep(layout: Layout) -> Finding | None:
@@ -101,22 +99,13 @@ def nemo_needs_a100(layout: Layout) -> Finding | None:
 def offload_with_zero0(layout: Layout) -> Finding | None:
     if not layout.offload or layout.zero_stage != 0:
         return None
-    where = f" ({layout.deepspeed_config})" if layout.deepspeed_config else ""
-    return Finding(
-        "offload-with-zero0", ERROR,
-        f"CPU offload with ZeRO stage 0{where}: stage 0 partitions nothing, so there is nothing to offload.",
-        "use ZeRO stage 1, 2 or 3 with offload (a stage 1-3 DeepSpeed config), or turn offload off.",
-        layout.line("deepspeed_config"))
+    return _finding(pitfall_text.offload_with_zero0(layout.deepspeed_config), layout.line("deepspeed_config"))
 
 
 def hybrid_shard_single_node(layout: Layout) -> Finding | None:
     if layout.fsdp != "HYBRID_SHARD" or layout.nodes is None or layout.nodes >= 2:
         return None
-    return Finding(
-        "hybrid-shard-single-node", ERROR,
-        "HYBRID_SHARD shards inside a node and replicates across nodes, so on one node it is FULL_SHARD under "
-        "another name and a comparison with FULL_SHARD means nothing.",
-        "use 2 or more nodes (--nodes=2), or FULL_SHARD.", layout.line("fsdp"))
+    return _finding(pitfall_text.hybrid_shard_single_node(), layout.line("fsdp"))
 
 
 # Megatron's layout as NeMo runs it.

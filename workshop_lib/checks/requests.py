@@ -14,7 +14,7 @@ from typing import Iterable
 from workshop_lib.checks.findings import ERROR, NOTE, Finding
 from workshop_lib.checks.fit import fit_findings
 from workshop_lib.checks.launches import launches_of, workers_per_node
-from workshop_lib.checks.nemo_command import STRATEGY, nemo_overrides
+from workshop_lib.checks.layout import script_layout
 from workshop_lib.checks.pitfalls import NEMO_MIXTRAL_DEFAULT_EP
 from workshop_lib.checks.script import Script
 from workshop_lib.estimate.shapes import parameter_count
@@ -211,48 +211,35 @@ def _site():
 
 
 def _nemo_fit(script: Script) -> Iterable[Finding]:
-    factory = re.search(r"--factory\s+[\"']?([A-Za-z0-9_]+)", script.code)
-    if not factory or "nemo llm" not in script.code:
+    layout = script_layout(script)  # the one reading of a script's layout, the pitfalls' too
+    if not layout.model or not layout.nemo_container:
         return
     site = _site()
     models = {name: model for model, name in site.nemo.factories.items()}
-    model = models.get(factory.group(1))
+    model = models.get(layout.model)
     if model is None or site.gpu_memory_gib is None:
         return
-    command = nemo_overrides(script.code)
-    sizes = {}
-    for name in ("tensor", "pipeline", "expert"):
-        written = command.value(f"{STRATEGY}{name}_model_parallel_size")
-        sizes[name] = script.number(written) if written is not None else (None if name == "expert" else 1)
-    context = command.value(f"{STRATEGY}context_parallel_size")
-    if context is not None and script.number(context) != 1:
+    if layout.context_parallel != 1 or "context_parallel" in layout.unknown:
         return  # the estimate has no context parallelism: say nothing rather than guess
-    job = launches_of(script)
-    per_node = job.gpus_per_node or script.number(command.value("trainer.devices"))
-    if sizes["tensor"] is None or sizes["pipeline"] is None or not per_node or not job.nodes:
-        return  # a size known only at run time
-    gpus = per_node * job.nodes
-    if sizes["expert"] is None and "mixtral" in model:
-        sizes["expert"] = NEMO_MIXTRAL_DEFAULT_EP  # the recipe's EP (mixtral-without-ep says when it cannot be)
-    peft_none = (command.value("peft") == "none"
-                 or re.search(r"peft_scheme\s*=\s*(['\"]none['\"]|None)", script.code) is not None)
-    sequence_parallel = (command.value(f"{STRATEGY}sequence_parallel") or "").lower() in ("true", "1")
-    written_layers = command.value("model.config.num_layers")  # fewer layers than the model has (reduced depth)
-    num_layers = script.number(written_layers) if written_layers is not None else None
-    if written_layers is not None and not num_layers:
-        return  # a depth known only at run time
-    if (gpus % (sizes["tensor"] * sizes["pipeline"] * (sizes["expert"] or 1))
-            or (sequence_parallel and sizes["tensor"] < 2)
-            or (not peft_none and (sizes["tensor"] > 1 or sizes["pipeline"] > 1))):
+    if layout.unknown & {"tensor_parallel", "pipeline_parallel", "num_layers"} or layout.num_layers == 0 \
+            or not layout.gpus_per_node or not layout.nodes:
+        return  # a size or depth known only at run time
+    tensor, pipeline, expert = layout.tensor_parallel, layout.pipeline_parallel, layout.expert_parallel
+    if expert is None and "mixtral" in model:
+        expert = NEMO_MIXTRAL_DEFAULT_EP  # the recipe's EP (mixtral-without-ep says when it cannot be)
+    if (layout.gpus % (tensor * pipeline * (expert or 1))
+            or (layout.sequence_parallel and tensor < 2)
+            or (layout.lora and (tensor > 1 or pipeline > 1))):
         return  # a layout NeMo refuses anyway: the layout rules say why, the estimate would not add to it
     experiment = Experiment(id=f"this {model} job", chapter=0, group="script", title="", engine=NEMO, model=model,
-                            nodes=job.nodes, gpus_per_node=per_node, peft="none" if peft_none else "lora",
-                            tensor_parallel=sizes["tensor"], pipeline_parallel=sizes["pipeline"],
-                            expert_parallel=sizes["expert"], sequence_parallel=sequence_parallel, num_layers=num_layers)
+                            nodes=layout.nodes, gpus_per_node=layout.gpus_per_node,
+                            peft="lora" if layout.lora else "none", tensor_parallel=tensor, pipeline_parallel=pipeline,
+                            expert_parallel=expert, sequence_parallel=layout.sequence_parallel,
+                            num_layers=layout.num_layers)
     for finding in fit_findings(experiment, site):
         yield Finding(finding.rule, finding.severity,
                       finding.message.replace("the profile's", f"{site.name}'s"), finding.fix,
-                      command.line(f"{STRATEGY}tensor_model_parallel_size") or script.line_of("--factory"))
+                      layout.line("tensor_parallel", "model"))
 
 
 RULES = [_dos_line_breaks, _time_limit, _host_memory, _relative_after_cd, _nemo_fit]

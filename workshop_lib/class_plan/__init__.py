@@ -3,7 +3,7 @@ splits and which the instructor makes before the day (roles.py); the nodes, Ibex
 read from SLURM (nodes.py); the day's jobs packed on those nodes as SLURM packs them (simulate.py); the plan, its
 length, GPU-hours by node shape and the smallest reservation that fits (plan.py).
 May import: core, experiments, sites, checks and scripts (the same #SBATCH lines the job scripts carry); the
-book composes it with the chapter time plan's durations (workshop_lib.book.day_plan).
+book composes it with the chapter time plan's durations (workshop_lib.book.plans.day_plan).
 """
 
 from workshop_lib.class_plan.nodes import (

@@ -142,7 +142,7 @@ def build_plan(participants: int, durations: Mapping[str, float], nodes: Sequenc
 def _duration(durations: Mapping[str, float], experiment: Experiment) -> float:
     if experiment.id not in durations:
         raise PlanError(f"no planned duration for {experiment.id}: the chapter time plan estimates every run "
-                        "(workshop_lib.book.time_plan)")
+                        "(workshop_lib.book.plans.time_plan)")
     return durations[experiment.id]
 
 

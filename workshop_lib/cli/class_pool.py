@@ -86,8 +86,8 @@ def run_init(args: argparse.Namespace) -> int:
 
 
 def run_publish(args: argparse.Namespace) -> int:
-    from workshop_lib.book.class_runs import publish_own
-    from workshop_lib.book.selection import select
+    from workshop_lib.book.chapter.class_runs import publish_own
+    from workshop_lib.book.chapter.selection import select
 
     profile, found = _folder(args.profile)
     path, count = publish_own(select(args.chapter, profile), found.path, args.runs_dir)
@@ -101,10 +101,10 @@ def run_publish(args: argparse.Namespace) -> int:
 
 
 def run_pool(args: argparse.Namespace) -> int:
-    from workshop_lib.book.class_runs import class_results, whole_chapter
-    from workshop_lib.book.selection import select
+    from workshop_lib.book.chapter.class_runs import class_results, whole_chapter
+    from workshop_lib.book.chapter.selection import select
     from workshop_lib.book.tables import render_tables, tables_from_results
-    from workshop_lib.book.your_runs import for_profile
+    from workshop_lib.book.chapter.your_runs import for_profile
     from workshop_lib.results.class_pool import read_pool
 
     profile, found = _folder(args.profile)

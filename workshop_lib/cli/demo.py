@@ -85,7 +85,7 @@ def execute_chapter(path: Path, profile: str, output_dir: Path, parameters: dict
     import jupytext
     import papermill
 
-    from workshop_lib.book.kernels import local_kernel_manager
+    from workshop_lib.book.pages.kernels import local_kernel_manager
 
     output_dir.mkdir(parents=True, exist_ok=True)
     output = output_dir / f"{path.stem}.ipynb"
@@ -211,8 +211,8 @@ def execute_and_account(path: Path, profile: str, output_dir: Path, runs_dir: Pa
                         parameters: dict | None = None, show_progress: bool = False, echo=print) -> ChapterRun:
     """Execute a chapter and report which jobs it submitted or reused and how long each took; with
     `show_progress`, a line through `echo` whenever one of its jobs moves on (JobProgress)."""
-    from workshop_lib.book.selection import select
-    from workshop_lib.book.your_runs import chapter_results_for
+    from workshop_lib.book.chapter.selection import select
+    from workshop_lib.book.chapter.your_runs import chapter_results_for
 
     chapter = chapter_number(path)
     before = run_snapshot(chapter, runs_dir)
@@ -257,7 +257,7 @@ def build_book(read_only: bool = True, output: Path | None = None) -> Path:
     """jupyter-book build with warnings as errors; the chapters it executes only read results. The book
     goes to `output`/_build/html (default: the checkout's _build/html, what `make demo` shows); the tests
     pass a temporary folder so that they never replace the book a user built. Returns the html folder."""
-    from workshop_lib.book.your_runs import SUBMIT_VARIABLE
+    from workshop_lib.book.chapter.your_runs import SUBMIT_VARIABLE
 
     env = dict(os.environ)
     if read_only:
@@ -292,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print("not root: jobs run with the local executor (no SLURM). `sudo make demo` uses a real local cluster.")
         os.environ["WORKSHOP_BACKEND"] = "local"
-    from workshop_lib.book.your_runs import resolve_runs_dir
+    from workshop_lib.book.chapter.your_runs import resolve_runs_dir
 
     runs_dir = resolve_runs_dir()
     chapters: list[ChapterRun] = []

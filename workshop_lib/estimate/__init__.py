@@ -3,7 +3,8 @@
 Notebook-side: imports neither torch nor transformers. Models come from a small table of known
 configs (``KNOWN_CONFIGS``) or any Hugging Face ``config.json``; see ``memory`` for the formulas.
 Owns: shapes (models and parameter counts), memory (bytes per GPU by engine), flops (FLOPs, MFU), report
-(experiment -> setup, the printed estimate), fit (does a run fit its GPU), crosscheck.
+(experiment -> setup, the printed estimate), fit (does a run fit its GPU), crosscheck, pitfall_text (the words of the
+seed pitfalls the estimator refuses, which checks.pitfalls reports in the same words).
 May import: core and experiments only (standard library otherwise: the memory calculator runs it in the browser).
 
     >>> from workshop_lib.estimate import TrainingSetup, estimate_memory

@@ -35,6 +35,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 
 from workshop_lib.core.errors import WorkshopError
+from workshop_lib.estimate import pitfall_text
+from workshop_lib.estimate.pitfall_text import PitfallError
 from workshop_lib.estimate.shapes import (
     ModelShape, ParameterCounts, lora_trainable_count, model_shape, parameter_counts, parameter_tensors,
 )
@@ -243,8 +245,7 @@ def check_setup(setup: TrainingSetup, shape: ModelShape | None = None) -> None:
     if setup.fsdp is not None and setup.fsdp not in FSDP_STRATEGIES:
         fail(f"FSDP strategy {setup.fsdp!r} is unknown; use one of {', '.join(FSDP_STRATEGIES)}")
     if setup.fsdp == "HYBRID_SHARD" and setup.nodes < 2:
-        fail("HYBRID_SHARD shards within a node and replicates across nodes: it needs --nodes 2 or more "
-             "(on one node use FULL_SHARD)")
+        raise PitfallError(pitfall_text.hybrid_shard_single_node())  # the checks' words: one message per pitfall
     _check_offload(setup, fail)
     _check_model_parallel(setup, shape, fail)
     if setup.lora_rank is not None and setup.lora_rank < 1:
@@ -256,6 +257,8 @@ def _check_offload(setup: TrainingSetup, fail) -> None:
         fail(f"offload {setup.offload!r} is unknown; use one of {', '.join(OFFLOADS)}")
     if setup.offload == "none":
         return
+    if setup.fsdp is None and setup.zero_stage == 0:
+        raise PitfallError(pitfall_text.offload_with_zero0())
     if setup.fsdp is None and not setup.zero_stage:
         fail(f"offload {setup.offload} needs ZeRO stage 1 or more (or FSDP); ZeRO stage 0 and plain DDP "
              "keep every state on the GPU: add --zero 2 (optimizer) or --zero 3 (parameters)")
@@ -272,13 +275,9 @@ def _check_model_parallel(setup: TrainingSetup, shape: ModelShape | None, fail) 
     if setup.zero_stage is not None or setup.fsdp is not None:
         fail("tensor/expert/pipeline parallel is estimated for NeMo/Megatron only; drop --zero/--fsdp or use "
              "--tp 1 --ep 1 --pp 1")
-    if setup.gpus % (tp * pp):
-        fail(f"TP x PP = {tp} x {pp} = {tp * pp} does not divide {setup.gpus} GPUs; choose sizes whose "
-             "product divides the GPU count")
-    if setup.gpus % (tp * ep * pp):
-        fail(f"TP x EP x PP = {tp} x {ep} x {pp} = {tp * ep * pp} does not divide {setup.gpus} GPUs: Megatron "
-             "takes the experts' EP ranks out of the data-parallel ranks (GPUs / (TP x PP)); choose sizes whose "
-             "product divides the GPU count")
+    mismatch = pitfall_text.parallel_sizes_mismatch(tp, ep, pp, 1, setup.gpus // setup.nodes, setup.nodes)
+    if mismatch is not None:
+        raise PitfallError(mismatch)
     if shape is None:
         return
     if shape.num_layers % pp:

@@ -10,6 +10,7 @@ import shlex
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.core.paths import DS_CONFIGS_DIR
 from workshop_lib.core.vocabulary import GPT, HF, NEMO
+from workshop_lib.sites.step_cap import step_cap
 from workshop_lib.experiments import Experiment
 from workshop_lib.core.run_directory import TRAIN_DIR
 from workshop_lib.sites.profiles import Profile
@@ -92,7 +93,7 @@ def nemo_overrides(experiment: Experiment, max_steps_cap: int | None = None) -> 
         f"trainer.num_nodes={experiment.nodes}",
         f"trainer.devices={experiment.gpus_per_node}",
     ]
-    for key, value in (("trainer.max_steps", _smallest(experiment.max_steps, max_steps_cap)),
+    for key, value in (("trainer.max_steps", step_cap(experiment.max_steps, max_steps_cap)),
                        ("data.global_batch_size", experiment.global_batch),
                        ("optim.lr_scheduler.warmup_steps", experiment.warmup_steps),
                        ("trainer.limit_val_batches", experiment.limit_val_batches)):
@@ -147,7 +148,7 @@ def training_arguments(experiment: Experiment, profile: Profile, deepspeed_confi
                  "--precision", precision]
     if training.random_init:
         arguments.append("--random-init")
-    max_steps = _smallest(experiment.max_steps, training.max_steps)
+    max_steps = step_cap(experiment.max_steps, training.max_steps)
     if max_steps is not None:
         arguments += ["--max-steps", str(max_steps)]
     if experiment.epochs is not None:

@@ -98,7 +98,7 @@ def write_bundle(target: Path, data: dict | None = None, pyodide_dir: Path = PYO
             raise
         has_pyodide = False
     if data is None:
-        from workshop_lib.book.calculator.references import page_data
+        from workshop_lib.book.calculator.measured_runs import page_data
 
         data = page_data()
     target = Path(target)

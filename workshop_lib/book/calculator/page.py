@@ -241,8 +241,10 @@ class Calculator:
         try:
             estimate = estimate_memory(inputs["model"], setup)
         except WorkshopError as error:  # the estimator's own check (check_setup): its message, no numbers
-            return {"ok": False, "problems": [_problem("workshop estimate", str(error))] + problems,
-                    "inputs": inputs}
+            rule = getattr(error, "rule", "")  # a seed pitfall (PitfallError): validate said it in the same words
+            said = rule and any(problem["rule"] == rule for problem in problems)
+            return {"ok": False, "problems": ([] if said else [_problem("workshop estimate", str(error), rule=rule)])
+                    + problems, "inputs": inputs}
         return {"ok": True, "inputs": inputs, "problems": problems, "description": describe_setup(setup),
                 "command": cli_command(inputs["model"], setup),
                 "parameters": (f"{estimate.total_parameters:,} parameters, {estimate.trainable_parameters:,} "
@@ -351,7 +353,7 @@ class Calculator:
         return json.dumps(self.calculate(json.loads(values)))
 
 
-# The engines the estimator's error is shown for (book/calculator/references.py groups the runs by them).
+# The engines the estimator's error is shown for (book/calculator/measured_runs.py groups the runs by them).
 ENGINE_FAMILIES = {"nemo": "NeMo itself", "stand-in": "the PyTorch stand-in for NeMo",
                    "hf": "the Hugging Face Trainer alone", "hf-deepspeed": "the Hugging Face Trainer with DeepSpeed",
                    "hf-fsdp": "the Hugging Face Trainer with FSDP", "gpt": "the custom GPT"}

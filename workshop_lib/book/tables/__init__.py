@@ -29,7 +29,7 @@ value a completed run did not record shows as "n/a". Nothing is ever shown as 0.
 
 The package: ``columns`` (how a cell is read, shared), ``nemo`` (chapters 1-2), ``zero`` (chapter 3), ``fsdp``
 (chapter 4), ``summary`` (what chapters 3 and 4 share), ``render`` (a chapter's tables, for a profile, as text).
-It may import core/, experiments, results and book.cells / book.series / book.predictions; never the chapter
+It may import core/, experiments, results and book.pages.cells / book.measurements.series / book.measurements.memory_predictions; never the chapter
 facade. Every ratio goes through ``columns.ratio``, which refuses rows of two engines or two cards.
 """
 

@@ -10,8 +10,8 @@ from typing import Callable
 
 import pandas as pd
 
-from workshop_lib.book.cells import completed, is_missing, measured_cell
-from workshop_lib.book.series import same_series
+from workshop_lib.book.pages.cells import completed, is_missing, measured_cell
+from workshop_lib.book.measurements.series import same_series
 from workshop_lib.core.durations import format_duration
 
 
@@ -51,7 +51,7 @@ def int_field(key: str) -> Callable[[dict], object]:
 
 def ratio(numerator: dict, denominator: dict, key: str, digits: int = 2) -> float | None:
     """numerator[key] / denominator[key] when both runs completed and recorded it; raises MixedSeriesError
-    where the two are of different engines or cards (`book.series`)."""
+    where the two are of different engines or cards (`book.measurements.series`)."""
     top, bottom = numerator.get(key), denominator.get(key)
     if not (completed(numerator) and completed(denominator)) or is_missing(top) or is_missing(bottom) or not bottom:
         return None

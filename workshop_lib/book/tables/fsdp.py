@@ -8,7 +8,7 @@ from typing import Callable
 
 import pandas as pd
 
-from workshop_lib.book.cells import completed
+from workshop_lib.book.pages.cells import completed
 from workshop_lib.book.tables.columns import (
     GB, GB_NOTE, TENSOR_COLUMNS, Column, Table, capped_steps, cuda_allocated_gb, field, group_records, int_field,
     ran_fixed_steps, ratio, row_table, run_setting, samples_per_gpu, step_time_key, step_time_label, utilization,

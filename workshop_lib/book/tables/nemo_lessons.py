@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from workshop_lib.book.cells import completed, is_missing
+from workshop_lib.book.pages.cells import completed, is_missing
 from workshop_lib.book.tables.columns import Column, Table, field, group_records, row_table, utilization
 from workshop_lib.book.tables.nemo import layout_name
 

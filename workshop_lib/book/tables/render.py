@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from workshop_lib.book.cells import NOT_RECORDED, format_cell
+from workshop_lib.book.pages.cells import NOT_RECORDED, format_cell
 from workshop_lib.book.tables.columns import Table
 from workshop_lib.book.tables.fsdp import chapter_4_tables
 from workshop_lib.book.tables.nemo import chapter_1_tables, chapter_2_tables

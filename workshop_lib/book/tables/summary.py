@@ -7,8 +7,8 @@ from typing import Callable
 
 import pandas as pd
 
-from workshop_lib.book.cells import measured_cell
-from workshop_lib.book.predictions import PREDICTION_NOTE, prediction_frame
+from workshop_lib.book.pages.cells import measured_cell
+from workshop_lib.book.measurements.memory_predictions import PREDICTION_NOTE, prediction_frame
 from workshop_lib.book.tables.columns import Table, capped_steps, cuda_allocated, field, utilization
 
 
@@ -79,6 +79,6 @@ def baseline_summary(record: dict, fsdp: bool = False) -> pd.DataFrame:
 
 
 def memory_prediction_table(results: pd.DataFrame, reference_id: str) -> Table:
-    """The companion table of `workshop_lib.book.predictions`: estimate beside the measured peak per GPU."""
+    """The companion table of `workshop_lib.book.measurements.memory_predictions`: estimate beside the measured peak per GPU."""
     return Table("Predicted vs measured memory per GPU", prediction_frame(results, reference_id), PREDICTION_NOTE,
                  key="prediction")

@@ -1,6 +1,6 @@
 """The measurements on real GPUs a chapter shows first: book/reference/*.json read with its provenance caption
 (GPUs, recipe, steps, weights, data, software, date), the chapter's tables filled from it one series (one engine
-on one kind of card, `book.series`) at a time, and the engine-scaling and recipe-benchmark views."""
+on one kind of card, `book.measurements.series`) at a time, and the engine-scaling and recipe-benchmark views."""
 
 from __future__ import annotations
 
@@ -9,27 +9,25 @@ from typing import Sequence
 
 import pandas as pd
 
-from workshop_lib.book.cells import is_missing
-from workshop_lib.book.series import (
+from workshop_lib.book.measurements.reference_files import read_reference
+from workshop_lib.book.pages.cells import is_missing
+from workshop_lib.book.measurements.series import (
     Series, SeriesChoice, choose_series, record_profile, row_engine, same_series, series_provenance,
 )
-from workshop_lib.book.html import as_html, display, reference_missing, table_html
+from workshop_lib.book.pages.html import as_html, display, reference_missing, table_html
 from workshop_lib.book.tables import Table, drop_unrecorded, tables_from_results
-from workshop_lib.core.paths import REFERENCE_DIR
 from workshop_lib.sites.profiles import load_profile
+from workshop_lib.sites.step_cap import step_cap
 from workshop_lib.core.vocabulary import NEMO
 from workshop_lib.results import COMPLETED
 
 
 def reference_results(chapter: int | str) -> tuple[dict, pd.DataFrame] | None:
     """A chapter's results measured on real GPUs (book/reference/chapter<N>.json, or book/reference/<name>.json)."""
-    import json
-
-    name = f"chapter{chapter}" if isinstance(chapter, int) else chapter
-    path = REFERENCE_DIR / f"{name}.json"
-    if not path.is_file():
+    stored = read_reference(chapter)
+    if stored is None:
         return None
-    data = json.loads(path.read_text())
+    data = stored.document
     # Rows from before an engine recorded its step cap (the custom GPT's) ran under the reference profile's
     # max_steps: say so, or their tables would describe the full epochs they never trained.
     cap = load_profile(data["profile"]).training.max_steps if data.get("profile") else None
@@ -135,10 +133,7 @@ def _steps_run(row: dict, profile) -> int | None:
         return int(settings["max_steps"])
     cap = profile.training.max_steps if profile is not None else None
     declared = row.get("max_steps")
-    declared = None if is_missing(declared) else int(declared)
-    if cap and declared:
-        return min(cap, declared)
-    return cap or declared
+    return step_cap(cap, None if is_missing(declared) else declared)
 
 
 def _software(provenance: list[dict], rows: pd.DataFrame, series: Series) -> str:
@@ -269,15 +264,15 @@ def _fsdp_text(results: pd.DataFrame) -> str:
 def show_recipe_benchmark() -> list[Table]:
     """The seed recipe against the tuned one on one GPU (benchmarks/recipe_benchmark.py), steady and end to
     end, then the changes one at a time with why each pays; every figure from the stored result files."""
-    from workshop_lib.book import reference_views
+    from workshop_lib.book.reference import benchmark_views
 
-    tables = reference_views.recipe_benchmark_tables()
+    tables = benchmark_views.recipe_benchmark_tables()
     if not tables:
         reference_missing("No recipe benchmark result yet (benchmarks/results/recipe/).")
     shown = []
     for title, frame, note, sources in tables:
         table = Table(title, frame)
-        first, *others = [path.relative_to(reference_views.REPOSITORY).as_posix() for path in sources]
+        first, *others = [path.relative_to(benchmark_views.REPOSITORY).as_posix() for path in sources]
         also = f" (also {', '.join(others)})" if others else ""
         caption = (f"Reference, measured on real GPUs: random-init BLOOM-560m shape, synthetic SQuAD. {note}{also} "
                    f"Source: {first}.")
@@ -288,7 +283,7 @@ def show_recipe_benchmark() -> list[Table]:
 
 def show_engine_scaling() -> Table | None:
     """DDP vs ZeRO-2 vs FSDP FULL_SHARD weak scaling on real GPUs (book/reference/engine_scaling.json)."""
-    from workshop_lib.book import reference_views
+    from workshop_lib.book.reference import benchmark_views
 
     loaded = reference_results("engine_scaling")
     if loaded is None:
@@ -296,7 +291,7 @@ def show_engine_scaling() -> Table | None:
         return None
     data, results = loaded
     table = Table("Weak scaling of the data-parallel engines",
-                  reference_views.engine_scaling_table(),
+                  benchmark_views.engine_scaling_table(),
                   "Efficiency = T1/TN from the median step time (steps 4-30): each GPU does the same work, so "
                   "100 % means no time lost to communication or waiting. Blank model states: measured before "
                   "the engines recorded them.")

@@ -13,7 +13,7 @@ import pandas as pd
 from workshop_lib.results.parse.metrics import parse_metrics
 from workshop_lib.core.log_text import read_text
 from workshop_lib.results import COMPLETED
-from workshop_lib.book.series import same_series
+from workshop_lib.book.measurements.series import same_series
 
 
 def _figure(title: str, xlabel: str, ylabel: str):
@@ -33,7 +33,7 @@ def _completed(results: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 
 def _one_series(done: pd.DataFrame) -> pd.DataFrame:
-    """The rows a ratio plot divides: refused where they are of two engines or cards (`book.series`), and one
+    """The rows a ratio plot divides: refused where they are of two engines or cards (`book.measurements.series`), and one
     per GPU count (the first by id, as the tables' baseline): a second run on the same GPUs is no scaling step."""
     same_series(*done.to_dict("records"))
     if "id" in done:

@@ -1,4 +1,4 @@
-"""The chapter notebooks' API (``from workshop_lib.book import chapter as nb``): show scripts and findings,
+"""The chapter notebooks' API (``from workshop_lib.book.chapter import facade as nb``): show scripts and findings,
 submit and wait, show the results of a part of the chapter, say what the data says.
 
 Each function does one visible thing in a notebook cell and returns what it showed, so tests can call it
@@ -9,7 +9,7 @@ Results are shown real measurements first: ``show_results(selection, keys)`` sho
 provenance caption), then the same tables from the participant's runs, titled by profile, with stand-in
 models named as such and all-n/a columns dropped. On the workshop day ``show_class_results(selection)`` publishes
 the participant's completed runs to the class folder and shows the tables filled by the whole class
-(``book.class_runs``; one note and nothing else where the class has no folder). A chapter's parts, their tables and
+(``book.chapter.class_runs``; one note and nothing else where the class has no folder). A chapter's parts, their tables and
 figures are declared in ``workshop_lib.book.parts``; a key that is not one of them is an error.
 
 The pieces live beside this module (html, selection, reference, your_runs, figures); this one holds what a
@@ -25,14 +25,14 @@ from typing import Sequence
 import pandas as pd
 
 from workshop_lib.book import figures, parts
-from workshop_lib.book.class_runs import show_class_results
+from workshop_lib.book.chapter.class_runs import show_class_results
 from workshop_lib.book.figures import show_figure
-from workshop_lib.book.html import as_html, display, escape, message, script_block, scrollable, text_block
-from workshop_lib.book.reference import (
+from workshop_lib.book.pages.html import as_html, display, escape, message, script_block, scrollable, text_block
+from workshop_lib.book.reference.chapter_views import (
     reference_results, reference_shown, show_engine_scaling, show_recipe_benchmark, show_reference_tables,
 )
-from workshop_lib.book.selection import Selection, select
-from workshop_lib.book.your_runs import (
+from workshop_lib.book.chapter.selection import Selection, select
+from workshop_lib.book.chapter.your_runs import (
     chapter_results_for, resolve_runs_dir, show_run_table, show_tables, shown_path, submitting_enabled,
 )
 from workshop_lib.core.errors import WorkshopError
@@ -125,9 +125,9 @@ def show_reference_script(experiment_id: str, profile: str = "ibex", open_: bool
 
 def show_time_plan(selection: Selection, site: str = "ibex") -> pd.DataFrame:
     """Before submitting: the GPUs the chapter's jobs ask for, how they queue under Ibex's per-user GPU cap,
-    and about how long each runs on an A100 (``workshop_lib.book.time_plan``, from the reference runs). Always
+    and about how long each runs on an A100 (``workshop_lib.book.plans.time_plan``, from the reference runs). Always
     the Ibex plan, whatever profile runs here: it is what the chapter costs on the cluster."""
-    from workshop_lib.book import time_plan
+    from workshop_lib.book.plans import time_plan
 
     # What a participant submits: not the instructor's runs, nor (in a class) those other participants make.
     planned = selection.planned or selection.chosen
@@ -227,7 +227,7 @@ def show_results(selection: Selection, keys: Sequence[str], runs_dir: Path | str
 
 
 def say(text: str) -> str:
-    """A paragraph of Markdown generated from data (e.g. `workshop_lib.book.claims`), shown as text on the page."""
+    """A paragraph of Markdown generated from data (`book.claims.sentences`), shown as text on the page."""
     if not text:
         return ""
     try:

@@ -2,7 +2,7 @@
 tests call the same functions), boxed notes, folded script and text blocks with the checker's verdict, a result
 table with its provenance, and the note where a part has no reference measurement.
 
-Imports only book.cells (how a number is written) and, for type hints, the Finding and Table values.
+Imports only book.pages.cells (how a number is written) and, for type hints, the Finding and Table values.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 from typing import TYPE_CHECKING, Sequence
 
-from workshop_lib.book.cells import format_cell
+from workshop_lib.book.pages.cells import format_cell
 
 if TYPE_CHECKING:
     from workshop_lib.book.tables import Table

@@ -3,7 +3,7 @@
 Every ordering and figure the chapters state about real-GPU runs (which ZeRO stage has the lowest peak,
 what offload costs, efficiency at N GPUs, what sharding does per rank) is computed here from
 ``book/reference/*.json``, so re-running the references rewrites the text with them. Each function takes the
-results frame of `workshop_lib.book.reference.reference_results` and returns Markdown; tests/test_book_claims.py
+results frame of `workshop_lib.book.reference.chapter_views.reference_results` and returns Markdown; tests/test_book_claims.py
 recomputes the same facts from the JSON and checks the sentences.
 """
 
@@ -13,8 +13,8 @@ import math
 
 import pandas as pd
 
-from workshop_lib.book.cells import is_missing
-from workshop_lib.book.series import row_engine, same_series
+from workshop_lib.book.pages.cells import is_missing
+from workshop_lib.book.measurements.series import row_engine, same_series
 from workshop_lib.core.vocabulary import GPT, HF, NEMO
 from workshop_lib.experiments import known_id
 from workshop_lib.results import COMPLETED
@@ -52,7 +52,7 @@ class RunsById(dict):
 
 def _runs(results: pd.DataFrame, engine: str) -> RunsById:
     """The completed runs of ``engine`` by id, refused (MixedSeriesError) where they ran on two kinds of card:
-    every sentence here divides or orders these runs, which only one series may do (`book.series`)."""
+    every sentence here divides or orders these runs, which only one series may do (`book.measurements.series`)."""
     done = results[results["state"] == COMPLETED]
     records = [record for record in done.to_dict("records") if row_engine(record) == engine]
     same_series(*records)
@@ -178,7 +178,7 @@ def zero_two_gpus(results: pd.DataFrame) -> str:
 
 def model_states_versus_peak(results: pd.DataFrame, experiment_id: str = "zero/two-gpus/zero3") -> str:
     """Why the measured peak is far above the formula's model states: the estimator's breakdown of one run."""
-    from workshop_lib.book.predictions import predict_record
+    from workshop_lib.book.measurements.memory_predictions import predict_record
 
     record = _runs(results, HF)[experiment_id]
     estimate = predict_record(record)

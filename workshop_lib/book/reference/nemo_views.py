@@ -11,14 +11,14 @@ observation with its conditions; no number of one engine is ever divided by the 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
 
-from workshop_lib.book.cells import is_missing
-from workshop_lib.book.html import scrollable
-from workshop_lib.book.series import Series, card_name, series_provenance
+from workshop_lib.book.measurements.reference_files import read_reference
+from workshop_lib.book.pages.cells import is_missing
+from workshop_lib.book.pages.html import scrollable
+from workshop_lib.book.measurements.series import Series, card_name, series_provenance
 from workshop_lib.book.tables.nemo import layout_text
 from workshop_lib.estimate.fit import MARGIN, check_fit
 from workshop_lib.experiments import chapter_experiments, large_gpu_experiments
@@ -51,12 +51,10 @@ def row_engine(row: dict) -> str:
 def measured_results(chapter: int, folder: Path = REFERENCE_DIR,
                      engine: str = STAND_IN) -> tuple[list[dict], dict[str, dict]]:
     """(provenance records, rows by experiment id that ``engine`` ran) of book/reference/chapter<N>.json."""
-    path = folder / f"chapter{chapter}.json"
-    if not path.is_file():
+    stored = read_reference(chapter, folder)
+    if stored is None:
         return [], {}
-    data = json.loads(path.read_text())
-    provenance = data["provenance"] if isinstance(data["provenance"], list) else [data["provenance"]]
-    return provenance, {row["id"]: row for row in data["results"] if row_engine(row) == engine}
+    return stored.provenance, {row["id"]: row for row in stored.results if row_engine(row) == engine}
 
 
 def _completed(row: dict | None) -> bool:

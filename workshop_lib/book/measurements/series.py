@@ -60,7 +60,7 @@ def same_series(*rows: dict) -> Series | None:
         named = "; ".join(f"{row.get('id', '?')}: {describe(series_of(row))}" for row in rows if row)
         raise MixedSeriesError(
             f"Refusing to divide rows of different engines or cards ({named}): such a ratio measures the engine or "
-            "the card, not the layout. Compare rows of one series: workshop_lib.book.series.choose_series picks one "
+            "the card, not the layout. Compare rows of one series: workshop_lib.book.measurements.series.choose_series picks one "
             "for each table.")
     return next(iter(found), None)
 

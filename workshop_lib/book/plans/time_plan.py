@@ -21,8 +21,9 @@ from typing import Sequence
 
 import pandas as pd
 
-from workshop_lib.book.cells import is_missing
-from workshop_lib.book.series import choose_series
+from workshop_lib.book.pages.cells import is_missing
+from workshop_lib.book.measurements.reference_files import read_reference
+from workshop_lib.book.measurements.series import choose_series
 # The per-user cap of GPUs in running jobs: one Ibex fact for the chapter plan and the class plan.
 from workshop_lib.class_plan.nodes import CAP_SOURCE, PER_USER_GPU_CAP
 from workshop_lib.core.durations import format_duration, parse_duration
@@ -31,6 +32,7 @@ from workshop_lib.experiments import Experiment
 from workshop_lib.core.vocabulary import GPT, HF, NEMO
 from workshop_lib.core.paths import REFERENCE_DIR
 from workshop_lib.sites.profiles import Profile, load_profile
+from workshop_lib.sites.step_cap import step_cap
 
 
 # The NeMo reference row ran under this profile's trainer.max_steps (its row records no run_settings).
@@ -81,7 +83,7 @@ def planned_steps(experiment: Experiment, profile: Profile) -> int | None:
         steps = math.ceil(batches / (experiment.grad_accum or 1)) * experiment.epochs
     else:
         return None
-    return min(steps, cap) if cap and steps else steps
+    return step_cap(steps, cap)
 
 
 # ---- the reference rows ---------------------------------------------------------------------------
@@ -91,20 +93,15 @@ def reference_rows(chapter: int, folder: Path = REFERENCE_DIR) -> list[dict]:
 
 def reference_data(chapter: int, folder: Path = REFERENCE_DIR) -> tuple[list[dict], list[dict]]:
     """(provenance records, completed rows) of book/reference/chapter<N>.json."""
-    import json
-
-    path = folder / f"chapter{chapter}.json"
-    if not path.is_file():
+    stored = read_reference(chapter, folder)
+    if stored is None:
         return [], []
-    data = json.loads(path.read_text())
-    provenance = data["provenance"] if isinstance(data["provenance"], list) else [data["provenance"]]
     # Each row keeps the profile it ran under: its trainer's step cap where the row did not record one.
-    return provenance, [{**row, "reference_profile": data.get("profile")} for row in data["results"]
-                        if row.get("state") == "COMPLETED"]
+    return stored.provenance, [{**row, "reference_profile": stored.profile} for row in stored.completed()]
 
 
 def series_rows(experiment: Experiment, rows: list[dict], provenance: list[dict] | None = None) -> list[dict]:
-    """The rows one experiment's estimate may draw on: the one series (engine and card, `book.series`) its
+    """The rows one experiment's estimate may draw on: the one series (engine and card, `book.measurements.series`) its
     table shows, so a table's jobs are all estimated from NeMo's runs, or all from the stand-in's, never both.
     A table nothing measured draws on the series of the runs of the same engine and model."""
     family = [row for row in rows if row.get("group") == experiment.group and row.get("model") == experiment.model]
@@ -156,9 +153,8 @@ def _reference_steps(row: dict) -> int | None:
         return int(settings["max_steps"])
     profile = NEMO_REFERENCE_PROFILE if row.get("run_engine") == NEMO else row.get("reference_profile")
     cap = load_profile(profile).training.max_steps if profile else None
-    if row.get("max_steps") and not is_missing(row["max_steps"]):
-        return min(int(row["max_steps"]), cap) if cap else int(row["max_steps"])
-    return cap
+    declared = row.get("max_steps")
+    return step_cap(None if not declared or is_missing(declared) else declared, cap)
 
 
 def _step_time(row: dict) -> float | None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from workshop_lib.book.time_plan import CAP_SOURCE, estimate_chapter
+from workshop_lib.book.plans.time_plan import CAP_SOURCE, estimate_chapter
 from workshop_lib.class_plan import (
     DAY_TARGET_S, IBEX_4GPU, IBEX_8GPU, INVENTORY_SOURCE, ClassJobs, ClassPlan, Node, PlanError, class_jobs,
     describe_counts, nodes_of, plan_on, smallest_reservation,

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from workshop_lib.book.measurements.reference_files import read_reference_file, reference_path
 from workshop_lib.core.gpu_cards import card_of
-
-from workshop_lib.core.paths import REFERENCE_DIR, SOURCE_ROOT
+from workshop_lib.core.paths import SOURCE_ROOT
 from workshop_lib.core.vocabulary import RECIPE_FEATURES
 
 REPOSITORY = SOURCE_ROOT
@@ -21,7 +21,7 @@ RECIPE_RESULTS = REPOSITORY / "benchmarks" / "results" / "recipe"
 RECIPE_END_TO_END = (RECIPE_RESULTS / "h100-end-to-end.json",)
 RECIPE_RESULT = RECIPE_END_TO_END[0]
 RECIPE_LADDER = RECIPE_RESULTS / "h100-ladder-graphs.json"  # one change at a time, chapter 3's baseline
-ENGINE_SCALING = REFERENCE_DIR / "engine_scaling.json"
+ENGINE_SCALING = reference_path("engine_scaling")
 ENGINE_NAMES = {"ddp": "DDP", "zero2": "ZeRO-2", "full-shard": "FSDP FULL_SHARD"}
 # Why each change of the recipe pays, by the features it adds (the figures come from the result files).
 RECIPE_REASONS = {
@@ -246,7 +246,7 @@ def mfu_figures(variant: dict, document: dict) -> tuple[float | None, float | No
 
 def engine_scaling_table(path: Path = ENGINE_SCALING) -> pd.DataFrame:
     """Engine × GPUs: steady step time, samples/s, weak-scaling efficiency T1/TN, memory per GPU."""
-    results = pd.DataFrame(json.loads(Path(path).read_text())["results"])
+    results = pd.DataFrame(read_reference_file(path).results)
     results["engine"] = results["id"].str.split("/").str[1].map(ENGINE_NAMES)
     rows = []
     for engine, group in results.groupby("engine", sort=False):

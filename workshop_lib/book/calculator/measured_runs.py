@@ -9,7 +9,6 @@ and custom GPT runs as their recipes declare them.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -19,9 +18,9 @@ from workshop_lib.experiments import CHAPTERS, chapter_experiments, get_experime
 from workshop_lib.core.vocabulary import NEMO
 from workshop_lib.core.paths import REFERENCE_DIR
 from workshop_lib.book.calculator.page import MODELS, inputs_from_setup
-from workshop_lib.book.nemo_reference import NEMO_RECORD_TOKENS, packs_sequences
+from workshop_lib.book.measurements.reference_files import REFERENCE_NAMES, read_reference
+from workshop_lib.book.reference.nemo_views import NEMO_RECORD_TOKENS, packs_sequences
 
-REFERENCE_FILES = ("chapter1.json", "chapter2.json", "chapter3.json", "chapter4.json", "engine_scaling.json")
 # Every chapter of the registry opens the calculator on its experiments (1-2: layouts; 3: ZeRO; 4: FSDP).
 PRESET_CHAPTERS = tuple(CHAPTERS)
 
@@ -37,7 +36,7 @@ def _known_model(model) -> str | None:
 
 def _setup_of_row(row: dict):
     """(model, TrainingSetup) of a measured row as it ran; NeMo layouts as the fit rule sees them."""
-    from workshop_lib.book.predictions import _model_for, setup_for_record
+    from workshop_lib.book.measurements.memory_predictions import _model_for, setup_for_record
 
     if row.get("engine") == NEMO:
         experiment = get_experiment(row["id"])
@@ -92,12 +91,11 @@ def _number(row: dict, key: str) -> float | None:
 def reference_runs(folder: Path = REFERENCE_DIR) -> list[dict]:
     """Every completed row of the reference files whose model the calculator offers."""
     runs = []
-    for name in REFERENCE_FILES:
-        path = Path(folder) / name
-        if not path.is_file():
+    for name in REFERENCE_NAMES:
+        stored = read_reference(name, folder)
+        if stored is None:
             continue
-        document = json.loads(path.read_text())
-        for row in document.get("results", []):
+        for row in stored.results:
             if row.get("state") != "COMPLETED":
                 continue
             model, setup = _setup_of_row(row)
@@ -105,12 +103,12 @@ def reference_runs(folder: Path = REFERENCE_DIR) -> list[dict]:
             if calculator_model is None:
                 continue  # a custom GPT of another depth: the calculator offers the default shape only
             allocated = _number(row, "rank0_peak_mib") if row.get("allocated_kind") == "cuda_max_allocated" else None
-            ran_with = _ran_with(row, document.get("provenance") or [])
+            ran_with = _ran_with(row, stored.provenance)
             runs.append({
                 "engine": _engine_family(row, setup),
                 "id": row["id"], "label": f"{row['id']} ({ran_with}, {row.get('run_gpu') or 'GPU not recorded'})",
                 "title": row.get("title", ""), "ran_with": ran_with, "gpu": row.get("run_gpu") or "",
-                "source": f"book/reference/{name}", "model": model, "setup": asdict(setup),
+                "source": f"book/reference/{stored.path.name}", "model": model, "setup": asdict(setup),
                 "inputs": inputs_from_setup(calculator_model, setup),
                 "measured": {"allocated_peak_mib": allocated, "nvidia_smi_peak_mib": _number(row, "gpu0_peak_mib"),
                              "model_states_mib": _number(row, "rank0_model_state_mib"),

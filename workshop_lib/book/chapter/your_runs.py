@@ -18,9 +18,9 @@ from typing import Sequence
 
 import pandas as pd
 
-from workshop_lib.book.html import as_html, display, explanation_block, message, scrollable, table_html
-from workshop_lib.book.reference import reference_results
-from workshop_lib.book.selection import Selection
+from workshop_lib.book.pages.html import as_html, display, explanation_block, message, scrollable, table_html
+from workshop_lib.book.reference.chapter_views import reference_results
+from workshop_lib.book.chapter.selection import Selection
 from workshop_lib.book.tables import Table, drop_unrecorded, for_stand_ins, tables_from_results
 from workshop_lib.core.paths import RUNS_VARIABLE, repository_root, runs_root
 from workshop_lib.core.vocabulary import DEFAULT_RECIPE
