@@ -9,6 +9,7 @@ from workshop_lib.core.log_text import LogProblem, SkippedLines, read_log, read_
 from workshop_lib.core.run_directory import RunDirectory
 from workshop_lib.jobs import footer as footer_format
 from workshop_lib.jobs.footer import parse_footer
+from workshop_lib.jobs.states import COMPLETED, INCOMPLETE, MISSING
 from workshop_lib.results.memory import MemoryLogError, memory_summary
 from workshop_lib.results.parse import hf, nemo as nemo_format
 from workshop_lib.results.parse.hf import TrainerLog, parse_trainer_output, parse_trainer_state
@@ -17,10 +18,6 @@ from workshop_lib.results.parse.nccl import parse_nccl_allreduce
 from workshop_lib.results.parse.nemo import parse_nemo_log
 from workshop_lib.runs.record import DamagedRecord, read_record
 
-# States a record can have besides SLURM's own (COMPLETED, FAILED, TIMEOUT, CANCELLED, ...).
-MISSING = "MISSING"  # no run directory: never submitted
-INCOMPLETE = "INCOMPLETE"  # a run directory without a final metrics record and no recorded state
-COMPLETED = "COMPLETED"
 SHOWN_PROBLEMS = 3  # unreadable lines named per file; the rest are counted
 
 

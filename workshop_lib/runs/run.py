@@ -15,9 +15,9 @@ from workshop_lib.core.run_directory import (
     CPU_MEMORY_LOG, INTERRUPTED_NAME, RESERVATION_NAME, TRAIN_DIR, RunDirectory,
 )
 from workshop_lib.experiments import Experiment
-from workshop_lib.jobs.backend import BACKENDS, FORGOTTEN, get_backend
-from workshop_lib.jobs.slurm_output import JobInfo
-from workshop_lib.runs.record import DAMAGED, DamagedRecord, NOT_SUBMITTED, RunRecord, UNKNOWN
+from workshop_lib.jobs.backend import BACKENDS, get_backend
+from workshop_lib.jobs.states import DAMAGED, FORGOTTEN, LOST, NOT_SUBMITTED, UNKNOWN, JobInfo
+from workshop_lib.runs.record import DamagedRecord, RunRecord
 
 RUNS_VARIABLE = paths.RUNS_VARIABLE
 
@@ -190,5 +190,5 @@ def read_only_info(run: Run) -> JobInfo:
         return query_runs([run])[0]  # the recorded state: no scheduler call
     ended = cluster.ended_from_log(JobInfo(job_id=run.record.job_id, state=FORGOTTEN,
                                            stdout_path=run.stdout_path, reason="read only: no scheduler asked"))
-    return ended if ended.state != "LOST" else JobInfo(job_id=run.record.job_id, state=UNKNOWN,
+    return ended if ended.state != LOST else JobInfo(job_id=run.record.job_id, state=UNKNOWN,
                                                        stdout_path=run.stdout_path)

@@ -28,8 +28,8 @@ from workshop_lib.core.run_directory import (
 from workshop_lib.experiments import Experiment
 from workshop_lib.jobs import slurm_output
 from workshop_lib.jobs.backend import get_backend, resolve_backend
-from workshop_lib.jobs.slurm_output import JobInfo
-from workshop_lib.runs.record import HELD, RunRecord, UNKNOWN, write_atomically
+from workshop_lib.jobs.states import COMPLETED, HELD, PENDING, UNKNOWN, JobInfo
+from workshop_lib.runs.record import RunRecord, write_atomically
 from workshop_lib.runs.run import (
     RUNS_VARIABLE, Run, folder_backend, load_run, may_hold_unrecorded_jobs, query_runs, run_directory, unrecorded_jobs,
 )
@@ -126,7 +126,7 @@ def _submit_or_reuse(run: Run, profile: Profile, force: bool, backend: str | Non
         info = run.info()
         if info.state != UNKNOWN:
             _cancel_late_jobs(run, settled)
-        if info.state == "PENDING" and info.reason == HELD:
+        if info.state == PENDING and info.reason == HELD:
             # Recorded, but its submitter stopped before releasing it (see _install).
             get_backend(run.record.backend).release(run.record.job_id)
             run.note = f"released job {run.record.job_id}, left held by an interrupted submission"
@@ -138,7 +138,7 @@ def _submit_or_reuse(run: Run, profile: Profile, force: bool, backend: str | Non
             return run
         run.remember(info)
         same = records_this_experiment(run.record, run.experiment, profile)
-        if same and info.state == "COMPLETED" and not force:
+        if same and info.state == COMPLETED and not force:
             run.note = f"reused: job {run.record.job_id} completed" + (
                 f" (its {SCRIPT_NAME} was edited since: --force submits the edited script)"
                 if edited_script(run) else "")
@@ -258,7 +258,7 @@ def _settle_reservation(run: Run, settled: list[str]) -> Run | None:
                     " not submitting, so as not to start a second job; re-run this later")
         return run
     named = run.record.job_id if run.record is not None else None
-    waiting = [info for info in found if info.state == "PENDING" and info.job_id != named]
+    waiting = [info for info in found if info.state == PENDING and info.job_id != named]
     staged = reservation is not None and (run.directory / STAGING_DIR / SCRIPT_NAME).is_file()
     if len(waiting) == 1 and staged:
         job_id = waiting[0].job_id
@@ -310,7 +310,7 @@ def _cancel_strays(run: Run, backend_name: str, settled: list[str]) -> None:
     except ClusterError:
         return
     named = run.record.job_id if run.record is not None else None
-    _cancel(backend, [info for info in found if info.state == "PENDING" and info.job_id != named], run, settled,
+    _cancel(backend, [info for info in found if info.state == PENDING and info.job_id != named], run, settled,
             "it waited in this run folder and job.json does not name it")
 
 
