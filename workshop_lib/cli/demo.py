@@ -144,7 +144,7 @@ def run_progress(directory: Path) -> str:
         return ""
     if record is None:
         return ""
-    log = directory / (record.stdout or f"slurm-{record.job_id}.out")
+    log = directory / record.stdout if record.stdout else RunDirectory(directory).stdout(record.job_id)
     try:
         footer = parse_footer(log.read_text(errors="replace")) if log.is_file() else None
     except OSError:

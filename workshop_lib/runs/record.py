@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from workshop_lib.core.errors import WorkshopError
-from workshop_lib.core.run_directory import ATTEMPTS_DIR, RECORD_NAME, SCRIPT_NAME
+from workshop_lib.core.run_directory import ATTEMPTS_DIR, RECORD_NAME, SCRIPT_NAME, RunDirectory
 from workshop_lib.jobs.backend import BACKENDS
 
 
@@ -132,7 +132,7 @@ def _damaged_record_advice(directory: Path) -> str:
     from workshop_lib.core.log_text import read_tail
     from workshop_lib.jobs.footer import parse_footer
 
-    logs = sorted(directory.glob("slurm-*.out"))
+    logs = RunDirectory(directory).stdout_logs()
     if not logs:
         return (f"No job log is here, so the job never ran: rename job.json to job.json.damaged and re-run; the "
                 f"next submission keeps this run's files under {ATTEMPTS_DIR}/ and submits it again.")

@@ -13,7 +13,6 @@ from workshop_lib import jobs as cluster
 from workshop_lib.experiments import Experiment, select_experiments
 from workshop_lib.jobs.states import COMPLETED, HELD, UNKNOWN, JobInfo
 from workshop_lib.core.errors import ClusterError
-from workshop_lib.core.run_directory import RESERVATION_NAME
 from workshop_lib.runs.run import (
     Run, earlier_attempts, earlier_attempts_of, load_run, may_hold_unrecorded_jobs, query_runs, unrecorded_jobs,
 )
@@ -147,7 +146,7 @@ def _unrecorded(run: Run) -> tuple[list[JobInfo], str]:
     except ClusterError as error:
         return [], (f"a submission was interrupted here and the scheduler does not answer ({first_line(error)}), "
                     "so a job of it may wait unseen: `workshop status` again later")
-    if found and _submitter_alive(run.directory / RESERVATION_NAME):
+    if found and _submitter_alive(run.files.reservation):
         return found, "\n".join(f"job {info.job_id} ({info.state}) is being submitted right now: its submitter "
                                  "still runs and records it in a moment" for info in found)
     command = f"`workshop submit {run.experiment.id}` (or re-running the chapter)"
