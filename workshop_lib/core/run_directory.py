@@ -32,7 +32,6 @@ CPU_MEMORY_LOG = "cpu_memory.txt"  # psrecord's log of a one-node job
 GPU_LOG_OF_NODE = "gpu_memory_{node}.csv"
 CPU_LOG_OF_NODE = "cpu_memory_{node}.txt"
 NCCL_LOG = "nccl_allreduce.txt"
-DMON_LOG = "dmon.csv"  # nvidia-smi dmon -s u
 GPU_QUERY = "timestamp,index,name,utilization.gpu,memory.used,memory.total"  # nvidia-smi's columns in the GPU log
 GPU_LOG_PATTERNS = ("gpu_memory*.csv", "gpu_memory*/*.csv")
 CPU_LOG_PATTERNS = ("cpu_memory*.txt", "cpu_memory*.csv", "cpu_memory*/*.txt")
@@ -104,10 +103,6 @@ class RunDirectory:
     @property
     def nccl_log(self) -> Path:
         return self.path / NCCL_LOG
-
-    @property
-    def dmon_log(self) -> Path:
-        return self.path / DMON_LOG
 
     @property
     def attempts(self) -> Path:

@@ -10,7 +10,7 @@ from workshop_lib.core.run_directory import RunDirectory
 from workshop_lib.jobs import footer as footer_format
 from workshop_lib.jobs.states import COMPLETED, INCOMPLETE, MISSING
 from workshop_lib.results import readers
-from workshop_lib.results.parse import dmon, hf, nemo as nemo_format
+from workshop_lib.results.parse import hf, nemo as nemo_format
 from workshop_lib.results.readers import RunReader, RunReading
 from workshop_lib.runs.record import DamagedRecord, read_record
 
@@ -94,7 +94,6 @@ class RunResult:
     cpu_avg_mib: float | None = None
     cpu_mode_mib: float | None = None
     nccl_bus_bandwidth_gbps: float | None = None
-    gpu0_sm_peak_pct: float | None = None  # nvidia-smi dmon's SM utilisation of GPU 0, at its peak
     skipped_lines: int = 0
     unreadable: tuple[UnreadableLines, ...] = ()  # which lines, of which file, and why
 
@@ -108,7 +107,6 @@ READERS = (
     RunReader("trainer", readers.trainer_files, readers.read_trainer, hf.LOG_KEYWORDS),
     RunReader("memory", readers.memory_files, readers.read_memory),
     RunReader("nccl", lambda reading: [reading.files.nccl_log], readers.read_nccl),
-    RunReader("dmon", lambda reading: [reading.files.dmon_log], dmon.read_dmon),
 )
 
 
