@@ -86,6 +86,7 @@ def _env(args: argparse.Namespace) -> int:
 
 def _jobs(args: argparse.Namespace) -> int:
     from workshop_lib import jobs as cluster
+    from workshop_lib.jobs.states import COMPLETED, FORGOTTEN, LOST
 
     for job_id in args.job_ids:
         if not JOB_ID.fullmatch(job_id):
@@ -95,12 +96,12 @@ def _jobs(args: argparse.Namespace) -> int:
     infos = cluster.wait_for(jobs) if args.wait else cluster.query_jobs(jobs)  # one scheduler call for all
     for info in infos:
         print(info.describe())
-    unknown = [info.job_id for info in infos if info.state in ("LOST", "FORGOTTEN") and not _has_log(info)]
+    unknown = [info.job_id for info in infos if info.state in (LOST, FORGOTTEN) and not _has_log(info)]
     if unknown:
         print(f"workshop: error: the scheduler does not know job {', '.join(unknown)} and there is no log of it: "
               "check the id (`workshop status` lists each run's job; `squeue --me` the active ones)", file=sys.stderr)
         return 1
-    return 0 if all(info.state == "COMPLETED" for info in infos) or not args.wait else 1
+    return 0 if all(info.state == COMPLETED for info in infos) or not args.wait else 1
 
 
 # SLURM's job ids (an array task 12_3, a heterogeneous part 12+1) and the local executor's local-N.

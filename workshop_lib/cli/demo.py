@@ -144,7 +144,7 @@ def run_progress(directory: Path) -> str:
         return ""
     if record is None:
         return ""
-    log = directory / (record.stdout or f"slurm-{record.job_id}.out")
+    log = directory / record.stdout if record.stdout else RunDirectory(directory).stdout(record.job_id)
     try:
         footer = parse_footer(log.read_text(errors="replace")) if log.is_file() else None
     except OSError:
@@ -237,9 +237,11 @@ def execute_and_account(path: Path, profile: str, output_dir: Path, runs_dir: Pa
 
 
 def chapter_report(runs: list[ChapterRun]) -> str:
+    from workshop_lib.jobs.states import COMPLETED
+
     lines = ["chapters:"]
     for run in runs:
-        done = sum(state == "COMPLETED" for state in run.states.values())
+        done = sum(state == COMPLETED for state in run.states.values())
         # No time here: the chapter's line in "time per step" is its time (a second figure for it differed).
         lines.append(f"  {run.notebook.stem:<24} {len(run.jobs)} job(s): "
                      f"{len(run.submitted)} submitted, {len(run.jobs) - len(run.submitted)} reused; {done} completed")
@@ -249,8 +251,10 @@ def chapter_report(runs: list[ChapterRun]) -> str:
 
 
 def failed_runs(runs: list[ChapterRun]) -> list[str]:
+    from workshop_lib.jobs.states import COMPLETED
+
     return [f"{experiment_id} ({state})" for run in runs for experiment_id, state in run.states.items()
-            if state != "COMPLETED"]
+            if state != COMPLETED]
 
 
 def build_book(read_only: bool = True, output: Path | None = None) -> Path:

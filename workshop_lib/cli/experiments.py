@@ -208,6 +208,7 @@ def _check(args: argparse.Namespace) -> int:
 def _submit(args: argparse.Namespace) -> int:
     from workshop_lib.experiments import select_experiments
     from workshop_lib.sites.profiles import load_profile
+    from workshop_lib.jobs.states import COMPLETED
     from workshop_lib.runs import submit_experiments, wait_for_runs
 
     experiments = select_experiments(args.experiment_ids, args.chapter)
@@ -224,14 +225,15 @@ def _submit(args: argparse.Namespace) -> int:
     for run, info in zip(recorded, infos):
         print(f"{run.experiment.id:45s} {info.state}")
     _print_explanations(recorded, infos)
-    return 0 if all(info.state == "COMPLETED" for info in infos) else 1
+    return 0 if all(info.state == COMPLETED for info in infos) else 1
 
 
 def _print_explanations(runs, infos) -> None:
     """Why each ended run did not complete (the same text the notebook shows)."""
+    from workshop_lib.jobs.states import COMPLETED
     from workshop_lib.runs import explain_runs
 
-    ended = [(run, info) for run, info in zip(runs, infos) if info.finished and info.state != "COMPLETED"]
+    ended = [(run, info) for run, info in zip(runs, infos) if info.finished and info.state != COMPLETED]
     for (run, _), explanation in zip(ended, explain_runs(ended)):
         print(f"\n{run.experiment.id}:\n" + explanation.text())
 

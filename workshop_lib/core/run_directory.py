@@ -27,7 +27,10 @@ STDOUT_GLOB = "slurm-*.out"
 TRAIN_DIR = "train"
 METRICS_NAME = "metrics.jsonl"
 TRAINER_STATE_NAME = "trainer_state.json"
-CPU_MEMORY_LOG = "cpu_memory.txt"
+CPU_MEMORY_LOG = "cpu_memory.txt"  # psrecord's log of a one-node job
+# One monitor log per node of a multi-node job; the job script fills in {node} (a shell variable there).
+GPU_LOG_OF_NODE = "gpu_memory_{node}.csv"
+CPU_LOG_OF_NODE = "cpu_memory_{node}.txt"
 NCCL_LOG = "nccl_allreduce.txt"
 GPU_QUERY = "timestamp,index,name,utilization.gpu,memory.used,memory.total"  # nvidia-smi's columns in the GPU log
 GPU_LOG_PATTERNS = ("gpu_memory*.csv", "gpu_memory*/*.csv")
@@ -52,6 +55,22 @@ class RunDirectory:
     def of(cls, experiment_id: str, runs_dir: Path | str | None = None) -> "RunDirectory":
         """runs_dir: the argument, else $WORKSHOP_RUNS_DIR, else <repository>/runs (core.paths.runs_root)."""
         return cls(runs_root(runs_dir) / experiment_id)
+
+    @property
+    def script(self) -> Path:
+        return self.path / SCRIPT_NAME
+
+    @property
+    def record(self) -> Path:
+        return self.path / RECORD_NAME
+
+    @property
+    def deepspeed_config(self) -> Path:
+        return self.path / DEEPSPEED_CONFIG_NAME
+
+    def stdout(self, job_id: str) -> Path:
+        """The log of job `job_id`, where the scripts' --output (STDOUT_PATTERN) puts it."""
+        return self.path / STDOUT_PATTERN.replace("%j", job_id)
 
     def stdout_logs(self) -> list[Path]:
         """Every job's log in the folder, sorted by name (a resubmitted run has several)."""
@@ -78,5 +97,29 @@ class RunDirectory:
         return sorted(self.path.glob(CPU_LOG_PATTERNS[0]))
 
     @property
+    def cpu_memory_log(self) -> Path:
+        return self.path / CPU_MEMORY_LOG
+
+    @property
     def nccl_log(self) -> Path:
         return self.path / NCCL_LOG
+
+    @property
+    def attempts(self) -> Path:
+        return self.path / ATTEMPTS_DIR
+
+    @property
+    def staging(self) -> Path:
+        return self.path / STAGING_DIR
+
+    @property
+    def lock(self) -> Path:
+        return self.path / LOCK_NAME
+
+    @property
+    def reservation(self) -> Path:
+        return self.path / RESERVATION_NAME
+
+    @property
+    def interrupted(self) -> Path:
+        return self.path / INTERRUPTED_NAME

@@ -2,7 +2,8 @@
 
 Owns: job.py (Job, submit, job_from_id, a forgotten job's end read from its log), watcher.py (the process's one
 watcher: one poll of every job someone waits for or shows, the answer cache, wait_for and its progress bar),
-backend.py (the Backend protocol, the polling policy, choosing a backend), slurm.py and slurm_output.py (sbatch,
+backend.py (the Backend protocol, the polling policy, choosing a backend), states.py (JobInfo and every job
+and run state name: the one home of those words), slurm.py and slurm_output.py (sbatch,
 squeue and sacct, and reading their output), local.py (the executor that runs job scripts without a scheduler)
 with local_shims/, local_cluster.py (the real SLURM cluster the project starts on this machine), failures.py (why
 a job ended the way it did).

@@ -17,13 +17,9 @@ from pathlib import Path
 from typing import Protocol, Sequence
 
 from workshop_lib.core.errors import ClusterError
-from workshop_lib.jobs.slurm_output import JobInfo
+from workshop_lib.jobs.states import JobInfo
 
 BACKENDS = {"slurm": "workshop_lib.jobs.slurm", "local": "workshop_lib.jobs.local"}
-# A job the scheduler no longer remembers (past MinJobAge, a wiped state, an id now used by another job)
-# and that accounting does not know either: not active, not ended as far as the scheduler can say.
-# The job code settles it from the job's own log (its footer), never from its absence.
-FORGOTTEN = "FORGOTTEN"
 # How far the submitter's clock may run ahead of the scheduler's (a login node's against the controller's) for a
 # job to count as submitted since a moment the submitter noted (`Backend.jobs_in`).
 CLOCK_SKEW_S = 60.0
@@ -60,7 +56,7 @@ class Backend(Protocol):
         """Submit; with `hold`, the job waits until `release` (the run folder is made ready meanwhile)."""
 
     def query(self, job_ids: Sequence[str]) -> dict[str, JobInfo]:
-        """The state of every job in one scheduler call; FORGOTTEN for ids it does not know. Raises
+        """The state of every job in one scheduler call; states.FORGOTTEN for ids it does not know. Raises
         ClusterError when the scheduler cannot be asked (it is then unknown whether a job still runs)."""
 
     def release(self, job_id: str) -> None: ...

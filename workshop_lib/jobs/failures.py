@@ -14,7 +14,9 @@ from pathlib import Path
 
 from workshop_lib.core.durations import format_duration
 from workshop_lib.core.log_text import LogExcerpt, read_tail, strip_launcher_prefix
-from workshop_lib.jobs.slurm_output import JobInfo
+from workshop_lib.jobs.states import (
+    CANCELLED, FAILED, LOST, NODE_FAIL, OUT_OF_MEMORY, PREEMPTED, TIMEOUT, JobInfo,
+)
 
 _TRACEBACK = "Traceback (most recent call last):"
 _ERROR_LINE = re.compile(
@@ -38,20 +40,20 @@ _OWN_LINES = re.compile(
 
 MEMORY_REASON = "over its --mem (SLURM killed it)"
 HINTS = {
-    "FAILED": "the job's commands exited with an error: the lines above say which. Fix the cause and re-run the "
+    FAILED: "the job's commands exited with an error: the lines above say which. Fix the cause and re-run the "
               "cell (a failed run is submitted again; completed ones are reused).",
-    "TIMEOUT": "it ran out of time: raise the limit (#SBATCH --time in the run's job.sbatch, which the next "
+    TIMEOUT: "it ran out of time: raise the limit (#SBATCH --time in the run's job.sbatch, which the next "
                "submission of the run then submits; or the profile's scheduler.time_limits for this chapter) or "
                "make the run shorter (fewer steps or samples).",
-    "OUT_OF_MEMORY": "it used more host memory than --mem allows: lower the per-device batch, offload less to "
+    OUT_OF_MEMORY: "it used more host memory than --mem allows: lower the per-device batch, offload less to "
                      "the CPU, or raise --mem (the experiment's memory).",
-    "NODE_FAIL": "a node failed under the job (not the job's fault): re-run the cell to submit it again; tell "
+    NODE_FAIL: "a node failed under the job (not the job's fault): re-run the cell to submit it again; tell "
                  "the admins if it repeats on the same node.",
-    "CANCELLED": "it was cancelled (scancel by you or an admin, or a reservation ended): re-run the cell to "
+    CANCELLED: "it was cancelled (scancel by you or an admin, or a reservation ended): re-run the cell to "
                  "submit it again.",
-    "LOST": "the scheduler no longer knows the job and its log has no footer, so it never finished its script: "
+    LOST: "the scheduler no longer knows the job and its log has no footer, so it never finished its script: "
             "re-run the cell to submit it again (this attempt's files are kept under attempts/).",
-    "PREEMPTED": "a higher-priority job took its nodes: re-run the cell to submit it again.",
+    PREEMPTED: "a higher-priority job took its nodes: re-run the cell to submit it again.",
 }
 
 
@@ -106,19 +108,19 @@ def explain(info: JobInfo, log_path: Path | None = None, predicted: str | None =
     tail = read_tail(path)  # why it ended is at the end: a log of any size is read in seconds
     text = tail.text()
     hint = HINTS.get(info.state, f"the job ended {info.state}: the lines above tell why.")
-    if info.state == "TIMEOUT" and info.time_limit_s:
+    if info.state == TIMEOUT and info.time_limit_s:
         hint = f"it used all of its {format_duration(info.time_limit_s)}: " + hint.split(": ", 1)[1]
     reason = info.reason
-    if info.state != "OUT_OF_MEMORY" and _MEMORY_KILL.search(text):
+    if info.state != OUT_OF_MEMORY and _MEMORY_KILL.search(text):
         # Without cgroups SLURM records such a job as FAILED (signal 9), with a reason of its own launch
         # (JobLaunchFailure) that misleads; its log says why.
-        hint = "the log shows SLURM killed it for going over --mem: " + HINTS["OUT_OF_MEMORY"].split(": ", 1)[1]
+        hint = "the log shows SLURM killed it for going over --mem: " + HINTS[OUT_OF_MEMORY].split(": ", 1)[1]
         reason = MEMORY_REASON
-    elif info.state == "OUT_OF_MEMORY":
+    elif info.state == OUT_OF_MEMORY:
         reason = MEMORY_REASON
     if "--mem" in hint and predicted:
         hint += f" The estimator predicted {predicted}."
-    elif info.state == "FAILED" and info.signal == signals.SIGKILL.value and predicted:
+    elif info.state == FAILED and info.signal == signals.SIGKILL.value and predicted:
         hint += f" SIGKILL often means memory ran out; the estimator predicted {predicted}."
     return Explanation(job_id=info.job_id, state=info.state, exit_code=info.exit_code, signal=info.signal,
                        elapsed_s=info.elapsed_s, time_limit_s=info.time_limit_s, log_path=path,

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from workshop_lib.core.errors import ClusterError, JobFailed, SubmitError
 from workshop_lib.jobs import slurm_output
-from workshop_lib.jobs.backend import BACKENDS, FORGOTTEN, get_backend, resolve_backend
-from workshop_lib.jobs.slurm_output import JobInfo
+from workshop_lib.jobs.backend import BACKENDS, get_backend, resolve_backend
+from workshop_lib.jobs.states import COMPLETED, FAILED, FORGOTTEN, LOST, JobInfo
 from workshop_lib.jobs import watcher
 from workshop_lib.core.log_text import read_tail
 from workshop_lib.jobs.footer import parse_footer
@@ -111,7 +111,7 @@ class Job:
         from workshop_lib.jobs.failures import explain
 
         info = self.info()
-        if info.state != "COMPLETED":
+        if info.state != COMPLETED:
             raise JobFailed(explain(info).text())
 
     def __repr__(self) -> str:  # short: shows up in notebooks
@@ -162,7 +162,7 @@ def ended_from_log(info: JobInfo) -> JobInfo:
     # The footer is the log's end (a requeued job's log holds each attempt's: the last one counts).
     code = parse_footer(read_tail(info.stdout_path)).exit_status
     if code is not None:
-        return replace(info, state="COMPLETED" if code == 0 else "FAILED", exit_code=code,
+        return replace(info, state=COMPLETED if code == 0 else FAILED, exit_code=code,
                        reason=f"read from the job's footer ({info.reason})")
-    return replace(info, state="LOST", reason=f"{info.reason}; its log has no footer, so it did not finish "
+    return replace(info, state=LOST, reason=f"{info.reason}; its log has no footer, so it did not finish "
                                               "its script (killed, or its node or scheduler state was lost)")

@@ -25,11 +25,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from workshop_lib.jobs import slurm_output
-from workshop_lib.jobs.backend import CLOCK_SKEW_S, FORGOTTEN, PollPolicy, Submission, python_environment_path
+from workshop_lib.jobs.backend import CLOCK_SKEW_S, PollPolicy, Submission, python_environment_path
 from workshop_lib.core.durations import parse_duration
 from workshop_lib.core.errors import ClusterError, SubmitError
 from workshop_lib.checks.sbatch import sbatch_request
-from workshop_lib.jobs.slurm_output import JobInfo
+from workshop_lib.jobs.states import (
+    CANCELLED, COMPLETED, FAILED, FINAL_STATES, FORGOTTEN, HELD, NODE_FAIL, PENDING, RUNNING, TIMEOUT, JobInfo,
+)
 
 SHIMS = Path(__file__).resolve().parent / "local_shims"
 JOB_ID_PREFIX = "local-"  # this executor's job ids: local-1, local-2, ... (SLURM's are plain numbers)
@@ -113,7 +115,7 @@ def submit(script: Path, workdir: Path, sbatch_args: Sequence[str] = (), hold: b
         "time_limit_s": time_limit, "nodes": nodes, "gpus_per_node": request.gpus_per_node,
         "ntasks_per_node": int(request.get("ntasks-per-node") or 1),
         "cpus_per_task": int(request.get("cpus-per-task") or 1),
-        "state": "PENDING", "submitted_at": time.time(), "held": hold,
+        "state": PENDING, "submitted_at": time.time(), "held": hold,
     }
     _write(record)
     # The runner's own errors (it cannot import, say) go to a file of its own: job_info reads it back.
@@ -156,20 +158,20 @@ def job_info(job_id: str) -> JobInfo:
     except ClusterError as missing:
         return JobInfo(job_id=job_id, state=FORGOTTEN, reason=str(missing))
     state = record["state"]
-    if state in ("PENDING", "RUNNING") and record.get("runner_pid") and not _alive(record.get("runner_pid")):
+    if state in (PENDING, RUNNING) and record.get("runner_pid") and not _alive(record.get("runner_pid")):
         if not record.get("runner_started"):
             # It died before it could run anything (at import, say): FAILED with what it printed.
-            record = _update(job_id, {"state": "FAILED", "reason": _runner_failure(job_id), "exit_code": 1,
+            record = _update(job_id, {"state": FAILED, "reason": _runner_failure(job_id), "exit_code": 1,
                                       "ended_at": time.time(), "held": False})
-            state = "FAILED"
+            state = FAILED
         else:
-            state = "NODE_FAIL"  # the runner vanished without writing an end state (machine rebooted, killed)
+            state = NODE_FAIL  # the runner vanished without writing an end state (machine rebooted, killed)
     started = record.get("started_at")
     ended = record.get("ended_at") or (time.time() if started else None)
     return JobInfo(
         job_id=job_id, state=state, exit_code=record.get("exit_code"), signal=record.get("signal"),
         elapsed_s=(ended - started) if started else None,
-        reason="JobHeldUser" if record.get("held") else record.get("reason"),  # squeue's word for a held job
+        reason=HELD if record.get("held") else record.get("reason"),  # squeue's word for a held job
         stdout_path=Path(record["stdout"]), name=record.get("name"),
         node_list=",".join(node_names(record.get("nodes", 1))), time_limit_s=record.get("time_limit_s"),
         workdir=Path(record["workdir"]) if record.get("workdir") else None,
@@ -197,7 +199,7 @@ def jobs_in(workdir: Path, since: float = 0.0) -> list[JobInfo]:
 
 def cancel(job_id: str) -> None:
     def request(record: dict) -> None:
-        if record["state"] not in slurm_output.FINAL_STATES:
+        if record["state"] not in FINAL_STATES:
             record["cancel_requested"] = True
 
     record = _update(job_id, change=request)
@@ -297,16 +299,16 @@ def _claim_gpus(job_id: str, wanted: int, available: int) -> list[int] | None:
                 continue
             if other["job_id"] == job_id or not _alive(other.get("runner_pid")):
                 continue
-            if other.get("state") == "RUNNING":
+            if other.get("state") == RUNNING:
                 busy.update(other.get("gpus", []))
-            elif (other.get("state") == "PENDING" and other.get("gpus_per_node")
+            elif (other.get("state") == PENDING and other.get("gpus_per_node")
                   and _job_number(other["job_id"]) < _job_number(job_id)):
                 older_waiting = True
         free = [index for index in range(available) if index not in busy]
         if older_waiting or len(free) < wanted:
             return None
         # Written under the claim lock: the next runner sees these GPUs as taken.
-        _update(job_id, {"gpus": free[:wanted], "state": "RUNNING", "runner_pid": os.getpid()})
+        _update(job_id, {"gpus": free[:wanted], "state": RUNNING, "runner_pid": os.getpid()})
         return free[:wanted]
 
 
@@ -318,7 +320,7 @@ def _wait_for_gpus(record: dict) -> dict:
         return record  # no real GPUs: number them 0..n-1 as SLURM would on an empty node
     if wanted > available:
         return _update(record["job_id"], dict(
-            state="FAILED", exit_code=1, ended_at=time.time(),
+            state=FAILED, exit_code=1, ended_at=time.time(),
             reason=f"asks for {wanted} GPUs ({record.get('nodes', 1)} node(s) × {record['gpus_per_node']}); "
                    f"this machine has {available}"))
     while _claim_gpus(record["job_id"], wanted, available) is None:
@@ -336,16 +338,16 @@ def run(job_id: str) -> int:
         time.sleep(0.2)  # `sbatch --hold`: the submitter is still preparing the run folder
         record = _read(job_id)
     record = _wait_for_gpus(record)
-    if record["state"] == "FAILED":
+    if record["state"] == FAILED:
         return 0
     if record.get("cancel_requested"):
-        _update(job_id, {"state": "CANCELLED", "ended_at": time.time()})
+        _update(job_id, {"state": CANCELLED, "ended_at": time.time()})
         return 0
     with open(record["stdout"], "ab") as output:
         process = subprocess.Popen(["bash", record["script"]], cwd=record["workdir"], env=_job_environment(record),
                                    stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
                                    start_new_session=True)
-    record = _update(job_id, {"state": "RUNNING", "runner_pid": os.getpid(), "script_pgid": process.pid,
+    record = _update(job_id, {"state": RUNNING, "runner_pid": os.getpid(), "script_pgid": process.pid,
                               "started_at": time.time()})
     timed_out = False
     try:
@@ -357,15 +359,15 @@ def run(job_id: str) -> int:
     def ended(record: dict) -> None:
         record["ended_at"] = time.time()
         if timed_out:
-            record.update(state="TIMEOUT", exit_code=0, signal=signal.SIGTERM.value, reason="TimeLimit")
+            record.update(state=TIMEOUT, exit_code=0, signal=signal.SIGTERM.value, reason="TimeLimit")
         elif record.get("cancel_requested"):
-            record.update(state="CANCELLED", exit_code=0, signal=-code if code < 0 else None)
+            record.update(state=CANCELLED, exit_code=0, signal=-code if code < 0 else None)
         elif code == 0:
-            record.update(state="COMPLETED", exit_code=0)
+            record.update(state=COMPLETED, exit_code=0)
         elif code < 0:
-            record.update(state="FAILED", exit_code=0, signal=-code, reason=f"killed by signal {-code}")
+            record.update(state=FAILED, exit_code=0, signal=-code, reason=f"killed by signal {-code}")
         else:
-            record.update(state="FAILED", exit_code=code, reason="NonZeroExitCode")
+            record.update(state=FAILED, exit_code=code, reason="NonZeroExitCode")
 
     _update(job_id, change=ended)
     return 0

@@ -16,10 +16,10 @@ from datetime import datetime
 from pathlib import Path
 
 from workshop_lib.jobs import slurm_output
-from workshop_lib.jobs.backend import CLOCK_SKEW_S, FORGOTTEN, PollPolicy, Submission
+from workshop_lib.jobs.backend import CLOCK_SKEW_S, PollPolicy, Submission
 from workshop_lib.core.errors import ClusterError, SubmitError
 from workshop_lib.checks.sbatch import sbatch_request
-from workshop_lib.jobs.slurm_output import JobInfo
+from workshop_lib.jobs.states import FINAL_STATES, FORGOTTEN, JobInfo
 
 # squeue columns: id (array tasks as ID_TASK), name, state, reason, time used, time limit, nodes, working
 # directory, submit time, and the wait status of an ended job (exit code << 8 | signal): with it, an ended
@@ -197,7 +197,7 @@ class SlurmBackend:
             if parent not in wanted:
                 continue
             state = slurm_output.normalise_state(state)
-            exit_code, signal = (slurm_output.parse_wait_status(fields[9]) if state in slurm_output.FINAL_STATES
+            exit_code, signal = (slurm_output.parse_wait_status(fields[9]) if state in FINAL_STATES
                                  else (None, None))
             rows.setdefault(parent, []).append(JobInfo(
                 job_id=task_id, state=state, reason=reason or None, exit_code=exit_code, signal=signal,

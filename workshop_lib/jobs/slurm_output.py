@@ -5,68 +5,20 @@ from __future__ import annotations
 import getpass
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
 from pathlib import Path
 
-from workshop_lib.core.durations import format_duration, parse_duration
+from workshop_lib.core.durations import parse_duration
 from workshop_lib.checks.sbatch import sbatch_request
+from workshop_lib.jobs.states import (
+    ACTIVE_STATES, COMPLETED, PENDING, RUNNING, UNKNOWN, JobInfo,
+)
 
-# States after which a job never runs again. LOST is the workshop's own: a job the scheduler forgot
-# (no accounting, or its state was reset) whose log has no footer, so how it ended is unknown.
-FINAL_STATES = frozenset({
-    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED",
-    "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT", "LOST",
-})
-ACTIVE_STATES = frozenset({
-    "PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING", "STAGE_OUT",
-    "SIGNALING", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "STOPPED",
-})
 SACCT_FIELDS = "JobID,JobName,State,ExitCode,ElapsedRaw,NodeList,Reason,TimelimitRaw"
-
-
-@dataclass(frozen=True)
-class JobInfo:
-    """One look at a job: its state, how it ended, where its output is."""
-
-    job_id: str
-    state: str
-    exit_code: int | None = None
-    signal: int | None = None
-    elapsed_s: float | None = None
-    reason: str | None = None
-    stdout_path: Path | None = None
-    name: str | None = None
-    node_list: str | None = None
-    tasks: tuple["JobInfo", ...] = ()  # array tasks, if this is a job array
-    time_limit_s: float | None = None  # --time as the scheduler holds it
-    workdir: Path | None = None  # the job's working directory, where the scheduler says (squeue, the local executor)
-
-    @property
-    def finished(self) -> bool:
-        return self.state in FINAL_STATES
-
-    def with_stdout(self, path: Path | None) -> "JobInfo":
-        return replace(self, stdout_path=path)
-
-    def with_limit(self, seconds: float | None) -> "JobInfo":
-        return replace(self, time_limit_s=seconds)
-
-    def describe(self) -> str:
-        parts = [f"job {self.job_id}", self.state]
-        if self.exit_code is not None:
-            parts.append(f"exit {self.exit_code}" + (f" (signal {self.signal})" if self.signal else ""))
-        if self.elapsed_s is not None:
-            parts.append(f"{format_duration(self.elapsed_s)} elapsed")
-        if self.reason and self.reason not in ("None", "NonZeroExitCode"):
-            parts.append(f"reason {self.reason}")
-        if self.stdout_path:
-            parts.append(f"log {self.stdout_path}")
-        return ", ".join(parts)
 
 
 def normalise_state(raw: str) -> str:
     """'CANCELLED by 0' -> 'CANCELLED'; 'COMPLETED+' -> 'COMPLETED'."""
-    word = raw.strip().split(" ")[0] if raw.strip() else "UNKNOWN"
+    word = raw.strip().split(" ")[0] if raw.strip() else UNKNOWN
     return word.rstrip("+").upper()
 
 
@@ -127,7 +79,7 @@ def _info_from_scontrol_fields(fields: dict[str, str]) -> JobInfo:
     stdout = fields.get("StdOut")
     return JobInfo(
         job_id=job_id,
-        state=normalise_state(fields.get("JobState", "UNKNOWN")),
+        state=normalise_state(fields.get("JobState", UNKNOWN)),
         exit_code=exit_code,
         signal=signal,
         elapsed_s=parse_elapsed(fields.get("RunTime")),
@@ -171,14 +123,14 @@ def job_infos_from_sacct(output: str) -> dict[str, JobInfo]:
 def aggregate_array(array_id: str, tasks: Sequence[JobInfo]) -> JobInfo:
     """One state for a whole array: active while any task is; COMPLETED only if all are."""
     if not tasks:
-        return JobInfo(job_id=array_id, state="UNKNOWN")
+        return JobInfo(job_id=array_id, state=UNKNOWN)
     states = [t.state for t in tasks]
     if any(s in ACTIVE_STATES for s in states):
-        state = "RUNNING" if any(s != "PENDING" for s in states) else "PENDING"
-    elif all(s == "COMPLETED" for s in states):
-        state = "COMPLETED"
+        state = RUNNING if any(s != PENDING for s in states) else PENDING
+    elif all(s == COMPLETED for s in states):
+        state = COMPLETED
     else:
-        state = next(s for s in states if s != "COMPLETED")
+        state = next(s for s in states if s != COMPLETED)
     worst_exit = max((t.exit_code for t in tasks if t.exit_code is not None), default=None)
     longest = max((t.elapsed_s for t in tasks if t.elapsed_s is not None), default=None)
     return JobInfo(job_id=array_id, state=state, exit_code=worst_exit, elapsed_s=longest,

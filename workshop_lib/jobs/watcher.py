@@ -23,12 +23,12 @@ from typing import TYPE_CHECKING
 
 from workshop_lib.core.errors import ClusterError, WorkshopError
 from workshop_lib.jobs.backend import PollPolicy, get_backend, longest_poll_override
-from workshop_lib.jobs.slurm_output import JobInfo
+from workshop_lib.jobs.states import UNKNOWN, JobInfo
 
 if TYPE_CHECKING:
     from workshop_lib.jobs.job import Job
 
-UNREACHABLE = "UNKNOWN"  # the scheduler could not be asked: the job may still run
+UNREACHABLE = UNKNOWN  # the scheduler could not be asked: the job may still run
 
 
 @dataclass(frozen=True)

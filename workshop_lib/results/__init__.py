@@ -1,9 +1,10 @@
 """Results: what ended runs left, read into tidy rows and a chapter's table.
 
-Owns: read.py (one run folder into one row), chapter.py (a chapter's table and its notes), parse/ (one module per
-log format: Trainer output, metrics.jsonl, NeMo, nvidia-smi, psrecord, nccl-tests), memory.py (the memory
-monitors' summaries), class_pool.py + pool_rows.py (the class pool: rows published into each participant's own
-folder of the class folder, read back by everyone with every value checked).
+Owns: read.py (one run folder into one row: READERS, the kinds of log in the order they are read), readers.py
+(one small reader per kind: the files it reads, the values it sets), chapter.py (a chapter's table and its
+notes), parse/ (one module per log format: Trainer output, metrics.jsonl, NeMo, nvidia-smi, psrecord,
+nccl-tests), memory.py (the memory monitors' summaries), class_pool.py + pool_rows.py (the class pool: rows
+published into each participant's own folder of the class folder, read back by everyone with every value checked).
 May import: core, experiments, jobs (the job footer), runs (the run's record).
 """
 

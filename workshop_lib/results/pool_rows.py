@@ -16,7 +16,8 @@ import typing
 from dataclasses import fields
 
 from workshop_lib.experiments import Experiment
-from workshop_lib.results.read import COMPLETED, RunResult
+from workshop_lib.jobs.states import COMPLETED
+from workshop_lib.results.read import RunResult
 
 # RunResult fields that stay home: the run's folder is a path of the publisher's machine, the unreadable lines
 # are notes about files nobody else can open, and the id is the row's own `id`.

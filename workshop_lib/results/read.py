@@ -5,22 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from workshop_lib.core.log_text import LogProblem, SkippedLines, read_log, read_text
+from workshop_lib.core.log_text import LogProblem, SkippedLines
 from workshop_lib.core.run_directory import RunDirectory
 from workshop_lib.jobs import footer as footer_format
-from workshop_lib.jobs.footer import parse_footer
-from workshop_lib.results.memory import MemoryLogError, memory_summary
+from workshop_lib.jobs.states import COMPLETED, INCOMPLETE, MISSING
+from workshop_lib.results import readers
 from workshop_lib.results.parse import hf, nemo as nemo_format
-from workshop_lib.results.parse.hf import TrainerLog, parse_trainer_output, parse_trainer_state
-from workshop_lib.results.parse.metrics import parse_metrics
-from workshop_lib.results.parse.nccl import parse_nccl_allreduce
-from workshop_lib.results.parse.nemo import parse_nemo_log
+from workshop_lib.results.readers import RunReader, RunReading
 from workshop_lib.runs.record import DamagedRecord, read_record
 
-# States a record can have besides SLURM's own (COMPLETED, FAILED, TIMEOUT, CANCELLED, ...).
-MISSING = "MISSING"  # no run directory: never submitted
-INCOMPLETE = "INCOMPLETE"  # a run directory without a final metrics record and no recorded state
-COMPLETED = "COMPLETED"
 SHOWN_PROBLEMS = 3  # unreadable lines named per file; the rest are counted
 
 
@@ -105,6 +98,18 @@ class RunResult:
     unreadable: tuple[UnreadableLines, ...] = ()  # which lines, of which file, and why
 
 
+# Every kind of log a run leaves, in the order they are read (readers.py says what each reads and sets). A new
+# format: a parser and reader function in one module, an entry here, a field of RunResult for what it adds.
+READERS = (
+    RunReader("footer", readers.job_log, readers.read_footer, footer_format.LOG_KEYWORDS),
+    RunReader("metrics", lambda reading: [reading.files.metrics], readers.read_metrics),
+    RunReader("nemo", readers.job_log, readers.read_nemo, nemo_format.LOG_KEYWORDS),
+    RunReader("trainer", readers.trainer_files, readers.read_trainer, hf.LOG_KEYWORDS),
+    RunReader("memory", readers.memory_files, readers.read_memory),
+    RunReader("nccl", lambda reading: [reading.files.nccl_log], readers.read_nccl),
+)
+
+
 def _job_info(folder: Path) -> dict:
     """The run's record, or {} when it has none or it is damaged: a damaged record must not stop a chapter's
     table, and the run's logs still say what happened (`workshop status` names the damage and what to do)."""
@@ -115,167 +120,36 @@ def _job_info(folder: Path) -> dict:
 
 
 def read_run(folder: str | Path, experiment_id: str | None = None) -> RunResult:
-    """Read everything a run directory holds into one RunResult."""
+    """Read everything a run directory holds into one RunResult: each reader of READERS in turn."""
     folder = Path(folder)
-    run = RunDirectory(folder)
     experiment_id = experiment_id or folder.name
     if not folder.is_dir():
         return RunResult(experiment_id=experiment_id, state=MISSING)
+    run = RunDirectory(folder)
     job = _job_info(folder)
-    values: dict = {"experiment_id": experiment_id, "run_dir": str(folder),
-                    "job_id": str(job["job_id"]) if job.get("job_id") is not None else None}
-    unreadable: list[UnreadableLines] = []
-
-    def note(path: Path | str, problems: list[LogProblem]) -> None:
-        if problems:
-            name = Path(path).relative_to(folder) if Path(path).is_relative_to(folder) else Path(path).name
-            unreadable.append(UnreadableLines(str(name), tuple(sorted(problems, key=lambda problem: problem.line))))
-
     named = folder / job["stdout"] if isinstance(job.get("stdout"), str) else None
     logs = run.stdout_logs()
-    stdout_path = named if named and named.is_file() else (logs[-1] if logs else None)  # the latest job's
-    # A log of any size: a huge one is streamed, keeping the lines these three parsers read.
-    stdout = read_log(stdout_path, (*footer_format.LOG_KEYWORDS, *nemo_format.LOG_KEYWORDS,
-                                    *hf.LOG_KEYWORDS)) if stdout_path else ""
-    footer = parse_footer(stdout)
-    values["total_time_s"] = footer.total_time_s
-    nemo = parse_nemo_log(stdout)
-    printed = parse_trainer_output(stdout)
-    if stdout_path:
-        note(stdout_path, footer.problems + nemo.problems + printed.problems)
-
-    metrics_path = run.metrics
-    metrics = parse_metrics(read_text(metrics_path)) if metrics_path.exists() else None
-    if metrics is not None:
-        note(metrics_path, metrics.problems)
-    if metrics:
-        _from_metrics(values, metrics)
-    if nemo.last_step:  # NeMo's own step lines are what seeds 000/001 read
-        values["train_step_time_s"] = nemo.last_step.train_step_timing_s
-        _fill(values, "mean_step_time_s", nemo.mean_step_time_s)  # a job's own metrics, when written, win
-        values["last_loss"] = nemo.last_step.reduced_train_loss
-        values["loss_by_step"] = {step.global_step: step.reduced_train_loss for step in nemo.steps}
-        if nemo.tokens_per_step is not None:
-            values["tokens_per_step"] = nemo.tokens_per_step
-            if values.get("mean_step_time_s"):
-                values["tokens_per_s"] = nemo.tokens_per_step / values["mean_step_time_s"]
-        if nemo.after_lora:
-            _fill(values, "trainable_params", nemo.after_lora.trainable_params)
-    state_path = run.trainer_state
-    trainer_log = printed
-    if state_path.exists():
-        try:
-            state = parse_trainer_state(read_text(state_path))
-            values["steps_per_epoch"] = state.steps_per_epoch
-            trainer_log = state.log if state.log.evals or state.log.summary else printed
-        except ValueError as error:  # not JSON: a file cut by a job killed while saving it
-            note(state_path, [LogProblem(getattr(error, "lineno", 1), "", f"not a trainer state: {error}")])
-    _from_trainer_log(values, trainer_log)
-
-    gpu_logs, cpu_logs = run.gpu_logs(), run.cpu_logs()
-    if gpu_logs or cpu_logs:
-        try:
-            report = memory_summary(gpu_logs + cpu_logs)
-        except MemoryLogError as error:
-            report = None  # monitors started but wrote nothing readable: the values stay empty
-            problems_by_file = error.problems
-        else:
-            problems_by_file = report.problems
-        for path, problems in problems_by_file.items():
-            note(path, problems)
-        if report:
-            if report.gpus:
-                first = report.gpus[0]  # GPU 0 of the first node: what the seeds' tables use
-                values.update(gpu0_peak_mib=first.stats.peak, gpu0_avg_mib=first.stats.average,
-                              gpu0_mode_mib=first.stats.mode, gpu0_busy_avg_mib=first.stats.busy_average,
-                              gpu_peak_max_mib=max(gpu.stats.peak for gpu in report.gpus))
-                if first.utilization:
-                    values.update(gpu0_util_avg_pct=first.utilization.average,
-                                  gpu0_util_busy_avg_pct=first.utilization.busy_average,
-                                  gpu0_util_peak_pct=first.utilization.peak)
-            if report.cpus:
-                cpu = report.cpus[0].stats
-                values.update(cpu_peak_mib=cpu.peak, cpu_avg_mib=cpu.average, cpu_mode_mib=cpu.mode)
-    nccl_path = run.nccl_log
-    if nccl_path.exists():
-        nccl = parse_nccl_allreduce(read_text(nccl_path))
-        values["nccl_bus_bandwidth_gbps"] = nccl.avg_bus_bandwidth_gbps
-        note(nccl_path, nccl.problems)
-
-    finished = bool(metrics and metrics.summary) or (nemo.last_step is not None and footer.finished)
+    reading = RunReading(files=run, job_log=named if named and named.is_file() else (logs[-1] if logs else None),
+                         log_keywords=tuple(keyword for reader in READERS for keyword in reader.log_keywords))
+    reading.values.update(experiment_id=experiment_id, run_dir=str(folder),
+                          job_id=str(job["job_id"]) if job.get("job_id") is not None else None)
+    for reader in READERS:
+        paths = [path for path in reader.files(reading) if path is not None and path.exists()]
+        if paths:
+            reader.read(reading, paths)
+    unreadable = tuple(UnreadableLines(name, tuple(sorted(problems, key=lambda problem: problem.line)))
+                       for name, problems in reading.problems.items() if problems)
     # job.json's final_state is what the scheduler said (runs.py writes it); the files decide otherwise.
     recorded = job.get("final_state") or job.get("state")
-    values["state"] = str(recorded or (COMPLETED if finished else INCOMPLETE)).split()[0]
+    values = reading.values
+    values["state"] = str(recorded or (COMPLETED if _finished(reading) else INCOMPLETE)).split()[0]
     values["skipped_lines"] = sum(lines.skipped_lines for lines in unreadable)
-    values["unreadable"] = tuple(unreadable)
+    values["unreadable"] = unreadable
     return RunResult(**{key: value for key, value in values.items() if value is not None or key == "job_id"})
 
 
-def _fill(values: dict, key: str, value) -> None:
-    """Set a value only where no better source gave one."""
-    if values.get(key) is None:
-        values[key] = value
-
-
-def _from_metrics(values: dict, metrics) -> None:
-    if metrics.steps:
-        last = metrics.steps[-1]
-        values["train_step_time_s"] = last.step_time_s
-        values["last_loss"] = last.loss
-        per_step = [step.samples_per_s for step in metrics.steps if step.samples_per_s is not None]
-        if per_step:
-            values["step_samples_per_s"] = sum(per_step) / len(per_step)
-    summary = metrics.summary
-    if summary is None:
-        return
-    values.update(
-        mean_step_time_s=summary.mean_step_time_s, train_samples_per_s=summary.samples_per_s,
-        train_runtime_s=summary.train_runtime_s, eval_loss=summary.eval_loss, eval_em=summary.eval_em,
-        eval_f1=summary.eval_f1, trainable_params=summary.trainable_params, total_params=summary.total_params,
-        world_size=summary.world_size, process_peak_mib=summary.peak_memory_mib,
-        allocated_kind=summary.peak_memory_kind,
-        local_params_max=max(summary.local_params_per_rank) if summary.local_params_per_rank else None,
-        rank0_model_state_mib=_rank0_mib(summary.model_state_bytes_per_rank),
-        rank0_step_peak_mib=_rank0_mib(summary.step_peak_bytes_per_rank),
-        run_model=summary.model, run_precision=summary.precision, run_device=summary.device,
-        run_seq_len=_int_or_none((summary.settings or {}).get("max_length")),
-        run_batch=_int_or_none((summary.settings or {}).get("per_device_batch")),
-        run_settings=dict(summary.settings or {}),
-    )
-    values.update(_allocated_peak(summary))
-    if summary.final_loss is not None:
-        _fill(values, "last_loss", summary.final_loss)
-
-
-def _allocated_peak(summary) -> dict:
-    """The peak the tables show: the training steps' where recorded, else the whole run's (older runs, CPU)."""
-    training = summary.training_peak_mib_per_rank
-    per_rank = training or summary.peak_memory_mib_per_rank
-    if not per_rank:
-        return {}
-    return {"allocated_peak_mib": max(per_rank), "rank0_peak_mib": per_rank[0],
-            "allocated_scope": "training steps" if training else "whole run"}
-
-
-def _rank0_mib(per_rank: list) -> float | None:
-    return per_rank[0] / 2**20 if per_rank and per_rank[0] is not None else None
-
-
-def _int_or_none(value) -> int | None:
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def _from_trainer_log(values: dict, log: TrainerLog) -> None:
-    if log.summary:
-        values["train_loss"] = log.summary.train_loss
-        _fill(values, "train_samples_per_s", log.summary.train_samples_per_second)
-        _fill(values, "train_runtime_s", log.summary.train_runtime)
-    epochs = {}
-    for entry in log.evals:
-        if entry.epoch is not None and abs(entry.epoch - round(entry.epoch)) < 0.05:
-            epochs.setdefault(int(round(entry.epoch)), entry.eval_loss)
-    if epochs:
-        values["eval_loss_by_epoch"] = epochs
-    if log.final_eval:
-        _fill(values, "eval_loss", log.final_eval.eval_loss)
-        values["eval_samples_per_s"] = log.evals[0].eval_samples_per_second
+def _finished(reading: RunReading) -> bool:
+    """The job's own summary record, or NeMo's step lines followed by the footer of a script that ran to its end."""
+    metrics, nemo, footer = (reading.parsed.get(kind) for kind in ("metrics", "nemo", "footer"))
+    return bool(metrics and metrics.summary) or (nemo is not None and nemo.last_step is not None
+                                                 and footer is not None and footer.finished)

@@ -5,7 +5,8 @@ Owns: record.py (job.json, the one reader and writer), run.py (Run, loading and 
 May import: core, experiments, sites, checks, scripts, jobs.
 """
 
-from workshop_lib.runs.record import DAMAGED, DamagedRecord, HELD, NOT_SUBMITTED, RunRecord, UNKNOWN, write_atomically
+from workshop_lib.jobs.states import DAMAGED, HELD, NOT_SUBMITTED, UNKNOWN
+from workshop_lib.runs.record import DamagedRecord, RunRecord, write_atomically
 from workshop_lib.runs.run import (
     RUNS_VARIABLE, Run, earlier_attempts, earlier_attempts_of, load_run, query_runs, read_only_info, run_directory,
 )

@@ -1,4 +1,5 @@
-"""A run's record, job.json: the one reader and writer of it, and the states a run without a live job has."""
+"""A run's record, job.json: the one reader and writer of it (the states a run without a live job has are in
+jobs/states.py)."""
 
 from __future__ import annotations
 
@@ -8,15 +9,9 @@ import re
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from workshop_lib import jobs as cluster
 from workshop_lib.core.errors import WorkshopError
-from workshop_lib.core.run_directory import ATTEMPTS_DIR, RECORD_NAME, SCRIPT_NAME
+from workshop_lib.core.run_directory import ATTEMPTS_DIR, RECORD_NAME, SCRIPT_NAME, RunDirectory
 from workshop_lib.jobs.backend import BACKENDS
-
-NOT_SUBMITTED = "NOT SUBMITTED"
-DAMAGED = "DAMAGED"
-UNKNOWN = cluster.UNREACHABLE
-HELD = "JobHeldUser"  # squeue's reason for a job submitted with --hold
 
 
 class DamagedRecord(WorkshopError):
@@ -137,7 +132,7 @@ def _damaged_record_advice(directory: Path) -> str:
     from workshop_lib.core.log_text import read_tail
     from workshop_lib.jobs.footer import parse_footer
 
-    logs = sorted(directory.glob("slurm-*.out"))
+    logs = RunDirectory(directory).stdout_logs()
     if not logs:
         return (f"No job log is here, so the job never ran: rename job.json to job.json.damaged and re-run; the "
                 f"next submission keeps this run's files under {ATTEMPTS_DIR}/ and submits it again.")

@@ -11,13 +11,11 @@ from typing import Sequence
 from workshop_lib import jobs as cluster
 from workshop_lib.core import paths
 from workshop_lib.core.errors import ClusterError
-from workshop_lib.core.run_directory import (
-    CPU_MEMORY_LOG, INTERRUPTED_NAME, RESERVATION_NAME, TRAIN_DIR, RunDirectory,
-)
+from workshop_lib.core.run_directory import RunDirectory
 from workshop_lib.experiments import Experiment
-from workshop_lib.jobs.backend import BACKENDS, FORGOTTEN, get_backend
-from workshop_lib.jobs.slurm_output import JobInfo
-from workshop_lib.runs.record import DAMAGED, DamagedRecord, NOT_SUBMITTED, RunRecord, UNKNOWN
+from workshop_lib.jobs.backend import BACKENDS, get_backend
+from workshop_lib.jobs.states import DAMAGED, FORGOTTEN, LOST, NOT_SUBMITTED, UNKNOWN, JobInfo
+from workshop_lib.runs.record import DamagedRecord, RunRecord
 
 RUNS_VARIABLE = paths.RUNS_VARIABLE
 
@@ -46,18 +44,15 @@ class Run:
                                    name=self.record.job_name, workdir=self.directory)
 
     @property
+    def files(self) -> RunDirectory:
+        """Every path of the run folder, by name (core/run_directory.py names them once)."""
+        return RunDirectory(self.directory)
+
+    @property
     def stdout_path(self) -> Path | None:
         if self.record is None:
             return None
-        return self.directory / (self.record.stdout or f"slurm-{self.record.job_id}.out")
-
-    @property
-    def train_dir(self) -> Path:
-        return self.directory / TRAIN_DIR
-
-    @property
-    def cpu_memory_log(self) -> Path:
-        return self.directory / CPU_MEMORY_LOG
+        return self.directory / self.record.stdout if self.record.stdout else self.files.stdout(self.record.job_id)
 
     def info(self) -> JobInfo:
         """The job's state now (writes nothing): the recorded final state, or the scheduler's answer."""
@@ -111,7 +106,7 @@ def query_runs(runs: Sequence[Run], max_age_s: float = 0.0) -> list[JobInfo]:
 def may_hold_unrecorded_jobs(run: Run) -> bool:
     """Whether a job that job.json does not name may wait in the run folder: a submission was interrupted there
     (its reservation is still here, or it was settled while its sbatch may still have reached the controller)."""
-    return (run.directory / RESERVATION_NAME).exists() or (run.directory / INTERRUPTED_NAME).exists()
+    return run.files.reservation.exists() or run.files.interrupted.exists()
 
 
 def unrecorded_jobs(run: Run, backend: str | None = None) -> list[JobInfo]:
@@ -126,9 +121,9 @@ def folder_backend(run: Run) -> str:
     """The backend the run folder's jobs were submitted to: job.json's, else the interrupted submission's."""
     if run.record is not None:
         return run.record.backend
-    for name in (RESERVATION_NAME, INTERRUPTED_NAME):
+    for path in (run.files.reservation, run.files.interrupted):
         try:
-            noted = json.loads((run.directory / name).read_text())
+            noted = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
         latest = noted[-1] if isinstance(noted, list) and noted else noted
@@ -190,5 +185,5 @@ def read_only_info(run: Run) -> JobInfo:
         return query_runs([run])[0]  # the recorded state: no scheduler call
     ended = cluster.ended_from_log(JobInfo(job_id=run.record.job_id, state=FORGOTTEN,
                                            stdout_path=run.stdout_path, reason="read only: no scheduler asked"))
-    return ended if ended.state != "LOST" else JobInfo(job_id=run.record.job_id, state=UNKNOWN,
+    return ended if ended.state != LOST else JobInfo(job_id=run.record.job_id, state=UNKNOWN,
                                                        stdout_path=run.stdout_path)

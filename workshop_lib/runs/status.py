@@ -11,10 +11,8 @@ from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from workshop_lib import jobs as cluster
 from workshop_lib.experiments import Experiment, select_experiments
-from workshop_lib.jobs.slurm_output import JobInfo
-from workshop_lib.runs.record import UNKNOWN
+from workshop_lib.jobs.states import COMPLETED, HELD, UNKNOWN, JobInfo
 from workshop_lib.core.errors import ClusterError
-from workshop_lib.core.run_directory import RESERVATION_NAME
 from workshop_lib.runs.run import (
     Run, earlier_attempts, earlier_attempts_of, load_run, may_hold_unrecorded_jobs, query_runs, unrecorded_jobs,
 )
@@ -120,7 +118,7 @@ def run_status(experiments: Iterable[Experiment] | None = None, chapter: int | N
     for run, info in zip(runs, infos):
         record = run.record
         explanation = run.damage or ""
-        if record is not None and info.finished and info.state != "COMPLETED":
+        if record is not None and info.finished and info.state != COMPLETED:
             explanation = explain_run(run, info, requeued.get(id(run), ())).text()
         elif info.state == UNKNOWN:
             explanation = f"the scheduler does not answer: {first_line(info.reason)}"
@@ -148,12 +146,12 @@ def _unrecorded(run: Run) -> tuple[list[JobInfo], str]:
     except ClusterError as error:
         return [], (f"a submission was interrupted here and the scheduler does not answer ({first_line(error)}), "
                     "so a job of it may wait unseen: `workshop status` again later")
-    if found and _submitter_alive(run.directory / RESERVATION_NAME):
+    if found and _submitter_alive(run.files.reservation):
         return found, "\n".join(f"job {info.job_id} ({info.state}) is being submitted right now: its submitter "
                                  "still runs and records it in a moment" for info in found)
     command = f"`workshop submit {run.experiment.id}` (or re-running the chapter)"
     return found, "\n".join(
-        f"job {info.job_id} ({info.state}{', held' if info.reason == 'JobHeldUser' else ''}) waits in this run "
+        f"job {info.job_id} ({info.state}{', held' if info.reason == HELD else ''}) waits in this run "
         f"folder but job.json does not name it: a job of an interrupted submission. {command} settles it "
         f"(adopted when it is the run's one new job, else cancelled); `workshop cancel {run.experiment.id}` "
         "cancels it" for info in found)

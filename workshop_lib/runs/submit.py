@@ -23,13 +23,13 @@ from workshop_lib.core import paths
 from workshop_lib.core.errors import ClusterError, SubmitError, WorkshopError
 from workshop_lib.core.run_directory import (
     ATTEMPTS_DIR, DEEPSPEED_CONFIG_NAME, INTERRUPTED_NAME, LOCK_NAME, RESERVATION_NAME, SCRIPT_NAME, STAGING_DIR,
-    TRAIN_DIR,
+    RunDirectory,
 )
 from workshop_lib.experiments import Experiment
 from workshop_lib.jobs import slurm_output
 from workshop_lib.jobs.backend import get_backend, resolve_backend
-from workshop_lib.jobs.slurm_output import JobInfo
-from workshop_lib.runs.record import HELD, RunRecord, UNKNOWN, write_atomically
+from workshop_lib.jobs.states import COMPLETED, HELD, PENDING, UNKNOWN, JobInfo
+from workshop_lib.runs.record import RunRecord, write_atomically
 from workshop_lib.runs.run import (
     RUNS_VARIABLE, Run, folder_backend, load_run, may_hold_unrecorded_jobs, query_runs, run_directory, unrecorded_jobs,
 )
@@ -56,9 +56,9 @@ def prepare_run_directory(experiment: Experiment, profile: Profile, directory: P
             raise WorkshopError(f"DeepSpeed config {source} is missing; it belongs in slurm/ds_configs/ "
                                 f"(needed by {experiment.id})")
         # The job reads its own copy: editing the shared config later cannot change a queued job.
-        shutil.copyfile(source, directory / DEEPSPEED_CONFIG_NAME)
-        deepspeed_config = DEEPSPEED_CONFIG_NAME
-    script = directory / SCRIPT_NAME
+        shutil.copyfile(source, RunDirectory(directory).deepspeed_config)
+        deepspeed_config = DEEPSPEED_CONFIG_NAME  # the job runs in its folder: the name is its path there
+    script = RunDirectory(directory).script
     script.write_text(render_script(experiment, profile, deepspeed_config=deepspeed_config))
     return script
 
@@ -69,7 +69,7 @@ def run_lock(directory: Path, timeout: float = LOCK_TIMEOUT_S):
     """Hold the run directory's lock (fcntl): one submitter at a time per run, across processes."""
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        handle = open(directory / LOCK_NAME, "a+")
+        handle = open(RunDirectory(directory).lock, "a+")
     except OSError as error:
         raise WorkshopError(f"cannot write to the run folder {directory} ({error.strerror}): submitting, even "
                             f"to reuse a completed run, takes the run's lock. To only read the results that exist "
@@ -83,7 +83,7 @@ def run_lock(directory: Path, timeout: float = LOCK_TIMEOUT_S):
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    raise WorkshopError(f"another notebook or `workshop submit` has held {directory / LOCK_NAME} "
+                    raise WorkshopError(f"another notebook or `workshop submit` has held {RunDirectory(directory).lock} "
                                         f"for {timeout:.0f} s; let it finish (or stop it) and try again") from None
                 time.sleep(0.2)
         try:
@@ -105,7 +105,7 @@ def submit_experiment(experiment: Experiment, profile: Profile | str | None = No
             return run
         settled: list[str] = []  # what was done about jobs an interrupted submission left behind
         try:
-            if (directory / RESERVATION_NAME).exists():
+            if run.files.reservation.exists():
                 adopted = _settle_reservation(run, settled)
                 if adopted is not None:
                     return adopted
@@ -126,7 +126,7 @@ def _submit_or_reuse(run: Run, profile: Profile, force: bool, backend: str | Non
         info = run.info()
         if info.state != UNKNOWN:
             _cancel_late_jobs(run, settled)
-        if info.state == "PENDING" and info.reason == HELD:
+        if info.state == PENDING and info.reason == HELD:
             # Recorded, but its submitter stopped before releasing it (see _install).
             get_backend(run.record.backend).release(run.record.job_id)
             run.note = f"released job {run.record.job_id}, left held by an interrupted submission"
@@ -138,7 +138,7 @@ def _submit_or_reuse(run: Run, profile: Profile, force: bool, backend: str | Non
             return run
         run.remember(info)
         same = records_this_experiment(run.record, run.experiment, profile)
-        if same and info.state == "COMPLETED" and not force:
+        if same and info.state == COMPLETED and not force:
             run.note = f"reused: job {run.record.job_id} completed" + (
                 f" (its {SCRIPT_NAME} was edited since: --force submits the edited script)"
                 if edited_script(run) else "")
@@ -159,7 +159,7 @@ def script_digest(path: Path) -> str:
 def edited_script(run: Run) -> bool:
     """The run's job.sbatch differs from the script its recorded job was submitted with (a person raised its
     --time, as the TIMEOUT explanation suggests). Unknown for records written before job.json kept the digest."""
-    script = run.directory / SCRIPT_NAME
+    script = run.files.script
     return bool(run.record is not None and run.record.script_sha256 and script.is_file()
                 and script_digest(script) != run.record.script_sha256)
 
@@ -171,7 +171,7 @@ def _carry_edited_script(run: Run, profile: Profile, staged: Path, settled: list
     if not edited_script(run):
         return
     if records_this_experiment(run.record, run.experiment, profile):
-        shutil.copyfile(run.directory / SCRIPT_NAME, staged)
+        shutil.copyfile(run.files.script, staged)
         settled.append(f"submitting your edited {SCRIPT_NAME} (it differs from the script of job "
                        f"{run.record.job_id}); delete it before re-running to get the rendered one again")
     else:
@@ -187,7 +187,7 @@ def _submit_new(run: Run, profile: Profile, backend: str | None, sbatch_args: Se
     chosen = resolve_backend(backend)
     if _may_hold_strays(run):  # a fresh run folder cannot: spare the scheduler a query per new run
         _cancel_strays(run, chosen, settled)
-    staging = run.directory / STAGING_DIR
+    staging = run.files.staging
     shutil.rmtree(staging, ignore_errors=True)
     script = prepare_run_directory(run.experiment, profile, staging)
     _carry_edited_script(run, profile, script, settled)
@@ -196,7 +196,7 @@ def _submit_new(run: Run, profile: Profile, backend: str | None, sbatch_args: Se
     reservation = {"reserved_at": time.time(), "backend": chosen, "pid": os.getpid(), "host": socket.gethostname(),
                    "experiment_id": run.experiment.id, "content_hash": run.experiment.content_hash,
                    "profile": profile.name, "sbatch_args": ["--open-mode=append", *sbatch_args]}
-    write_atomically(run.directory / RESERVATION_NAME, json.dumps(reservation) + "\n")
+    write_atomically(run.files.reservation, json.dumps(reservation) + "\n")
     _fault_point("after-reserve")
     try:
         job = cluster.submit(script, workdir=run.directory, backend=chosen, hold=True,
@@ -228,8 +228,8 @@ def _may_have_submitted(refused: SubmitError) -> bool:
 
 
 def _drop_reservation(directory: Path) -> None:
-    (directory / RESERVATION_NAME).unlink(missing_ok=True)
-    shutil.rmtree(directory / STAGING_DIR, ignore_errors=True)
+    RunDirectory(directory).reservation.unlink(missing_ok=True)
+    shutil.rmtree(RunDirectory(directory).staging, ignore_errors=True)
 
 
 def _settle_reservation(run: Run, settled: list[str]) -> Run | None:
@@ -237,7 +237,7 @@ def _settle_reservation(run: Run, settled: list[str]) -> Run | None:
     when it is the run's only waiting job and its script is staged), else cancel every job it left.
     Returns the run when adopted, or when the scheduler cannot be asked (then nothing is submitted);
     None when the reservation is settled and a submission may follow (`settled` says what was done)."""
-    path = run.directory / RESERVATION_NAME
+    path = run.files.reservation
     try:
         reservation = json.loads(path.read_text())
         backend_name, since = reservation["backend"], float(reservation["reserved_at"])
@@ -258,8 +258,8 @@ def _settle_reservation(run: Run, settled: list[str]) -> Run | None:
                     " not submitting, so as not to start a second job; re-run this later")
         return run
     named = run.record.job_id if run.record is not None else None
-    waiting = [info for info in found if info.state == "PENDING" and info.job_id != named]
-    staged = reservation is not None and (run.directory / STAGING_DIR / SCRIPT_NAME).is_file()
+    waiting = [info for info in found if info.state == PENDING and info.job_id != named]
+    staged = reservation is not None and (run.files.staging / SCRIPT_NAME).is_file()
     if len(waiting) == 1 and staged:
         job_id = waiting[0].job_id
         _install(run, job_id, reservation)
@@ -277,7 +277,7 @@ def _cancel_late_jobs(run: Run, settled: list[str]) -> None:
     """In a folder where a submission was interrupted, cancel a job of it that the controller created after the
     re-run had submitted its own (found by reuse as by a new submission: once released it would write over
     this run's files)."""
-    if not (run.directory / INTERRUPTED_NAME).exists():
+    if not run.files.interrupted.exists():
         return  # no interrupted submission here: spare the scheduler a query per reused run
     try:
         late = unrecorded_jobs(run)
@@ -289,7 +289,7 @@ def _cancel_late_jobs(run: Run, settled: list[str]) -> None:
 def _remember_interruption(run: Run, reservation: dict | None) -> None:
     """Note an interrupted submission whose job was not found: its sbatch may still reach the controller, and
     the job it makes then must be found by status, cancel and reuse (`may_hold_unrecorded_jobs`)."""
-    path = run.directory / INTERRUPTED_NAME
+    path = run.files.interrupted
     try:
         noted = json.loads(path.read_text()) if path.is_file() else []
     except (OSError, ValueError):
@@ -310,7 +310,7 @@ def _cancel_strays(run: Run, backend_name: str, settled: list[str]) -> None:
     except ClusterError:
         return
     named = run.record.job_id if run.record is not None else None
-    _cancel(backend, [info for info in found if info.state == "PENDING" and info.job_id != named], run, settled,
+    _cancel(backend, [info for info in found if info.state == PENDING and info.job_id != named], run, settled,
             "it waited in this run folder and job.json does not name it")
 
 
@@ -329,8 +329,8 @@ def _install(run: Run, job_id: str, reservation: dict) -> None:
     """The held job is submitted: archive the previous attempt, move the new files in, record, release.
     Each phase is written into the reservation first, so that a submitter stopped anywhere here is
     finished by the next one (`_settle_reservation`) instead of leaving the job unnamed."""
-    directory, staging = run.directory, run.directory / STAGING_DIR
-    path = directory / RESERVATION_NAME
+    directory, staging = run.directory, run.files.staging
+    path = run.files.reservation
     if not reservation.get("job_id"):
         if run.record is not None and not run.record.final_state:
             run.remember(run.info())
@@ -347,8 +347,8 @@ def _install(run: Run, job_id: str, reservation: dict) -> None:
             _fault_point("mid-move")
         staging.rmdir()
     _fault_point("after-move")
-    (directory / TRAIN_DIR).mkdir(exist_ok=True)
-    script = directory / SCRIPT_NAME
+    run.files.train.mkdir(exist_ok=True)
+    script = run.files.script
     sbatch_args = reservation.get("sbatch_args", ["--open-mode=append"])  # absent in an older reservation
     request = sbatch_request(script.read_text(errors="replace"), sbatch_args) if script.is_file() else {}
     stdout = slurm_output.expected_stdout(script, directory, job_id, sbatch_args)
@@ -384,7 +384,7 @@ def _attempt_name(run: Run) -> str | None:
     else:
         name = "unrecorded-" + datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
     candidate, suffix = name, 1
-    while (run.directory / ATTEMPTS_DIR / candidate).exists():
+    while (run.files.attempts / candidate).exists():
         suffix += 1
         candidate = f"{name}-{suffix}"
     return candidate
@@ -396,7 +396,7 @@ def _archive_attempt(run: Run, name: str | None) -> Path | None:
     entries = [entry for entry in run.directory.iterdir() if entry.name not in _BOOKKEEPING]
     if not entries:
         return None
-    target = run.directory / ATTEMPTS_DIR / (name or _attempt_name(run))
+    target = run.files.attempts / (name or _attempt_name(run))
     target.mkdir(parents=True, exist_ok=True)
     for entry in entries:
         os.replace(entry, target / entry.name)

@@ -11,7 +11,7 @@ import jinja2
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.core.paths import DS_CONFIGS_DIR, SLURM_DIR
 from workshop_lib.core.run_directory import (
-    CPU_MEMORY_LOG, GPU_QUERY, NCCL_LOG, RECORD_NAME, STDOUT_PATTERN, TRAIN_DIR,
+    CPU_LOG_OF_NODE, CPU_MEMORY_LOG, GPU_LOG_OF_NODE, GPU_QUERY, NCCL_LOG, RECORD_NAME, STDOUT_PATTERN, TRAIN_DIR,
 )
 from workshop_lib.core.vocabulary import NEMO
 from workshop_lib.experiments import Experiment
@@ -90,6 +90,10 @@ def render_script(experiment: Experiment, profile: Profile | str | None = None,
         "train_dir": TRAIN_DIR,
         "record_name": RECORD_NAME,
         "cpu_memory_log": CPU_MEMORY_LOG,
+        # Per-node monitor logs, named by the shell variable the job's node task sets (and as the comments say it)
+        "gpu_log_of_node": GPU_LOG_OF_NODE.format(node="${node}"),
+        "cpu_log_of_node": CPU_LOG_OF_NODE.format(node="${node}"),
+        "gpu_log_of_any_node": GPU_LOG_OF_NODE.format(node="<node>"),
         "nccl_log": NCCL_LOG,
         "q": shlex.quote,
         "dq": double_quoted,

@@ -11,6 +11,10 @@ from __future__ import annotations
 import html
 import os
 
+from workshop_lib.jobs.states import (
+    CANCELLED, COMPLETED, COMPLETING, CONFIGURING, FAILED, NODE_FAIL, OUT_OF_MEMORY, PENDING, RUNNING, TIMEOUT,
+)
+
 WIDGETS_VARIABLE = "WORKSHOP_WIDGETS"  # 1: always live widgets, 0: always the static fallback
 _SERVER_VARIABLES = (
     "JPY_SESSION_NAME",  # jupyter_server sets it in every kernel it starts (JupyterLab, Notebook 7, OOD)
@@ -98,9 +102,9 @@ class Raw:
         self.html = html_text
 
 
-STATE_COLOURS = {"COMPLETED": "#2f855a", "RUNNING": "#2b6cb0", "PENDING": "#b7791f", "CONFIGURING": "#b7791f",
-                 "COMPLETING": "#2b6cb0", "FAILED": "#c53030", "CANCELLED": "#c53030", "TIMEOUT": "#c53030",
-                 "OUT_OF_MEMORY": "#c53030", "NODE_FAIL": "#c53030"}
+STATE_COLOURS = {COMPLETED: "#2f855a", RUNNING: "#2b6cb0", PENDING: "#b7791f", CONFIGURING: "#b7791f",
+                 COMPLETING: "#2b6cb0", FAILED: "#c53030", CANCELLED: "#c53030", TIMEOUT: "#c53030",
+                 OUT_OF_MEMORY: "#c53030", NODE_FAIL: "#c53030"}
 
 
 def state_badge(state: str) -> str:
