@@ -319,7 +319,7 @@ class Calculator:
     @staticmethod
     def _measured(reference: dict) -> list[dict]:
         rows = []
-        for key, label in (("allocated_peak_mib", "peak allocated by PyTorch (torch.cuda.max_memory_allocated), rank 0"),
+        for key, label in (("allocated_peak_mib", "peak allocated by PyTorch during the training steps (torch.cuda.max_memory_allocated), rank 0"),
                            ("nvidia_smi_peak_mib", "peak on GPU 0 by nvidia-smi (CUDA context and caches included)"),
                            ("model_states_mib", "model states at the second optimizer step, rank 0"),
                            ("host_peak_mib", "host memory of the training processes (psrecord)")):

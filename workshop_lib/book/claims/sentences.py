@@ -269,10 +269,9 @@ def fsdp_single_gpu(results: pd.DataFrame) -> str:
             f"({gib(fsdp['rank0_model_state_mib'])} on the rank, as without FSDP: "
             f"{gib(plain['rank0_model_state_mib'])}), yet every unit is still gathered before and freed after "
             f"each pass. FULL_SHARD trains {fsdp['train_samples_per_s']:.1f} samples/s against the plain "
-            f"Trainer's {plain['train_samples_per_s']:.1f} ({percent(slower)} fewer). Its allocated peak is "
-            f"{gib(fsdp['allocated_peak_mib'])} against {gib(plain['allocated_peak_mib'])}: what it saves is in "
-            f"the step's passing tensors (step peak {gib(fsdp['rank0_step_peak_mib'])} against "
-            f"{gib(plain['rank0_step_peak_mib'])}), not in the model states, and the nvidia-smi peak, which "
+            f"Trainer's {plain['train_samples_per_s']:.1f} ({percent(slower)} fewer). Its allocated peak during "
+            f"a training step is {gib(fsdp['allocated_peak_mib'])} against {gib(plain['allocated_peak_mib'])}: what "
+            f"it saves is in the step's passing tensors, not in the model states, and the nvidia-smi peak, which "
             f"counts the allocator's cache, reads {gib(fsdp['gpu0_peak_mib'])} against {gib(plain['gpu0_peak_mib'])}. FSDP on one GPU is a rehearsal of the code path, not a saving.")
 
 

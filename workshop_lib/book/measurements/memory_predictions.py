@@ -8,7 +8,7 @@ What is compared, and why:
   That is what ``MemoryEstimate.model_states`` predicts: error = (predicted − measured) / measured, goal
   within 15 %. Runs recorded before the census existed (the GPU references) show n/a.
 * **Peak**, on a GPU (``peak_memory_kind == "cuda_max_allocated"``): the engine's per-rank
-  ``torch.cuda.max_memory_allocated()`` over the run, the quantity ``MemoryEstimate.total`` predicts
+  ``torch.cuda.max_memory_allocated()`` over the training steps, the quantity ``MemoryEstimate.total`` predicts
   (model states + activations + logits + temporaries). Goal: within 25 %.
 * **Peak**, on a CPU (the tiny profile): the most tensor bytes alive at once during the second optimizer
   step (``step_peak_bytes_per_rank``, "Measured as" ``tensor_step_peak``), the CPU analogue of
@@ -59,7 +59,7 @@ PREDICTION_NOTE = (
     "Predicted: workshop_lib.estimate for the model, precision, batch and sequence length that actually ran "
     "(metrics.jsonl). Measured, on rank 0, as tensor bytes: the model states (parameters, gradients and "
     "optimizer states, engines' flat buffers included) when the second optimizer step begins, goal within 15 %; "
-    "and the peak: torch.cuda.max_memory_allocated on a GPU, on a CPU the most tensor bytes alive during the "
+    "and the peak: torch.cuda.max_memory_allocated over the training steps on a GPU, on a CPU the most tensor bytes alive during the "
     "second step (tensor_step_peak), goal within 25 %. Error = (predicted - measured) / measured. "
     "Runs that recorded only the process RSS (cpu_max_rss, Python and torch included) get no error. "
     "ZeRO-1 is expected outside the model-state goal: DeepSpeed reduces its full gradients into the rank's "

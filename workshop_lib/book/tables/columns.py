@@ -164,7 +164,8 @@ def weak_efficiency(reference: dict | None, key: str) -> Callable[[dict], object
 
 
 def cuda_allocated(record: dict):
-    """The engine's torch.cuda.max_memory_allocated (max over ranks); None off a GPU (there it is the RSS)."""
+    """The engine's torch.cuda.max_memory_allocated over the training steps (max over ranks; older rows: rank 0's
+    step 2, or the whole run before the census existed, allocated_scope says which); None off a GPU (the RSS)."""
     on_gpu = record.get("allocated_kind") == "cuda_max_allocated"
     return field("allocated_peak_mib", digits=1)(record) if on_gpu else None
 

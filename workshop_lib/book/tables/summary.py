@@ -40,7 +40,7 @@ def baseline_summary(record: dict, fsdp: bool = False) -> pd.DataFrame:
             ("", "Training Speed (samples/sec)", "train_samples_per_second", field("train_samples_per_s", digits=3)),
             ("", "Evaluation Speed (samples/sec)", "eval_samples_per_second", field("eval_samples_per_s", digits=3)),
             ("", *_steps_row(record)),
-            ("", "Memory Allocated (MB)", "torch.cuda.max_memory_allocated, max over ranks (metrics.jsonl)",
+            ("", "Memory Allocated (MB)", "torch.cuda.max_memory_allocated over the training steps, max over ranks (metrics.jsonl)",
              lambda r: None if cuda_allocated(r) is None else round(cuda_allocated(r) * 2**20 / 1e6, 1)),
             ("", "Exact Match (%)", "generated answers vs SQuAD's (eval_em)", field("eval_em", scale=100, digits=1)),
             ("", "F1 (%)", "token overlap with SQuAD's answers (eval_f1)", field("eval_f1", scale=100, digits=1)),

@@ -51,7 +51,8 @@ def chapter_3_tables(results: pd.DataFrame) -> list[Table]:
         ("Train Samples/Second", field("train_samples_per_s", digits=3)),
     ], fixed=("DeepSpeed Config", "Submit Training Job")),
         "Peak GPU memory: nvidia-smi on GPU 0 (CUDA context and allocator cache included); peak allocated: "
-        "the tensors PyTorch's allocator handed out (torch.cuda.max_memory_allocated)." + utilization_note(single),
+        "the tensors PyTorch's allocator handed out during the training steps (torch.cuda.max_memory_allocated, "
+        "reset at each step; evaluation and answer generation left out)." + utilization_note(single),
         key="single-gpu"))
     gpu_metrics: list[Column] = [
         ("Submit Job", _submit),
