@@ -6,7 +6,8 @@ reader of `make demo` can do nothing about (it printed 4 times in the book step)
 runtime folder, readable by this user only) nothing is exposed on the network and there is nothing to warn
 about. Not used by the book build: there jupyter-cache starts the kernel in the notebook's folder, where the
 IPC kernel did not answer within 60 s when a cell failed (the build then reported that instead of the cell's
-error, tests/test_book_config.py); the book build's kernels keep TCP and its warning.
+error, tests/test_book_config.py); the book build's kernels keep TCP (on the loopback), and the environment's
+kernel config drops their warning (workshop_lib.sites.lab_settings, written by `make setup`).
 """
 
 from __future__ import annotations
