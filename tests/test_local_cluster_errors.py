@@ -39,10 +39,12 @@ def test_port_taken_by_another_program(tmp_path):
         try:
             with pytest.raises(ClusterError, match=f"port {ports.slurmctld}.*WORKSHOP_SLURM_PORT_BASE"):
                 cluster.up(nodes=1, accounting=False)
+            # The failed start itself stops the munged it had started: no `down` needed, none left running.
+            assert not cluster.status().running
+            assert all(not daemon.running for daemon in cluster.status().daemons)
+            assert daemons_of(tmp_path) == {}
         finally:
             cluster.down()
-    assert not cluster.status().running
-    assert all(not daemon.running for daemon in cluster.status().daemons)  # munged it started is stopped too
 
 
 def daemons_of(state) -> dict[int, str]:

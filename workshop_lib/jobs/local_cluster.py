@@ -175,7 +175,15 @@ class LocalCluster:
                                    f"group at least one node of 1 to {GPUS_PER_NODE} GPUs")
         self._require_root()
         with self._one_at_a_time():
-            return self._up(nodes, groups, exclusive, accounting, timeout, min_job_age)
+            was_running = self.state.is_dir() and any(daemon.running for daemon in self.status().daemons)
+            try:
+                return self._up(nodes, groups, exclusive, accounting, timeout, min_job_age)
+            except BaseException:
+                # A start that fails half-way (a port taken, a daemon that dies) leaves nothing behind: a munged
+                # left running made the next `up` take the cluster for running, and its `down` never came.
+                if not was_running:
+                    self._down()
+                raise
 
     def _up(self, nodes: int, groups: tuple[NodeGroup, ...], exclusive: bool, accounting: bool, timeout: float,
             min_job_age: int) -> ClusterStatus:
