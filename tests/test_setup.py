@@ -147,6 +147,16 @@ def test_every_file_a_job_checks_for_is_made_by_a_setup_step():
         [need for need in needs if made_by.get(need.path) != need.step]
 
 
+def test_setup_downloads_the_hub_checkpoints_the_jobs_load():
+    """core's HUB_CHECKPOINTS (what setup downloads) and train's registry (what jobs load) name the same ones."""
+    from workshop_lib.core.vocabulary import HUB_CHECKPOINTS
+    from workshop_lib.sites.requirements import hub_models
+    from workshop_lib.train.models import REGISTRY
+
+    assert HUB_CHECKPOINTS == {name: spec.hub_name for name, spec in REGISTRY.items() if spec.hub_name}
+    assert set(hub_models(load_profile("ibex"))) <= set(HUB_CHECKPOINTS.values())
+
+
 def test_planning_and_rendering_for_ibex_imports_no_torch():
     code = ("import sys\nfrom workshop_lib.sites.profiles import load_profile\nfrom workshop_lib.sites.setup_plan import build_plan\n"
             "from workshop_lib.scripts import render_script\nfrom workshop_lib.experiments import all_experiments\n"
