@@ -9,8 +9,15 @@ few seconds; `make test-fast` runs none of them.
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 import pytest
+
+# Test modules in the folders below import the shared helpers beside this file (repo_paths, ibex_site,
+# book_fixtures, browser_cdp) by name, whichever folder pytest put on sys.path for them.
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 _SESSION: dict[str, object] = {}
 _VARIABLES = ("WORKSHOP_RUNS_DIR", "WORKSHOP_STATE_DIR", "SLURM_CONF")
@@ -42,8 +49,6 @@ def outside_the_checkout(tmp_path_factory):
 def _users_own_files() -> dict[str, tuple[int, ...] | None]:
     """The checkout's book (_build/html) and runs folder (runs/, its run folders): what `make demo`, `make
     book` and the notebooks made for the user, to be left exactly as they were."""
-    from pathlib import Path
-
     root = Path(__file__).resolve().parents[1]
     found: dict[str, tuple[int, ...] | None] = {}
     for name in ("_build/html", "_build/html/index.html", "runs"):

@@ -9,14 +9,14 @@ from __future__ import annotations
 import json
 import math
 import re
-from pathlib import Path
 
 import jupytext
 import pytest
 
+from repo_paths import REPO
 from workshop_lib.book import claims
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 REFERENCE = ROOT / "book" / "reference"
 
 

@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+from repo_paths import REPO
+
+ROOT = REPO
 NOTEBOOK_SUFFIXES = (".md", ".py", ".ipynb", ".rst")
 
 

@@ -4,11 +4,11 @@ agree with that declaration, and a key it does not have is an error that names t
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import matplotlib
 import pytest
 
+from repo_paths import REPO
 from workshop_lib.book import chapter as nb
 from workshop_lib.book import figures, parts
 from workshop_lib.book.reference import reference_results, reference_shown
@@ -16,7 +16,7 @@ from workshop_lib.book.tables import tables_from_results
 from workshop_lib.core.errors import WorkshopError
 
 matplotlib.use("Agg")
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 
 
 def test_a_misspelt_part_is_an_error_naming_the_chapters_parts(tmp_path, monkeypatch, capsys):

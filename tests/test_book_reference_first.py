@@ -17,10 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from repo_paths import REPO
 from book_fixtures import built_book, executed_chapters  # noqa: F401 - session fixtures
 from test_book_config import copy_book, jupyter_book
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 CHAPTERS = {1: "notebooks/01_data_parallel_lora", 2: "notebooks/02_model_parallel",
             3: "notebooks/03_deepspeed_zero", 4: "notebooks/04_fsdp"}
 PARTS = {1: 2, 2: 2, 3: 4, 4: 4}  # results parts of each chapter (chapters 1-2: Llama and Mixtral)

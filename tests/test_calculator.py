@@ -13,10 +13,10 @@ import subprocess
 import sys
 import zipfile
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
+from repo_paths import REPO
 from workshop_lib.book.calculator import bundle
 from workshop_lib.book.calculator.page import (
     FIELDS, Calculator, cli_command, experiment_for_inputs, inputs_from_setup, read_inputs, setup_from_inputs,
@@ -28,7 +28,7 @@ from workshop_lib.estimate import GIB, TrainingSetup, check_setup, estimate_memo
 from workshop_lib.estimate.fit import MARGIN
 from workshop_lib.checks.experiment_rules import validate_experiment
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 
 
 @pytest.fixture(scope="module")

@@ -20,13 +20,14 @@ from pathlib import Path
 
 import pytest
 
+from repo_paths import REPO
 from browser_cdp import Browser
 from workshop_lib.book.calculator.page import Calculator
 from workshop_lib.book.calculator.references import page_data
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 SCREENSHOT_DIR = ROOT / "_build" / "screenshots"
 CALCULATOR = "_static/memory-calculator/calculator.html"
 IFRAME_DOC = "document.querySelector('iframe.memory-calculator').contentDocument"

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from repo_paths import REPO, TESTS
 from workshop_lib.book.class_runs import class_results, whole_chapter
 from workshop_lib.book.selection import select
 from workshop_lib.cli import main
@@ -37,7 +38,7 @@ from workshop_lib.runs import RunRecord
 from workshop_lib.sites.class_folder import CLASS_DIR_VARIABLE, class_folder_of
 from workshop_lib.sites.profiles import ProfileError, SHARED_ROOT_VARIABLE, load_profile
 
-SAMPLES = Path(__file__).parent / "samples"
+SAMPLES = TESTS / "samples"
 CHAPTER = 1
 TINY = "tiny"
 CHILD_TIMEOUT_S = 60
@@ -215,7 +216,7 @@ def test_every_real_gpu_run_of_the_reference_publishes_a_row_every_reader_accept
     from workshop_lib.results.pool_rows import publishable_row, result_of, row_problem
     from workshop_lib.results.read import RunResult
 
-    document = json.loads((Path(__file__).parents[1] / "book" / "reference" / f"chapter{chapter}.json").read_text())
+    document = json.loads((REPO / "book" / "reference" / f"chapter{chapter}.json").read_text())
     names = {item.name for item in dataclasses.fields(RunResult)}
     checked = 0
     for row in document["results"]:

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks" / "class_rehearsal"))
+from repo_paths import REPO
+
+sys.path.insert(0, str(REPO / "benchmarks" / "class_rehearsal"))
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from repo_paths import REPO, TESTS
 from workshop_lib.cli import main
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.estimate import (
@@ -426,7 +426,7 @@ def test_nemo_lora_targets_are_what_nemo_resolved_for_each_recipe():
 
     from workshop_lib.estimate.report import NEMO_RECIPE_LORA_TARGETS
 
-    reference = Path(__file__).resolve().parents[1] / "book" / "reference" / "nemo"
+    reference = REPO / "book" / "reference" / "nemo"
     for model, short in (("llama-3.1-8b", "llama"), ("mixtral-8x7b", "mixtral")):
         for path in sorted(reference.glob(f"lora_{short}_*.yaml")):
             peft = yaml.safe_load(path.read_text())["peft"]
@@ -441,7 +441,7 @@ def test_nemo_lora_trainable_parameters_equal_what_nemo_printed_on_the_gpu():
     from workshop_lib.experiments import get_experiment
     from workshop_lib.results.parse.nemo import parse_nemo_log
 
-    log = Path(__file__).resolve().parent / "samples" / "nemo" / "llama_lora_1gpu_nemo241_h100.out"
+    log = TESTS / "samples" / "nemo" / "llama_lora_1gpu_nemo241_h100.out"
     printed = parse_nemo_log(log.read_text()).after_lora.trainable_params
     experiment = get_experiment("lora/llama/1-gpu")
     estimated = estimate_memory(experiment.model, setup_from_experiment(experiment)).trainable_parameters

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from repo_paths import TESTS
 from workshop_lib.cli import main
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.experiments import CHAPTERS, all_experiments, chapter_experiments, get_experiment, select_experiments
@@ -134,7 +135,7 @@ def test_content_hashes_of_every_experiment_are_those_recorded():
     from workshop_lib.core.vocabulary import HF, RECIPES
     from workshop_lib.experiments import all_experiments, engine_scaling_experiments, large_gpu_experiments, with_recipe
 
-    recorded = json.loads((Path(__file__).parent / "data" / "experiment_content_hashes.json").read_text())
+    recorded = json.loads((TESTS / "data" / "experiment_content_hashes.json").read_text())
     now = {}
     for experiment in [*all_experiments(), *large_gpu_experiments(), *engine_scaling_experiments()]:
         for recipe in RECIPES if experiment.engine == HF else (experiment.recipe,):

@@ -7,6 +7,7 @@ import dataclasses
 
 import pytest
 
+from repo_paths import REPO
 from workshop_lib.estimate.fit import MARGIN, check_fit, predict
 from workshop_lib.experiments import chapter_experiments, get_experiment
 from workshop_lib.sites.profiles import load_profile
@@ -82,7 +83,7 @@ def test_the_predictions_quoted_in_the_book_are_the_estimators():
     """Answers, chapter 2 and the seed corrections quote predictions: they must be what the estimator says."""
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = REPO
     answers = (root / "book" / "answers.md").read_text()
     chapter = (root / "notebooks" / "02_model_parallel.py").read_text()
     corrections = (root / "book" / "seed_corrections.md").read_text()

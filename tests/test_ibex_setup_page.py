@@ -14,12 +14,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from repo_paths import REPO
 from workshop_lib.experiments import Experiment
 from workshop_lib.sites.profiles import STAGED_BUNDLE, Scheduler, load_profile
 from workshop_lib.sites.requirements import Requirement
 from workshop_lib.sites.setup_plan import build_plan
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 PAGE = ROOT / "book" / "ibex_setup.md"
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
 SUBSTITUTIONS = CONFIG["parse"]["myst_substitutions"]

@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from repo_paths import REPO
 from workshop_lib import jobs as cluster
 from workshop_lib.scripts.lab import connection, render_lab_script
 from workshop_lib.sites.profiles import load_profile
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 
 
 def test_the_ibex_lab_job_follows_kaust_and_asks_for_no_gpu(monkeypatch, tmp_path):

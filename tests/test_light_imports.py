@@ -9,11 +9,12 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from repo_paths import REPO
+
+ROOT = REPO
 HEAVY = ("pandas", "jinja2", "yaml", "torch")
 LOG_PARSERS = sorted(f"workshop_lib.results.parse.{path.stem}"
                      for path in (ROOT / "workshop_lib" / "results" / "parse").glob("*.py") if path.stem != "__init__")

@@ -6,7 +6,6 @@ import re
 import sys
 import tomllib
 from importlib import metadata
-from pathlib import Path
 
 import pytest
 import yaml
@@ -14,9 +13,10 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from repo_paths import REPO
 from workshop_lib.sites import site_check
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 LOCK = ROOT / "requirements.lock"
 
 

@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from repo_paths import TESTS
 from workshop_lib.cli import main
 from workshop_lib.results.memory import memory_stats, memory_summary
 from workshop_lib.results.parse.nvidia_smi import read_nvidia_smi
 from workshop_lib.core.errors import WorkshopError
 
-SAMPLES = Path(__file__).parent / "samples"
+SAMPLES = TESTS / "samples"
 LINE = re.compile(
     r"^\[(?P<label>[^\]]+) - GPU (?P<gpu>\d+)\] Peak = (?P<peak>[\d.]+) MiB, Avg = (?P<avg>[\d.]+) MiB, "
     r"Mode = (?P<mode>[\d.]+) MiB, Busy avg = (?P<busy>[\d.]+) MiB \((?P<busy_n>\d+) of (?P<n>\d+) samples\)$"

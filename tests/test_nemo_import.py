@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from repo_paths import REPO
 from workshop_lib.sites.nemo_checkpoint import BUSY_EXIT, COMPLETE_FILES, INCOMPLETE_EXIT, LOCK_SUFFIX, is_complete
 from workshop_lib.sites.profiles import PROFILES_DIR, load_profile
 from workshop_lib.scripts import render_import_script
@@ -20,7 +21,7 @@ from workshop_lib.sites.requirements import SetupError
 from workshop_lib.sites.setup_plan import build_plan
 from workshop_lib.sites.setup_run import is_done, run
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 HUB_ID = "meta-llama/Llama-3.1-8B"
 
 # `nemo llm import ... output_path=DIR`, as far as the job can tell. Like NeMo, it leaves an existing folder

@@ -5,10 +5,10 @@ The real tiny CPU runs are compared with the estimate in tests/train/test_engine
 """
 
 import json
-from pathlib import Path
 
 import pytest
 
+from repo_paths import REPO
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.estimate import estimate_memory, parameter_tensors
 from workshop_lib.book.predictions import (
@@ -17,7 +17,7 @@ from workshop_lib.book.predictions import (
 )
 from workshop_lib.book.tables import chapter_tables
 
-SMOKE = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "cuda_smoke"
+SMOKE = REPO / "benchmarks" / "results" / "cuda_smoke"
 BLOOM_560M = 559_214_592  # parameters (the runs' own total_params)
 MIB = 2**20
 

@@ -14,6 +14,7 @@ import stat
 import pytest
 import yaml
 
+from repo_paths import REPO
 from workshop_lib.cli import main
 from workshop_lib.experiments import get_experiment
 from workshop_lib.sites.profiles import PROFILES_DIR, load_profile
@@ -368,7 +369,7 @@ def test_the_books_way_to_stop_a_chapter_is_the_real_one():
     from workshop_lib.book import chapter as nb
     from workshop_lib.cli import build_parser
 
-    page = (Path(__file__).resolve().parents[1] / "book" / "slurm_primer.md").read_text()
+    page = (REPO / "book" / "slurm_primer.md").read_text()
     commands = [line for line in page.splitlines() if line.startswith("workshop cancel")]
     assert len(commands) >= 3
     for line in commands:

@@ -7,17 +7,17 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from repo_paths import REPO
 from ibex_site import LOCAL_STEPS, IbexSite, run_setup, site_after_setup
 from workshop_lib.experiments import get_experiment
 from workshop_lib.sites.profiles import load_profile
 from workshop_lib.scripts import render_script
 from workshop_lib.sites.setup_plan import build_plan
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 setup = run_setup
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from repo_paths import REPO
 from ibex_site import IbexSite, site_after_setup
 from workshop_lib.experiments import get_experiment
 from workshop_lib.sites.profiles import PROFILES_DIR, ProfileError, available_profiles, load_profile, staged_profile
@@ -24,7 +25,7 @@ from workshop_lib.scripts import render_script
 from workshop_lib.sites.requirements import profile_argument
 from workshop_lib.sites.site_check import export_squad
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 STAGE_LOCAL_STEPS = ["folders", "workshop-copy", "miniforge", "environment", "hub-download", "nemo-image",
                      "nemo-data"]
 

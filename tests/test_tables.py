@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from repo_paths import TESTS
 from workshop_lib.book.your_runs import show_run_table
 from workshop_lib.cli import main
 from workshop_lib.experiments import get_experiment
@@ -16,7 +17,7 @@ from workshop_lib.results import chapter_results, read_run
 from workshop_lib.runs import load_run
 from workshop_lib.book.tables import chapter_tables, drop_unrecorded, long_form, render_tables
 
-SAMPLES = Path(__file__).parent / "samples"
+SAMPLES = TESTS / "samples"
 CH1_COLUMNS = ["GPUs", "Batch per GPU", "Total job time (HH:MM:SS)", "Train step time (s)", "Last reduced_train_loss",
                "GPU 0 Peak (MiB)", "GPU 0 Avg (MiB)", "GPU 0 Mode (MiB)", "Time scaling vs 1 GPU",
                "Peak memory scaling vs 1 GPU"]

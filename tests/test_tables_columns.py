@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from repo_paths import REPO
 from workshop_lib.book.tables import ADDED_COLUMNS, SEED_COLUMNS, chapter_tables
 
 # The source material sits beside the checkout (../shared/seeds) in the team's workspace.
-SEEDS = Path(os.environ.get("WORKSHOP_SEEDS_DIR", Path(__file__).resolve().parents[2] / "shared" / "seeds"))
+SEEDS = Path(os.environ.get("WORKSHOP_SEEDS_DIR", REPO.parent / "shared" / "seeds"))
 
 
 def _seed_headers(pattern: str) -> list[list[str]]:

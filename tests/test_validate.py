@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from repo_paths import REPO, TESTS
 from workshop_lib.cli import main
 from workshop_lib.experiments import get_experiment
 from workshop_lib.sites.profiles import load_profile, profile_from_dict
@@ -17,7 +18,7 @@ from workshop_lib.checks.findings import ValidationError
 from workshop_lib.checks.lint import lint_file, lint_script
 from workshop_lib.checks.experiment_rules import raise_for_experiment, validate_experiment
 
-SAMPLES = Path(__file__).parent / "lint_samples"
+SAMPLES = TESTS / "lint_samples"
 # A rule's folder holds bad*.sbatch scripts that trip it and good*.sbatch scripts that must stay clean;
 # a folder rule (env-var-mismatch) holds bad/ and good/ job folders instead.
 RULES = sorted(path.name for path in SAMPLES.iterdir() if (path / "bad.sbatch").is_file())
@@ -406,7 +407,7 @@ def test_what_a_path_rule_cannot_decide_here_is_said_not_silenced(capsys):
 
 
 def test_every_rule_the_slurm_primer_names_exists():
-    page = (Path(__file__).resolve().parents[1] / "book" / "slurm_primer.md").read_text()
+    page = (REPO / "book" / "slurm_primer.md").read_text()
     named = {name for row in page.splitlines() if row.startswith("| `")
              for name in re.findall(r"`([a-z0-9]+(?:-[a-z0-9]+)+)`", row.split("|")[1])}
     assert len(named) >= 40 and named <= set(RULES) | set(FOLDER_RULES)
