@@ -39,11 +39,13 @@ def test_every_key_a_notebook_shows_is_a_part_of_its_chapter(notebook):
 
 
 @pytest.mark.parametrize("chapter", [1, 2, 3, 4])
+@pytest.mark.slow  # over 5 s on a loaded 2-core machine
 def test_the_tables_a_chapter_builds_are_the_tables_its_parts_declare(chapter):
     built = {table.key for table in tables_from_results(chapter, reference_shown(chapter)[1])}
     assert built == set(parts.table_keys(parts.PARTS[chapter]))
 
 
+@pytest.mark.slow  # over 5 s on a loaded 2-core machine
 def test_a_figure_only_part_shows_its_figure_without_tables(tmp_path, monkeypatch, capsys):
     [memory] = parts.lookup(1, ["memory"])
     assert memory.tables == ()

@@ -149,6 +149,7 @@ def test_tiny_tables_name_their_models_as_stand_ins(built_book):  # noqa: F811 -
     assert seen, "the tiny chapters ran but the book shows none of their tables"
 
 
+@pytest.mark.slow  # over 5 s on a loaded 2-core machine
 def test_show_results_puts_the_reference_first_then_your_runs_by_profile(tmp_path, capsys, monkeypatch):
     """The notebook call itself, outside a kernel: reference blocks, then the participant's, in that order."""
     import json

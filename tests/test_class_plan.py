@@ -214,6 +214,7 @@ def test_an_unknown_reservation_is_refused_with_scontrols_answer(capsys, tmp_pat
     assert "`scontrol show reservation missing` failed: Reservation missing not found" in output.err
 
 
+@pytest.mark.slow  # over 5 s on a loaded 2-core machine
 def test_the_plan_prints_each_chapter_the_day_and_the_reservation_to_ask_for(capsys):
     code, output = workshop(capsys, "--participants", "4", "--nodes-4gpu", "8", "--nodes-8gpu", "1")
     assert code == 0, output.err
@@ -242,6 +243,7 @@ def test_chapter_2_submits_no_two_node_mixtral_by_default_and_its_plan_fits_the_
     assert max(slot.end_s for slot in slots) < 2 * 3600  # the text's "fit a workshop day"
 
 
+@pytest.mark.slow  # over 5 s on a loaded 2-core machine
 def test_the_day_plan_page_shows_the_plans_own_numbers(durations):
     from workshop_lib.book.day_plan import agenda, day_plan_markdown
 

@@ -121,6 +121,7 @@ def test_every_command_is_covered(places):
     assert names and names <= covered, f"no bad-input cases for: {sorted(names - covered)}"
 
 
+@pytest.mark.slow  # over 5 s on a loaded 2-core machine
 def test_bad_arguments_end_in_a_message_and_a_non_zero_status(places, capsys):
     broken = []
     for argv in cases(places):

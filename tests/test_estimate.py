@@ -136,6 +136,7 @@ def _meta_model_tensors(config) -> list[int]:
 
 @pytest.mark.parametrize("name", ["bloom-560m", "llama-3.1-8b", "mixtral-8x7b", "tiny-bloom", "tiny-llama",
                                   "tiny-mixtral"])
+@pytest.mark.slow  # over 5 s on a loaded 2-core machine
 def test_parameter_count_matches_the_transformers_model(name):
     from workshop_lib.train.models import REGISTRY, build_config
 

@@ -158,6 +158,7 @@ def test_the_torch_the_page_promises_is_the_one_environment_yml_installs():
     assert f"https://download.pytorch.org/whl/{label}" in text
 
 
+@pytest.mark.slow  # over 5 s on a loaded 2-core machine
 def test_the_check_on_the_gpu_node_runs_here_with_the_cpu_build():
     line = next(line for block in BLOCKS for line in block.splitlines() if line.startswith("python -c"))
     result = subprocess.run(["bash", "-c", line.replace("python", sys.executable, 1)], capture_output=True,

@@ -135,6 +135,7 @@ def test_backend_choice_and_errors(monkeypatch, tmp_path):
     assert cluster.resolve_backend() == "local"
 
 
+@pytest.mark.slow  # over 5 s on a loaded 2-core machine
 def test_gpu_jobs_queue_for_free_gpus(tmp_path, monkeypatch):
     # A 2-GPU machine: two 2-GPU jobs cannot overlap; two 1-GPU jobs run side by side on different GPUs.
     monkeypatch.setenv("WORKSHOP_LOCAL_GPUS", "2")
@@ -161,6 +162,7 @@ def test_gpu_jobs_queue_for_free_gpus(tmp_path, monkeypatch):
     assert devices == ["0", "1"]
 
 
+@pytest.mark.slow  # over 5 s on a loaded 2-core machine
 def test_gpu_jobs_start_in_submission_order(tmp_path, monkeypatch):
     # 2 GPUs: a 1-GPU job runs; a 2-GPU job waits for it; a 1-GPU job submitted after the 2-GPU one
     # could fit on the free GPU right away but must not jump the queue (else big jobs starve).

@@ -22,11 +22,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from workshop_lib.core.vocabulary import NEMO
 from workshop_lib.experiments import all_experiments
 from workshop_lib.sites.nemo_checkpoint import COMPLETE_FILES
 from workshop_lib.sites.schema import RULES, SHELL_PATH, TEXT
 from workshop_lib.sites.profiles import PROFILES_DIR, Profile, ProfileError, load_profile
-from workshop_lib.scripts import render_import_script, render_script
+from workshop_lib.scripts import nemo_factory, render_import_script, render_script
 
 HOSTILE = "it's \"so\" $(touch pwned) `touch pwned`; touch pwned & echo \\ end"
 HOSTILE_VALUES = [HOSTILE, "two words", "a'b", 'a"b', "$(touch pwned)", "x; touch pwned", "line\ntouch pwned"]
@@ -202,11 +203,18 @@ def _hostile_site(tmp_path: Path, base: str) -> tuple[Profile, Path]:
     return profile, shims
 
 
-@pytest.mark.parametrize("base", ["ibex", "tiny"])
-def test_every_template_runs_hostile_values_as_plain_words(tmp_path, base):
+# The hostile words come from the profile, so one experiment per template and model (the profile maps models to
+# factories and hub names) shows them quoted (the fast tier);
+# every experiment's script (dozens, a bash run each) is the slow variant.
+@pytest.mark.parametrize("base, every_experiment", [
+    ("ibex", False), ("tiny", False),
+    pytest.param("ibex", True, marks=pytest.mark.slow), pytest.param("tiny", True, marks=pytest.mark.slow)])
+def test_every_template_runs_hostile_values_as_plain_words(tmp_path, base, every_experiment):
     profile, shims = _hostile_site(tmp_path, base)
-    scripts = {experiment.id: render_script(experiment, profile)
-               for experiment in all_experiments() if profile.supports(experiment)}
+    experiments = [experiment for experiment in all_experiments() if profile.supports(experiment)]
+    if not every_experiment:
+        experiments = list({_shape(experiment, profile): experiment for experiment in experiments}.values())
+    scripts = {experiment.id: render_script(experiment, profile) for experiment in experiments}
     if profile.nemo.enabled:
         scripts.update({f"import/{model}": render_import_script(model, profile) for model in profile.nemo.hub_ids})
     templates = {"nemo_finetune", "nemo_import", "torchrun_single_node", "torchrun_multi_node"}
@@ -236,6 +244,15 @@ def test_every_template_runs_hostile_values_as_plain_words(tmp_path, base):
         assert profile.python.psrecord in programs and profile.python.python in programs
     else:
         assert seen_templates == templates - {"nemo_finetune", "nemo_import"}
+
+
+def _shape(experiment, profile: Profile) -> tuple:
+    """What decides where the profile's words land in a script: the template, the model (the profile maps it to a
+    factory and a hub name), whether the NeMo factory is called bare (then it is one argument by itself) and the
+    template's branches (psrecord follows the training when the CPU memory is monitored)."""
+    bare_factory = experiment.engine == NEMO and nemo_factory(experiment, "factory") == "factory"
+    return (_template_of(experiment.id, profile), experiment.model, bare_factory, experiment.monitor_cpu_memory,
+            experiment.nodes > 1)
 
 
 def _template_of(experiment_id: str, profile: Profile) -> str:

@@ -43,6 +43,7 @@ def test_dry_run_prints_every_step_and_changes_nothing(site):
     assert not (site.root / "ibex").exists() and site.calls() == []
 
 
+@pytest.mark.slow  # over 5 s on a loaded 2-core machine
 def test_steps_run_once_with_a_progress_line_each_and_are_skipped_after(set_up):
     site, first = set_up
     assert first.returncode == 0, first.stdout + first.stderr
@@ -62,6 +63,7 @@ def test_steps_run_once_with_a_progress_line_each_and_are_skipped_after(set_up):
     assert "0 step(s) ran, 6 already done" in second.stdout and len(site.calls()) == calls
 
 
+@pytest.mark.slow  # over 5 s on a loaded 2-core machine
 def test_a_failed_step_names_itself_and_the_next_run_resumes_there(site):
     failed = setup(site, extra_env={"IBEX_SHIM_FAIL": "pull"})
     assert failed.returncode == 2
@@ -157,6 +159,7 @@ def test_setup_downloads_the_hub_checkpoints_the_jobs_load():
     assert set(hub_models(load_profile("ibex"))) <= set(HUB_CHECKPOINTS.values())
 
 
+@pytest.mark.slow  # over 5 s on a loaded 2-core machine
 def test_planning_and_rendering_for_ibex_imports_no_torch():
     code = ("import sys\nfrom workshop_lib.sites.profiles import load_profile\nfrom workshop_lib.sites.setup_plan import build_plan\n"
             "from workshop_lib.scripts import render_script\nfrom workshop_lib.experiments import all_experiments\n"
@@ -167,6 +170,7 @@ def test_planning_and_rendering_for_ibex_imports_no_torch():
     assert result.stdout.strip() == "[]", result.stderr
 
 
+@pytest.mark.slow  # over 5 s on a loaded 2-core machine
 def test_the_reservation_is_named_before_any_step_and_a_bad_one_stops_the_setup(site):
     dry = setup(site, "--dry-run", only=None, extra_env={"WORKSHOP_RESERVATION": "ws-day1"})
     assert "# Batch jobs: jobs carry --reservation=ws-day1 (set by $WORKSHOP_RESERVATION)" in dry.stdout

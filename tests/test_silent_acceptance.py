@@ -27,6 +27,7 @@ def test_a_key_given_twice_in_a_profile_is_refused_with_the_key_and_both_lines(t
     assert "given twice" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # over 5 s on a loaded 2-core machine
 def test_a_profile_nested_too_deeply_is_a_message_not_a_recursion_error(tmp_path):
     deep = tmp_path / "deep.yml"
     deep.write_text("name: tiny\nx: " + "[" * 20000 + "]" * 20000 + "\n")

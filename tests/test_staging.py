@@ -75,6 +75,7 @@ def test_caches_of_pip_conda_and_the_rest_stay_off_home():
     assert profile.cache_root.startswith("/ibex/user/$USER/")
 
 
+@pytest.mark.slow  # over 5 s on a loaded 2-core machine
 def test_staging_then_a_participant_who_downloads_nothing(site, tmp_path):
     stage = tmp_path / "stage"
     staged = workshop_setup(site, "--stage", str(stage), *only(*STAGE_LOCAL_STEPS))
