@@ -131,3 +131,21 @@ def pytest_terminal_summary(terminalreporter):
     for (need, remedy), count in sorted(needs.items(), key=lambda item: -item[1]):
         terminalreporter.write_line(f"{count:4d} skipped: need {need}" + (f"; enable with: {remedy}" if remedy
                                                                            else ""))
+
+
+# Only the training tests (tests/train) may import torch when pytest collects them: it costs seconds of every
+# session, so a module elsewhere that imports it (or a library module that does) at its top fails to collect.
+_TORCH_MAY_LOAD_UNDER = Path(__file__).resolve().parent / "train"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector):
+    torch_was_loaded = "torch" in sys.modules
+    report = yield
+    if isinstance(collector, pytest.Module) and not torch_was_loaded and "torch" in sys.modules and \
+            _TORCH_MAY_LOAD_UNDER not in collector.path.parents and report.passed:
+        report.outcome = "failed"
+        report.longrepr = (f"{collector.path}: importing this test module imported torch; import torch (or the "
+                           "library module that needs it) inside the tests that use it, or move the module "
+                           "to tests/train")
+    return report
