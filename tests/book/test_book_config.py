@@ -97,7 +97,7 @@ def test_jupytext_pairs_chapters_and_nothing_else():
     # The pairing also holds when JupyterLab's root is above the checkout (Open OnDemand starts in $HOME).
     assert config.default_formats("ibex/user/someone/workshop/notebooks/04_fsdp.py")
     assert config.default_formats("workshop_lib/cli/main.py") is None
-    assert config.default_formats("tests/test_book_config.py") is None
+    assert config.default_formats("tests/book/test_book_config.py") is None
 
 
 def test_chapter_notebooks_have_a_title_and_keep_the_pairing():

@@ -4,7 +4,7 @@ For every chapter page with reference data (book/reference/chapter<N>.json): in 
 result tables, the first one is a reference table with a provenance caption (or a note that this part has
 no reference measurement), the participant's tables come after it titled by their profile, and every
 sentence generated from the reference data (`workshop_lib.book.claims`, checked against the JSON in
-tests/test_book_claims.py) is on the page. A book built without runs says so where the runs' tables
+tests/book/test_book_claims.py) is on the page. A book built without runs says so where the runs' tables
 would be; a book built after the tiny chapters ran names every tiny model as a stand-in.
 """
 

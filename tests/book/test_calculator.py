@@ -1,7 +1,7 @@
 """The memory calculator's Python side: the estimator's numbers, the linters' messages, the measured runs, the bundle.
 
 The page runs `workshop_lib.book.calculator.page` itself (Pyodide), so these tests are about that module and what
-the build ships; tests/test_calculator_browser.py checks the page shows what this module computes.
+the build ships; tests/book/test_calculator_browser.py checks the page shows what this module computes.
 """
 
 from __future__ import annotations

@@ -248,7 +248,7 @@ def test_every_figure_on_a_static_page_is_registered():
     assert not missing, "figures the static pages state without a registered source:\n" + "\n".join(
         f"  {f.page}: {f.text!r} in “…{f.context}…”" for f in missing) + (
         "\nGenerate the sentence from book/reference/ (workshop_lib.book.claims), or register the figure in "
-        "tests/test_static_numbers.py with the check that recomputes it.")
+        "tests/book/test_static_numbers.py with the check that recomputes it.")
 
 
 @pytest.mark.parametrize("entry", [e for e in REGISTRY if e.kind not in NOT_CHECKED],

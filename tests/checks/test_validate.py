@@ -52,7 +52,8 @@ EXPECTED_LINES = {
 
 
 # Issue 38: each rule derived from SLURM's or a launcher's semantics, and the test that shows its defect on the
-# real cluster (tests/test_lint_on_cluster.py) or with the launcher itself (tests/test_launcher_arithmetic.py).
+# real cluster (tests/checks/test_lint_on_cluster.py) or with the launcher itself
+# (tests/checks/test_launcher_arithmetic.py).
 EVIDENCE = {
     "exclusive-options": "test_lint_on_cluster.py::test_request_rules_match_what_sbatch_refuses",
     "gpus-per-task-without-tasks": "test_lint_on_cluster.py::test_request_rules_match_what_sbatch_refuses",

@@ -115,7 +115,7 @@ def test_missing_script_is_a_clear_error(tmp_path):
         cluster.submit(tmp_path / "nope.sh", backend="slurm")
 
 
-# TIMEOUT (state, sacct, explanation) is covered by tests/test_fault_injection.py through the real submit
+# TIMEOUT (state, sacct, explanation) is covered by tests/runs/test_fault_injection.py through the real submit
 # path, overlapped with the other fault cases.
 
 

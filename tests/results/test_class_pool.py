@@ -2,8 +2,8 @@
 folder of the class folder; every participant's tables read everyone's, and a hostile file is named and skipped.
 
 The fast tests run as whoever runs pytest. The multi-user tests create Linux users in one group (as
-tests/test_class_rehearsal.py does; they need root, which CI has) and act as each of them in a forked process,
-so that what stops one participant from touching another's results is the operating system, not our code.
+tests/class_plan/test_class_rehearsal.py does; they need root, which CI has) and act as each of them in a forked
+process, so that what stops one participant from touching another's results is the operating system, not our code.
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ The subset keeps CI short (about two minutes on 2 cores): one job per template a
 chapter 1 LoRA through the NeMo container, chapter 2 tensor parallel through it, chapter 3 the HF
 baseline in the conda environment, chapter 4 multi-node FSDP with the inter-node all-reduce check.
 The setup's two `nemo llm import` jobs run on the cluster too (`sbatch --wait`). The other rows of each
-chapter render through the same templates (tests/test_scripts.py checks every one with shellcheck and
-`sbatch --test-only`; tests/test_profile_quoting.py runs every one against shims).
+chapter render through the same templates (tests/scripts/test_scripts.py checks every one with shellcheck and
+`sbatch --test-only`; tests/sites/test_profile_quoting.py runs every one against shims).
 """
 
 from __future__ import annotations

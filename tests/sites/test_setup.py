@@ -1,6 +1,6 @@
 """`workshop setup`: dry run, idempotent steps with a progress line each, resuming after a failure, and
 jobs that stop naming the step that was skipped. Runs against the Ibex stand-in of tests/ibex_site.py;
-the import jobs (a real sbatch) are exercised by tests/test_ibex_rehearsal.py."""
+the import jobs (a real sbatch) are exercised by tests/sites/test_ibex_rehearsal.py."""
 
 from __future__ import annotations
 

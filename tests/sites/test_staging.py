@@ -3,7 +3,7 @@
 An instructor stages once (`workshop setup ibex --stage DIR`); a participant with WORKSHOP_SHARED_ROOT=DIR
 makes only what must be theirs. Environments are built on a compute node (srun), caches stay off $HOME.
 The whole class path against the local cluster (import jobs, participants' jobs) is in
-tests/test_ibex_rehearsal.py.
+tests/sites/test_ibex_rehearsal.py.
 """
 
 from __future__ import annotations
