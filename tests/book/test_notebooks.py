@@ -150,6 +150,7 @@ def test_four_chapters_with_a_papermill_parameters_cell():
         assert "{doc}`../book/answers`" in text and "{doc}`../book/seed_corrections`" in text, path.name
 
 
+@pytest.mark.slow  # over 5 s on a loaded 2-core machine
 def test_the_notebook_side_does_not_import_torch():
     code = ("import sys, workshop_lib.book.chapter, workshop_lib.cli.demo; workshop_lib.book.chapter.show_recipe_benchmark(); "
             "assert 'torch' not in sys.modules, 'torch'")

@@ -38,6 +38,7 @@ def test_static_pages_use_no_development_words(page, text):
     assert not offending(text), f"{page}: {offending(text)}"
 
 
+@pytest.mark.slow  # over 5 s on a loaded 2-core machine
 def test_generated_captions_and_sentences_use_no_development_words():
     from workshop_lib.book import claims, nemo_reference
     from workshop_lib.book.reference import reference_caption, reference_results, reference_series

@@ -185,6 +185,7 @@ def test_unknown_model_lists_the_known_ones():
 # ---------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("modules", [None, ("q_proj", "v_proj", "gate_proj", "up_proj", "down_proj")])
+@pytest.mark.slow  # over 5 s on a loaded 2-core machine
 def test_lora_trainable_count_matches_peft(modules):
     torch = pytest.importorskip("torch")
     from peft import LoraConfig, get_peft_model

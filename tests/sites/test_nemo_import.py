@@ -143,6 +143,7 @@ def test_an_incomplete_final_folder_is_replaced_and_a_complete_one_kept(site):
     assert again.returncode == 0 and "complete already" in again.stdout and len(site.nemo_calls()) == 1
 
 
+@pytest.mark.slow  # over 5 s on a loaded 2-core machine
 def test_the_setup_step_is_done_only_when_the_complete_checkpoint_is_in_place(site):
     plan = build_plan(site.profile)
     [step] = [step for step in plan.steps if step.name == "nemo-import-llama-3.1-8b"]

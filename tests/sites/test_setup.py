@@ -119,6 +119,7 @@ def test_the_network_block_of_the_stand_in_refuses_and_records(site):
     assert "loopback ok" in result.stdout and [a["target"] for a in site.network_attempts()] == ["huggingface.co"]
 
 
+@pytest.mark.slow  # over 5 s on a loaded 2-core machine
 def test_submitting_before_the_setup_is_refused_naming_the_step(set_up):
     from workshop_lib.sites.requirements import SetupError, check_before_submit
 
