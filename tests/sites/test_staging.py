@@ -47,6 +47,7 @@ def only(*steps):
     return [word for step in steps for word in ("--only", step)]
 
 
+@pytest.mark.slow  # runs the setup's local steps once for the session (about 30 s on a loaded machine)
 def test_the_environment_is_built_on_a_compute_node_with_the_profiles_allocation(tmp_path_factory):
     site, result = site_after_setup(tmp_path_factory)  # the local steps, run once for the tests that read them
     assert result.returncode == 0, result.stdout + result.stderr
