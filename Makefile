@@ -41,8 +41,8 @@ cluster-down:  ## stop every daemon the local cluster started
 	@if [ -x $(BIN)/workshop ]; then $(BIN)/workshop cluster down; else echo "nothing to stop"; fi
 
 # The slow part executes every chapter with papermill (tiny profile, local SLURM cluster), builds the book
-# with warnings as errors and checks the pages in headless Chromium (tests/test_notebooks.py,
-# tests/test_book_browser.py); screenshots land in _build/screenshots/.
+# with warnings as errors and checks the pages in headless Chromium (tests/book/test_notebooks.py,
+# tests/book/test_book_browser.py); screenshots land in _build/screenshots/.
 # About 40 minutes on 2 cores, most of it executing the chapters (a [workshop] line per chapter and job says how far
 # it is). The end of the run lists what it could not cover and the command that would.
 test: setup test-tools  ## the whole test suite (starts and stops the local cluster itself)

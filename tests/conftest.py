@@ -9,8 +9,15 @@ few seconds; `make test-fast` runs none of them.
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 import pytest
+
+# Test modules in the folders below import the shared helpers beside this file (repo_paths, ibex_site,
+# book_fixtures, browser_cdp) by name, whichever folder pytest put on sys.path for them.
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 _SESSION: dict[str, object] = {}
 _VARIABLES = ("WORKSHOP_RUNS_DIR", "WORKSHOP_STATE_DIR", "SLURM_CONF")
@@ -42,8 +49,6 @@ def outside_the_checkout(tmp_path_factory):
 def _users_own_files() -> dict[str, tuple[int, ...] | None]:
     """The checkout's book (_build/html) and runs folder (runs/, its run folders): what `make demo`, `make
     book` and the notebooks made for the user, to be left exactly as they were."""
-    from pathlib import Path
-
     root = Path(__file__).resolve().parents[1]
     found: dict[str, tuple[int, ...] | None] = {}
     for name in ("_build/html", "_build/html/index.html", "runs"):
@@ -126,3 +131,21 @@ def pytest_terminal_summary(terminalreporter):
     for (need, remedy), count in sorted(needs.items(), key=lambda item: -item[1]):
         terminalreporter.write_line(f"{count:4d} skipped: need {need}" + (f"; enable with: {remedy}" if remedy
                                                                            else ""))
+
+
+# Only the training tests (tests/train) may import torch when pytest collects them: it costs seconds of every
+# session, so a module elsewhere that imports it (or a library module that does) at its top fails to collect.
+_TORCH_MAY_LOAD_UNDER = Path(__file__).resolve().parent / "train"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector):
+    torch_was_loaded = "torch" in sys.modules
+    report = yield
+    if isinstance(collector, pytest.Module) and not torch_was_loaded and "torch" in sys.modules and \
+            _TORCH_MAY_LOAD_UNDER not in collector.path.parents and report.passed:
+        report.outcome = "failed"
+        report.longrepr = (f"{collector.path}: importing this test module imported torch; import torch (or the "
+                           "library module that needs it) inside the tests that use it, or move the module "
+                           "to tests/train")
+    return report

@@ -94,7 +94,7 @@ else:
 """
 
 # What a Miniforge installer does, as far as the workshop can tell: bin/conda and conda.sh.
-# srun where no cluster runs (tests/test_setup.py): records its options, runs the command on "the node" here.
+# srun where no cluster runs (tests/sites/test_setup.py): records its options, runs the command on "the node" here.
 SRUN = """
 record("srun", sys.argv[1:])
 words = sys.argv[1:]
@@ -250,7 +250,7 @@ class IbexSite:
         return [json.loads(line) for line in self.network_log.read_text().splitlines()]
 
 
-# The steps `workshop setup` runs on a login node (the import jobs need a cluster: tests/test_ibex_rehearsal.py).
+# The steps `workshop setup` runs on a login node (the import jobs need a cluster: tests/sites/test_ibex_rehearsal.py).
 LOCAL_STEPS = ["folders", "miniforge", "environment", "hub-download", "nemo-image", "nemo-data"]
 
 

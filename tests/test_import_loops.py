@@ -9,9 +9,13 @@ Python has already started that __init__). A loop is named with the line of each
 from __future__ import annotations
 
 import ast
+import functools
+import sys
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "workshop_lib"
+from repo_paths import REPO
+
+PACKAGE = REPO / "workshop_lib"
 # Loops allowed to remain: none since issue 26 (a new one fails the test with the line of each edge).
 KNOWN_LOOPS = ()
 
@@ -44,6 +48,7 @@ def _targets(module: str, node: ast.AST, modules: dict[str, Path]) -> list[str]:
     return [found for alias in node.names if (found := known(f"{source}.{alias.name}"))]
 
 
+@functools.cache  # parsed once for all the tests here
 def import_graph() -> dict[str, dict[str, int]]:
     """module -> {imported module: line of the first import}."""
     modules = _modules()
@@ -52,8 +57,7 @@ def import_graph() -> dict[str, dict[str, int]]:
         def visit(node: ast.AST) -> None:
             for child in ast.iter_child_nodes(node):
                 if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
-                    for other in child.orelse:
-                        visit(other)
+                    visit(ast.Module(body=child.orelse, type_ignores=[]))  # an import right under else counts
                     continue
                 if isinstance(child, (ast.Import, ast.ImportFrom)):
                     for target in _targets(name, child, modules):
@@ -125,6 +129,46 @@ def test_train_imports_only_core_and_itself():
     outside = {(a, b) for a, targets in graph.items() if a.startswith("workshop_lib.train")
                for b in targets if not b.startswith(("workshop_lib.train", "workshop_lib.core"))} - allowed
     assert not outside, sorted(outside)
+
+
+def test_nothing_outside_train_imports_it():
+    """train/ is the job side: only train/ imports it (DESIGN.md). The layer test below cannot say so, because train
+    is not one of workshop_lib.LAYERS (it skips every edge into train); this one does, function-level imports
+    included (sites/requirements.py once imported train.models inside hub_models)."""
+    graph, paths = import_graph(), _modules()
+    inside = [f"{a} -> {b} ({paths[a].relative_to(PACKAGE.parent)}:{line})" for a, targets in sorted(graph.items())
+              if not a.startswith("workshop_lib.train") for b, line in sorted(targets.items())
+              if b.startswith("workshop_lib.train")]
+    assert not inside, ("imports of workshop_lib.train from outside it; move the shared fact into core/ "
+                        "instead:\n" + "\n".join(inside))
+
+
+def test_core_is_standard_library():
+    """core/ imports only the standard library and itself, at module level or in a function: the memory calculator
+    ships it to the browser and train/ reads it inside jobs (see core/__init__.py)."""
+    outside = []
+    for name, path in _modules().items():
+        if not name.startswith("workshop_lib.core"):
+            continue
+        for node in _run_imports(ast.parse(path.read_text(), str(path))):
+            names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else \
+                [] if node.level else [node.module or ""]
+            outside += [f"{path.relative_to(PACKAGE.parent)}:{node.lineno} imports {found}" for found in names
+                        if found.split(".")[0] not in sys.stdlib_module_names | {"__future__", "workshop_lib"}]
+    assert not outside, "core/ must stay standard library:\n" + "\n".join(outside)
+
+
+def _run_imports(node: ast.AST):
+    """Every import statement that runs: module level and inside functions, not under `if TYPE_CHECKING:`."""
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        yield node
+        return
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+            for other in child.orelse:
+                yield from _run_imports(other)
+            continue
+        yield from _run_imports(child)
 
 
 def test_core_imports_nothing_of_the_library():

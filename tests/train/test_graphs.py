@@ -47,6 +47,7 @@ def test_graphs_apply_only_where_they_can():
         assert "graphs" in accumulating.skipped
 
 
+@pytest.mark.slow  # over 5 s on a loaded 2-core machine
 def test_graphed_blocks_keep_names_and_numbers_on_the_eager_path():
     reference, graphed = _tuned_model(), _tuned_model()
     wrapper = use_cuda_graphs(graphed, batch_size=3)

@@ -33,6 +33,7 @@ def test_bad_command_exits_with_a_message(capsys):
     assert "no --factory given" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # over 5 s on a loaded 2-core machine
 def test_squad_is_prepared_in_nemos_format_and_real_files_are_kept(tmp_path):
     folder = nemo_finetune.prepare_squad(tmp_path)
     for split in ("training", "validation", "test"):
@@ -49,6 +50,7 @@ def test_squad_is_prepared_in_nemos_format_and_real_files_are_kept(tmp_path):
     assert not (real / "squad" / "validation.jsonl").exists()  # a real prepared SQuAD is used as it is
 
 
+@pytest.mark.slow  # over 5 s on a loaded 2-core machine
 def test_the_tokenizer_is_made_once_and_loads(tmp_path):
     squad = nemo_finetune.prepare_squad(tmp_path / "datasets")
     folder = nemo_finetune.prepare_tokenizer(tmp_path, squad)

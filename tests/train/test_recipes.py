@@ -42,6 +42,7 @@ def test_tuned_keeps_the_global_batch_and_skips_what_a_cpu_cannot_do():
     assert "chunked-ce" in sharded.skipped
 
 
+@pytest.mark.slow  # over 5 s on a loaded 2-core machine
 def test_chunked_loss_matches_the_models_own_loss_and_gradients():
     reference = build_model(model_spec("tiny-bloom"), True, 0)
     chunked = copy.deepcopy(reference)
@@ -71,6 +72,7 @@ def _padded_batch(vocab: int = 500):
     return ids, mask, ids.masked_fill(mask == 0, -100)
 
 
+@pytest.mark.slow  # over 5 s on a loaded 2-core machine
 def test_sdpa_attention_and_native_gelu_compute_what_bloom_computes():
     from workshop_lib.train.features.bloom import use_native_gelu, use_sdpa_attention
 
@@ -137,6 +139,7 @@ def test_chunks_of_rows_add_up_to_the_plain_cross_entropy():
 
 
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+@pytest.mark.slow  # over 5 s on a loaded 2-core machine
 def test_fused_chunks_match_the_plain_cross_entropy(backend):
     # The GPU path compiles the per-chunk loss and gradient with inductor; "eager" runs the same
     # function uncompiled and "aot_eager" traces it as inductor would (dynamic chunk rows, the last short).
@@ -225,6 +228,7 @@ def test_features_change_the_trainer_parts_stage_by_stage():
     assert grouping_alone.arguments["dataloader_drop_last"] is True
 
 
+@pytest.mark.slow  # over 5 s on a loaded 2-core machine
 def test_compile_model_scopes_and_a_clear_error_for_an_unknown_mode():
     from workshop_lib.train.features.compile import compile_model
 
@@ -237,6 +241,7 @@ def test_compile_model_scopes_and_a_clear_error_for_an_unknown_mode():
         compile_model(model, "BloomBlock", "whole")
 
 
+@pytest.mark.slow  # over 5 s on a loaded 2-core machine
 def test_gc_freeze_moves_live_objects_out_of_collection_for_the_training_only():
     import gc
 

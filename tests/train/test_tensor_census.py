@@ -75,6 +75,7 @@ def test_wrapper_attributes_are_walked_and_named():
     assert found.total == found.bytes["parameters"] + 600  # buckets are not model states
 
 
+@pytest.mark.slow  # over 5 s on a loaded 2-core machine
 def test_freed_tensors_leave_the_live_count():
     with LiveTensorPeak() as tracker:
         a = torch.empty(1000)  # 4 000 bytes

@@ -33,6 +33,7 @@ def test_synthetic_data_is_deterministic_with_correct_answer_spans():
     assert words[0] < 80 and words[len(words) // 2] > 80 and words[-1] > 250  # a spread, not one length
 
 
+@pytest.mark.slow  # over 5 s on a loaded 2-core machine
 def test_synthetic_files_are_written_once_and_load_through_the_same_code(tmp_path, monkeypatch):
     monkeypatch.setenv("WORKSHOP_DATA_DIR", str(tmp_path))
     splits = load_squad("synthetic", _runtime())
@@ -62,6 +63,7 @@ def test_weak_scaling_subset_grows_with_world_size_and_refuses_too_much():
         weak_scaling_subset(examples, 3, 4)
 
 
+@pytest.mark.slow  # over 5 s on a loaded 2-core machine
 def test_labels_ignore_padding_and_prompt_follows_the_seeds(tmp_path, monkeypatch):
     monkeypatch.setenv("WORKSHOP_DATA_DIR", str(tmp_path))
     from workshop_lib.train.data import local_tokenizer

@@ -4,7 +4,7 @@ given twice, a GPU type that contradicts the node features asked for, `$` in an 
 variables), lines that look like directives but are comments, and the output environment variables a script reads
 that its request form never sets (or reads as a count when they hold a list).
 
-Each rule's docstring names the section of the man page it rests on; tests/test_lint_on_cluster.py shows each
+Each rule's docstring names the section of the man page it rests on; tests/checks/test_lint_on_cluster.py shows each
 on the local SLURM cluster (sbatch --test-only, or a tiny job). ``RULES`` lists them in the order they run."""
 
 from __future__ import annotations

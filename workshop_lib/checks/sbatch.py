@@ -3,7 +3,7 @@
 sbatch reads `#SBATCH` lines from the top of the script until the first command; on each line an
 unquoted `#` starts a comment (so a second `#SBATCH` glued onto a line is silently dropped). Only a line
 that starts with exactly `#SBATCH` is a directive: an indented `  #SBATCH`, `# SBATCH` or `#sbatch` is a
-comment to sbatch (seen on slurm-wlm 22.05: tests/test_lint_on_cluster.py).
+comment to sbatch (seen on slurm-wlm 22.05: tests/checks/test_lint_on_cluster.py).
 Options are sbatch's long options (`--nodes=2`, `--nodes 2`) or their one-letter forms (`-N 2`,
 `-N2`); the command line's options win over the script's. The linter, the job layer and the local
 executor all read scripts through this module."""

@@ -2,7 +2,7 @@
 slurm-wlm 22.05): what `--export` leaves a step, steps started in the background, steps that cannot run side by
 side, and array tasks that share a log, a port or a folder.
 
-Each rule's docstring names the section of the man page it rests on; tests/test_lint_on_cluster.py shows each
+Each rule's docstring names the section of the man page it rests on; tests/checks/test_lint_on_cluster.py shows each
 on the local SLURM cluster. ``RULES`` lists them in the order they run."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The workshop's shared words, each stated once: engines, FSDP strategies, training recipes, the custom GPT.
+"""The workshop's shared words, each stated once: engines, FSDP strategies, training recipes, the real models'
+hub checkpoints, the custom GPT.
 
 The notebook side (experiments, checks, book) and the job side (train/) both read these; neither may
 restate them. Standard library only.
@@ -29,6 +30,14 @@ NOT_TUNED = ("compile", "large-batch")
 RECIPE_FEATURES = {"seed": (), "tuned": tuple(name for name in FEATURES if name not in NOT_TUNED)}
 RECIPES = tuple(RECIPE_FEATURES)
 DEFAULT_RECIPE = "seed"
+
+# The real models' Hugging Face checkpoints (workshop name -> hub repository): train/models.py loads them, and
+# `workshop setup` downloads the ones a site's jobs load (sites/requirements.py). Tiny models have none.
+HUB_CHECKPOINTS = {
+    "bloom-560m": "bigscience/bloom-560m",
+    "llama-3.1-8b": "meta-llama/Llama-3.1-8B",
+    "mixtral-8x7b": "mistralai/Mixtral-8x7B-v0.1",
+}
 
 
 def parse_recipe(text: str) -> tuple[str, ...]:

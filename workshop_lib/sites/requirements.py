@@ -14,7 +14,7 @@ from pathlib import Path
 
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.experiments import Experiment
-from workshop_lib.core.vocabulary import NEMO
+from workshop_lib.core.vocabulary import HUB_CHECKPOINTS, NEMO
 from workshop_lib.sites.profiles import Profile, STAGED_CACHE, STAGED_CHECKOUT, STAGED_SQUAD
 
 SETUP_COMMAND = "workshop setup ibex"
@@ -99,8 +99,6 @@ def state_dir(profile: Profile) -> str:
 def hub_models(profile: Profile) -> list[str]:
     """Hugging Face repositories the Hugging Face jobs load (chapters 3-4 and off-NeMo chapters 1-2)."""
     from workshop_lib.experiments import all_experiments
-    # The registry is the one place for hub names; importing it loads no torch (checked by a test).
-    from workshop_lib.train.models import REGISTRY
 
     if profile.training.random_init:
         return []
@@ -108,9 +106,9 @@ def hub_models(profile: Profile) -> list[str]:
     for experiment in all_experiments():
         if not profile.supports(experiment) or (experiment.engine == NEMO and profile.nemo.enabled):
             continue
-        spec = REGISTRY.get(profile.model_name(experiment.model))
-        if spec and spec.hub_name and spec.hub_name not in names:
-            names.append(spec.hub_name)
+        hub_name = HUB_CHECKPOINTS.get(profile.model_name(experiment.model))
+        if hub_name and hub_name not in names:
+            names.append(hub_name)
     return names
 
 
