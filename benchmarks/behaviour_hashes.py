@@ -33,7 +33,6 @@ import json
 import os
 import re
 import sys
-import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]

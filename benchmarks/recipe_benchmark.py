@@ -185,7 +185,7 @@ def prepare_shared_data(data: str) -> None:
     """Generate the synthetic data and the local tokenizer once, outside every timed run."""
     import torch
 
-    from workshop_lib.train.data import local_tokenizer, load_squad
+    from workshop_lib.train.data import load_squad, local_tokenizer
     from workshop_lib.train.runtime import Runtime
 
     runtime = Runtime(0, 0, 1, 1, torch.device("cpu"))

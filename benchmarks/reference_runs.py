@@ -93,12 +93,16 @@ def main(argv: list[str] | None = None) -> int:
     import pandas as pd
 
     from workshop_lib.experiments import (
-        chapter_experiments, engine_scaling_experiments, large_gpu_experiments, nemo_lesson_experiments, with_recipe,
+        chapter_experiments,
+        engine_scaling_experiments,
+        large_gpu_experiments,
+        nemo_lesson_experiments,
+        with_recipe,
     )
-    from workshop_lib.sites.profiles import load_profile
     from workshop_lib.results import run_record
     from workshop_lib.runs import submit_experiments, wait_for_runs
     from workshop_lib.scripts import run_engine
+    from workshop_lib.sites.profiles import load_profile
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--chapter", type=int, action="append", default=[], help="3 and/or 4")

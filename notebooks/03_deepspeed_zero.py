@@ -41,9 +41,9 @@ runs_dir = None  # None: <repository>/runs (or $WORKSHOP_RUNS_DIR)
 recipe = "seed"  # "seed": the original material's recipe (comparable numbers); "tuned": the faster one
 
 # %% tags=["hide-input"]
+from workshop_lib.book.chapter import facade as nb
 from workshop_lib.book.claims import plots
 from workshop_lib.book.claims import sentences as claims
-from workshop_lib.book.chapter import facade as nb
 
 selection = nb.chapter_header(3, profile, experiments, runs_dir, recipe)
 reference = nb.reference_results(3)[1]

@@ -11,7 +11,6 @@ import subprocess
 import sys
 
 import pytest
-
 from repo_paths import REPO
 
 ROOT = REPO

@@ -10,7 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from repo_paths import REPO
+
+ROOT = REPO
 
 
 def test_ruff_finds_nothing_in_the_tree():

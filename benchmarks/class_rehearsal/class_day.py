@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from class_rehearsal import REPOSITORY, add_users, create_reservation, remove_users, run  # noqa: E402
+from class_rehearsal import add_users, create_reservation, remove_users, run  # noqa: E402
 
 # A job's own start and end are SLURM's (1 s resolution); a chapter's prediction is scaled to the same clock.
 STATE_DONE = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED"}
@@ -104,7 +104,7 @@ def rehearse_day(participants: int, nodes_4gpu: int = 16, nodes_8gpu: int = 2, s
         raise SystemExit("the rehearsal creates Linux users and a SLURM reservation: run it as root")
     from workshop_lib.book.plans.day_plan import class_durations
     from workshop_lib.class_plan import IBEX_4GPU, IBEX_8GPU, class_jobs, plan_on, read_reservation
-    from workshop_lib.class_plan.nodes import describe_counts, counts_of, scontrol
+    from workshop_lib.class_plan.nodes import counts_of, describe_counts, scontrol
     from workshop_lib.jobs.local_cluster import LocalCluster, NodeGroup, Ports
 
     folder = Path(tempfile.mkdtemp(prefix="class-day-"))

@@ -37,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 REPOSITORY = Path(__file__).resolve().parents[2]
@@ -239,8 +239,9 @@ def jobs_by_user(env: dict, users: set[str], since: float) -> dict[str, list[dic
 
 def table_cells(notebook_path: Path) -> tuple[int, list[str]]:
     """(participant tables shown, problems) in an executed notebook: each table needs numbers and no state."""
-    import nbformat
     from html.parser import HTMLParser
+
+    import nbformat
 
     class Cells(HTMLParser):
         def __init__(self):

@@ -15,7 +15,6 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-
 from book_fixtures import SCREENSHOT_DIR, built_book, executed_chapters  # noqa: F401  (session fixtures)
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]

@@ -12,8 +12,8 @@ import re
 
 import jupytext
 import pytest
-
 from repo_paths import REPO
+
 from workshop_lib.book.claims import sentences as claims
 
 ROOT = REPO
@@ -190,8 +190,8 @@ def test_the_model_size_exercise_runs_as_written(monkeypatch, tmp_path):
     exec(code, namespace)  # noqa: S102 - our own page's code, checked as the reader will run it
     bigger = namespace["bigger"]
     assert bigger.samples == 1000 and bigger.id.endswith("-1000")
-    from workshop_lib.sites.profiles import load_profile
     from workshop_lib.scripts import render_script
+    from workshop_lib.sites.profiles import load_profile
 
     assert "--samples-per-gpu 1000" in render_script(bigger, load_profile("tiny"))
 

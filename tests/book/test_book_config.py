@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from repo_paths import REPO
 
 ROOT = REPO

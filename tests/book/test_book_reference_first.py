@@ -16,9 +16,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from repo_paths import REPO
 from book_fixtures import built_book, executed_chapters  # noqa: F401 - session fixtures
+from repo_paths import REPO
 from test_book_config import copy_book, jupyter_book
 
 ROOT = REPO
@@ -79,8 +78,8 @@ def check_reference_first(page: Path) -> int:
 
 def check_stand_ins(page: Path) -> int:
     """No table of a stand-in profile names a real model except as "stand-in for …"; returns tables seen."""
-    from workshop_lib.sites.profiles import load_profile
     from workshop_lib.book.tables import MODEL_NAMES, stand_in_names
+    from workshop_lib.sites.profiles import load_profile
 
     soup = _soup(page)
     tables = soup.select("div.workshop-participant")
@@ -156,9 +155,9 @@ def test_show_results_puts_the_reference_first_then_your_runs_by_profile(tmp_pat
 
     import matplotlib
 
-    from workshop_lib.results import chapter as results_module
-    from workshop_lib.book.chapter import facade as nb
     from workshop_lib.book import figures
+    from workshop_lib.book.chapter import facade as nb
+    from workshop_lib.results import chapter as results_module
 
     matplotlib.use("Agg")
     monkeypatch.setenv("WORKSHOP_SUBMIT", "0")

@@ -15,18 +15,23 @@ import zipfile
 from dataclasses import replace
 
 import pytest
-
 from repo_paths import REPO
+
 from workshop_lib.book.calculator import bundle
-from workshop_lib.book.calculator.page import (
-    FIELDS, Calculator, cli_command, experiment_for_inputs, inputs_from_setup, read_inputs, setup_from_inputs,
-)
 from workshop_lib.book.calculator.measured_runs import chapter_presets, page_data, reference_runs
+from workshop_lib.book.calculator.page import (
+    FIELDS,
+    Calculator,
+    experiment_for_inputs,
+    inputs_from_setup,
+    read_inputs,
+    setup_from_inputs,
+)
+from workshop_lib.checks.experiment_rules import validate_experiment
 from workshop_lib.cli import main
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.estimate import GIB, TrainingSetup, check_setup, estimate_memory, model_shape
 from workshop_lib.estimate.fit import MARGIN
-from workshop_lib.checks.experiment_rules import validate_experiment
 
 ROOT = REPO
 

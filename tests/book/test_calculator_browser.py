@@ -19,11 +19,11 @@ import threading
 from pathlib import Path
 
 import pytest
-
-from repo_paths import REPO
 from browser_cdp import Browser
-from workshop_lib.book.calculator.page import Calculator
+from repo_paths import REPO
+
 from workshop_lib.book.calculator.measured_runs import page_data
+from workshop_lib.book.calculator.page import Calculator
 
 pytestmark = pytest.mark.slow
 

@@ -6,11 +6,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 from workshop_lib.book.reference.nemo_views import (
-    REFERENCE_DIR, chapter_rows, measured_table, memory_sentences, provenance_line, reference_table, resolved_table,
+    REFERENCE_DIR,
+    chapter_rows,
+    measured_table,
+    memory_sentences,
+    provenance_line,
+    reference_table,
+    resolved_table,
 )
 
 

@@ -17,7 +17,6 @@ import sys
 import nbformat
 import pandas as pd
 import pytest
-
 from book_fixtures import ROOT, built_book, executed_chapters  # noqa: F401  (session fixtures)
 
 slow_cluster = [pytest.mark.slow, pytest.mark.cluster]
@@ -74,9 +73,9 @@ def test_every_run_of_every_chapter_completed(executed_chapters):
 @pytest.mark.slow
 @pytest.mark.cluster
 def test_tables_hold_numbers_from_real_runs(executed_chapters):
-    from workshop_lib.cli.demo import chapter_number, notebook_parameters
     from workshop_lib.book.chapter.selection import select
     from workshop_lib.book.chapter.your_runs import selection_tables
+    from workshop_lib.cli.demo import chapter_number, notebook_parameters
 
     for run in executed_chapters.chapters:
         chapter = chapter_number(run.notebook)

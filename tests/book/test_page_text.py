@@ -1,9 +1,9 @@
 """What a built page prints: no folders of the machine that built it, no packages a run did not use, tables that scroll."""
 
 from workshop_lib.book.chapter import facade as nb
+from workshop_lib.book.chapter.your_runs import shown_path
 from workshop_lib.book.pages.html import table_html
 from workshop_lib.book.reference.chapter_views import reference_caption
-from workshop_lib.book.chapter.your_runs import shown_path
 
 
 def test_a_runs_folder_inside_the_workshop_is_shown_relative(tmp_path, monkeypatch):

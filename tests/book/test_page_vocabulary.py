@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from test_static_numbers import static_texts
 
 DEVELOPMENT_WORDS = [
@@ -40,10 +39,10 @@ def test_static_pages_use_no_development_words(page, text):
 
 @pytest.mark.slow  # over 5 s on a loaded 2-core machine
 def test_generated_captions_and_sentences_use_no_development_words():
-    from workshop_lib.book.reference import nemo_views as nemo_reference
     from workshop_lib.book.claims import sentences as claims
-    from workshop_lib.book.reference.chapter_views import reference_caption, reference_results, reference_series
     from workshop_lib.book.plans.time_plan import chapter_plan
+    from workshop_lib.book.reference import nemo_views as nemo_reference
+    from workshop_lib.book.reference.chapter_views import reference_caption, reference_results, reference_series
     from workshop_lib.experiments import chapter_experiments
 
     texts = []

@@ -7,15 +7,22 @@ The real tiny CPU runs are compared with the estimate in tests/train/test_engine
 import json
 
 import pytest
-
 from repo_paths import REPO
-from workshop_lib.core.errors import WorkshopError
-from workshop_lib.estimate import estimate_memory, parameter_tensors
+
 from workshop_lib.book.measurements.memory_predictions import (
-    GOAL_MODEL_STATES, GOAL_PEAK, STEP_PEAK, compare_summary, model_of_summary, read_summary, reference_comparisons,
-    reference_frame, setup_from_summary,
+    GOAL_MODEL_STATES,
+    GOAL_PEAK,
+    STEP_PEAK,
+    compare_summary,
+    model_of_summary,
+    read_summary,
+    reference_comparisons,
+    reference_frame,
+    setup_from_summary,
 )
 from workshop_lib.book.tables import chapter_tables
+from workshop_lib.core.errors import WorkshopError
+from workshop_lib.estimate import estimate_memory, parameter_tensors
 
 SMOKE = REPO / "benchmarks" / "results" / "cuda_smoke"
 BLOOM_560M = 559_214_592  # parameters (the runs' own total_params)

@@ -8,11 +8,11 @@ Only rows from before the census existed (nothing to pin against) show the whole
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
+from repo_paths import REPO
 
-REFERENCE = Path(__file__).resolve().parents[1] / "book" / "reference"
+REFERENCE = REPO / "book" / "reference"
 FILES = sorted(REFERENCE.glob("*.json"))
 
 

@@ -24,10 +24,10 @@ import jupytext
 import pytest
 
 from workshop_lib.book.claims.sentences import gpt_parameter_counts
+from workshop_lib.core.paths import SOURCE_ROOT
 from workshop_lib.estimate import model_shape, parameter_count
 from workshop_lib.estimate.fit import MARGIN, check_fit
 from workshop_lib.experiments import get_experiment
-from workshop_lib.core.paths import SOURCE_ROOT
 from workshop_lib.sites.profiles import load_profile
 
 ROOT = SOURCE_ROOT

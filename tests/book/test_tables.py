@@ -7,15 +7,15 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from repo_paths import TESTS
+
 from workshop_lib.book.chapter.your_runs import show_run_table
+from workshop_lib.book.tables import chapter_tables, drop_unrecorded, long_form, render_tables
 from workshop_lib.cli import main
 from workshop_lib.experiments import get_experiment
-from workshop_lib.results.memory import memory_summary
 from workshop_lib.results import chapter_results, read_run
+from workshop_lib.results.memory import memory_summary
 from workshop_lib.runs import load_run
-from workshop_lib.book.tables import chapter_tables, drop_unrecorded, long_form, render_tables
 
 SAMPLES = TESTS / "samples"
 CH1_COLUMNS = ["GPUs", "Batch per GPU", "Total job time (HH:MM:SS)", "Train step time (s)", "Last reduced_train_loss",
@@ -237,8 +237,8 @@ def test_many_unreadable_lines_make_one_short_note(chapter_1_runs, capsys):
 
 
 def test_chapter_2_rows_name_their_layouts():
-    from workshop_lib.experiments import chapter_experiments
     from workshop_lib.book.tables import layout_name
+    from workshop_lib.experiments import chapter_experiments
 
     names = [layout_name({**e.to_dict(), "gpus": e.gpus}) for e in chapter_experiments(2)]
     # EP is carved out of DP, not multiplied in: TP 2 x PP 4 x DP 2 is the 16 GPUs.

@@ -8,8 +8,8 @@ import re
 from pathlib import Path
 
 import pytest
-
 from repo_paths import REPO
+
 from workshop_lib.book.tables import ADDED_COLUMNS, SEED_COLUMNS, chapter_tables
 
 # The source material sits beside the checkout (../shared/seeds) in the team's workspace.
@@ -155,8 +155,8 @@ def test_a_data_set_that_grows_with_the_gpus_is_weak_scaling_too(tmp_path):
 
 
 def test_a_tiny_table_names_its_model_as_a_stand_in_and_drops_what_nobody_recorded(tmp_path):
-    from workshop_lib.sites.profiles import load_profile
     from workshop_lib.book.tables import drop_unrecorded, for_stand_ins
+    from workshop_lib.sites.profiles import load_profile
 
     _summary_run(tmp_path, "fsdp/single-gpu/full-shard", train_runtime_s=3.0, samples_per_s=2.0, final_loss=1.0,
                  world_size=1, model_state_bytes_per_rank=[2 * 2**20])

@@ -87,9 +87,9 @@ def test_a_speedup_above_ideal_is_marked_as_warm_up(tmp_path):
 def test_chapter_2_draws_a_bar_per_layout_not_a_line_over_gpus():
     import pandas as pd
 
-    from workshop_lib.experiments import chapter_experiments
     from workshop_lib.book.claims.plots import step_time_plot
     from workshop_lib.book.tables import layout_name
+    from workshop_lib.experiments import chapter_experiments
 
     rows = [{**e.to_dict(), "gpus": e.gpus, "state": "COMPLETED", "mean_step_time_s": 1.0 + i}
             for i, e in enumerate(chapter_experiments(2)[:3])]

@@ -6,8 +6,8 @@ import math
 import pytest
 
 from workshop_lib.book.plans import time_plan
-from workshop_lib.experiments import chapter_experiments, get_experiment
 from workshop_lib.core.paths import SOURCE_ROOT
+from workshop_lib.experiments import chapter_experiments, get_experiment
 from workshop_lib.sites.profiles import load_profile
 
 REFERENCE = SOURCE_ROOT / "book" / "reference"

@@ -6,14 +6,14 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-
 from repo_paths import REPO
+
+from workshop_lib.checks.experiment_rules import validate_experiment
+from workshop_lib.checks.findings import ValidationError
 from workshop_lib.estimate.fit import MARGIN, check_fit, predict
 from workshop_lib.experiments import chapter_experiments, get_experiment
-from workshop_lib.sites.profiles import load_profile
 from workshop_lib.scripts import render_script
-from workshop_lib.checks.findings import ValidationError
-from workshop_lib.checks.experiment_rules import validate_experiment
+from workshop_lib.sites.profiles import load_profile
 
 SEED_001_MIXTRAL = {  # chapter 2's Mixtral layouts before the redesign: one node, no pipeline
     "tp2-ep2-sp": dict(nodes=1, gpus_per_node=4, tensor_parallel=2, pipeline_parallel=1, expert_parallel=2),
@@ -81,7 +81,6 @@ def test_tiny_profile_has_no_gpu_memory_and_no_fit_check():
 
 def test_the_predictions_quoted_in_the_book_are_the_estimators():
     """Answers, chapter 2 and the seed corrections quote predictions: they must be what the estimator says."""
-    from pathlib import Path
 
     root = REPO
     answers = (root / "book" / "answers.md").read_text()

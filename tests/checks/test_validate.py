@@ -9,14 +9,14 @@ import re
 from pathlib import Path
 
 import pytest
-
 from repo_paths import REPO, TESTS
+
+from workshop_lib.checks.experiment_rules import raise_for_experiment, validate_experiment
+from workshop_lib.checks.findings import ValidationError
+from workshop_lib.checks.lint import lint_file, lint_script
 from workshop_lib.cli import main
 from workshop_lib.experiments import get_experiment
 from workshop_lib.sites.profiles import load_profile, profile_from_dict
-from workshop_lib.checks.findings import ValidationError
-from workshop_lib.checks.lint import lint_file, lint_script
-from workshop_lib.checks.experiment_rules import raise_for_experiment, validate_experiment
 
 SAMPLES = TESTS / "lint_samples"
 # A rule's folder holds bad*.sbatch scripts that trip it and good*.sbatch scripts that must stay clean;

@@ -5,11 +5,26 @@ from __future__ import annotations
 
 import os
 import stat
+
 import pytest
 
 from workshop_lib.class_plan import (
-    IBEX_4GPU, IBEX_8GPU, CLASS_ROLES, INSTRUCTOR, Node, NodeShape, PlannedJob, ReservationLookupError, assign,
-    class_jobs, nodes_of, parse_nodes, plan_on, read_reservation, role_of, simulate, smallest_reservation,
+    CLASS_ROLES,
+    IBEX_4GPU,
+    IBEX_8GPU,
+    INSTRUCTOR,
+    NodeShape,
+    PlannedJob,
+    ReservationLookupError,
+    assign,
+    class_jobs,
+    nodes_of,
+    parse_nodes,
+    plan_on,
+    read_reservation,
+    role_of,
+    simulate,
+    smallest_reservation,
 )
 from workshop_lib.experiments import all_experiments, chapter_experiments
 
@@ -228,8 +243,8 @@ def test_the_plan_prints_each_chapter_the_day_and_the_reservation_to_ask_for(cap
 
 # ---- chapter 2 and the day plan page ------------------------------------------------------------------
 def test_chapter_2_submits_no_two_node_mixtral_by_default_and_its_plan_fits_the_day():
-    from workshop_lib.book.plans import time_plan
     from workshop_lib.book.chapter.selection import select
+    from workshop_lib.book.plans import time_plan
     from workshop_lib.class_plan.roles import needs_two_large_nodes
 
     selection = select(2, "ibex")

@@ -13,7 +13,6 @@ import os
 import sys
 
 import pytest
-
 from repo_paths import REPO
 
 sys.path.insert(0, str(REPO / "benchmarks" / "class_rehearsal"))

@@ -13,8 +13,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
 from repo_paths import REPO
+
 from workshop_lib import jobs as cluster
 from workshop_lib.scripts.lab import connection, render_lab_script
 from workshop_lib.sites.profiles import load_profile

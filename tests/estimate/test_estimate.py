@@ -7,14 +7,29 @@ import subprocess
 import sys
 
 import pytest
-
 from repo_paths import REPO, TESTS
+
 from workshop_lib.cli import main
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.estimate import (
-    GIB, KNOWN_CONFIGS, ModelShape, TrainingSetup, activation_bytes, estimate_memory, flops_per_token,
-    layer_activation_bytes, logits_bytes, lora_trainable_count, matmul_parameters, mfu, model_shape,
-    model_state_bytes, parameter_count, parameter_counts, parameter_tensors, persistent_parameters,
+    GIB,
+    KNOWN_CONFIGS,
+    ModelShape,
+    TrainingSetup,
+    activation_bytes,
+    estimate_memory,
+    flops_per_token,
+    layer_activation_bytes,
+    logits_bytes,
+    lora_trainable_count,
+    matmul_parameters,
+    mfu,
+    model_shape,
+    model_state_bytes,
+    parameter_count,
+    parameter_counts,
+    parameter_tensors,
+    persistent_parameters,
     setup_from_experiment,
 )
 

@@ -11,22 +11,29 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from repo_paths import REPO
 
 from workshop_lib.book import figures, parts
-from workshop_lib.book.claims import sentences as claims
 from workshop_lib.book.calculator.measured_runs import PRESET_CHAPTERS, chapter_presets
+from workshop_lib.book.claims import sentences as claims
 from workshop_lib.book.tables import render
 from workshop_lib.cli.main import build_parser
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.core.vocabulary import HF
 from workshop_lib.experiments import (
-    CHAPTER_SPECS, CHAPTERS, Experiment, all_experiments, chapter_experiments, get_experiment, known_id,
+    CHAPTER_SPECS,
+    CHAPTERS,
+    Experiment,
+    all_experiments,
+    chapter_experiments,
+    get_experiment,
+    known_id,
 )
 from workshop_lib.results import COMPLETED
 from workshop_lib.sites.profiles import PROFILES_DIR, ProfileError, load_profile
 from workshop_lib.widgets import builder, form
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 NUMBERS = tuple(spec.number for spec in CHAPTER_SPECS)
 
 

@@ -9,7 +9,11 @@ import pytest
 
 from workshop_lib.core.vocabulary import HF, RECIPES
 from workshop_lib.experiments import (
-    Experiment, all_experiments, engine_scaling_experiments, large_gpu_experiments, nemo_lesson_experiments,
+    Experiment,
+    all_experiments,
+    engine_scaling_experiments,
+    large_gpu_experiments,
+    nemo_lesson_experiments,
     with_recipe,
 )
 from workshop_lib.experiments.experiment import FIELDS_OF_FIRST_RUNS, HASH_OMITS_AT_DEFAULT

@@ -9,13 +9,13 @@ import subprocess
 import sys
 
 import pytest
-
 from repo_paths import TESTS
+
+from workshop_lib.checks.experiment_rules import validate_experiment
 from workshop_lib.cli import main
 from workshop_lib.core.errors import WorkshopError
-from workshop_lib.experiments import CHAPTERS, all_experiments, chapter_experiments, get_experiment, select_experiments
 from workshop_lib.core.paths import SLURM_DIR
-from workshop_lib.checks.experiment_rules import validate_experiment
+from workshop_lib.experiments import CHAPTERS, all_experiments, chapter_experiments, get_experiment, select_experiments
 
 
 def by_group(chapter: int, group: str):
@@ -132,7 +132,6 @@ def test_content_hashes_of_every_experiment_are_those_recorded():
     reordered a field (of Experiment or GptShape) would silently re-run every experiment of every participant.
     tests/data/experiment_content_hashes.json was written from the experiments before issue 26's restructuring."""
     import json
-    from pathlib import Path
 
     from workshop_lib.core.vocabulary import HF, RECIPES
     from workshop_lib.experiments import all_experiments, engine_scaling_experiments, large_gpu_experiments, with_recipe

@@ -9,10 +9,11 @@ import time
 
 import pytest
 
-from workshop_lib.jobs import job as job_module, watcher
-from workshop_lib.jobs.job import Job, job_from_id, query_jobs
-from workshop_lib.jobs.backend import BACKENDS, PollPolicy
 from workshop_lib.core.errors import ClusterError
+from workshop_lib.jobs import job as job_module
+from workshop_lib.jobs import watcher
+from workshop_lib.jobs.backend import BACKENDS, PollPolicy
+from workshop_lib.jobs.job import Job, job_from_id, query_jobs
 from workshop_lib.jobs.slurm_output import JobInfo, parse_wait_status
 
 

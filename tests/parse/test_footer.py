@@ -3,8 +3,8 @@
 from datetime import datetime
 from pathlib import Path
 
-from workshop_lib.jobs.footer import parse_footer
 from workshop_lib.core.log_text import read_text
+from workshop_lib.jobs.footer import parse_footer
 
 SAMPLES = Path(__file__).parents[1] / "samples"
 

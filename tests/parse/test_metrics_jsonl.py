@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
-from workshop_lib.results.parse.metrics import parse_metrics
 from workshop_lib.core.log_text import read_text
+from workshop_lib.results.parse.metrics import parse_metrics
 
 SAMPLE = Path(__file__).parents[1] / "samples" / "metrics" / "metrics.jsonl"
 

@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
-from workshop_lib.results.parse.nccl import parse_nccl_allreduce
 from workshop_lib.core.log_text import read_text
+from workshop_lib.results.parse.nccl import parse_nccl_allreduce
 
 SAMPLE = Path(__file__).parents[1] / "samples" / "nccl" / "all_reduce_2nodes.txt"
 

@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
-from workshop_lib.results.parse.nemo import parse_nemo_log, parse_step
 from workshop_lib.core.log_text import read_text
+from workshop_lib.results.parse.nemo import parse_nemo_log, parse_step
 
 SAMPLES = Path(__file__).parents[1] / "samples" / "nemo"
 

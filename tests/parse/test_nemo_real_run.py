@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from workshop_lib.experiments import chapter_experiments
-from workshop_lib.results.parse.nemo import parse_nemo_log
 from workshop_lib.core.log_text import read_text
+from workshop_lib.experiments import chapter_experiments
 from workshop_lib.results import read_run
+from workshop_lib.results.parse.nemo import parse_nemo_log
 
 SAMPLES = Path(__file__).parents[1] / "samples"
 LOG = SAMPLES / "nemo" / "llama_lora_1gpu_nemo241_h100.out"

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from workshop_lib.results.parse.nvidia_smi import node_from_filename, parse_nvidia_smi, read_nvidia_smi
 from workshop_lib.core.log_text import read_text
 from workshop_lib.core.run_directory import GPU_QUERY
+from workshop_lib.results.parse.nvidia_smi import node_from_filename, parse_nvidia_smi, read_nvidia_smi
 
 SAMPLES = Path(__file__).parents[1] / "samples" / "nvidia_smi"
 

@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
-from workshop_lib.results.parse.psrecord import parse_psrecord, read_psrecord
 from workshop_lib.core.log_text import read_text
+from workshop_lib.results.parse.psrecord import parse_psrecord, read_psrecord
 
 SAMPLES = Path(__file__).parents[1] / "samples" / "psrecord"
 

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from workshop_lib.core.log_text import UnreadableLog, read_text, strip_launcher_prefix
+from workshop_lib.results.memory import memory_summary
 from workshop_lib.results.parse.hf import parse_trainer_output
 from workshop_lib.results.parse.nccl import parse_nccl, read_nccl
 from workshop_lib.results.parse.nemo import parse_nemo_log
-from workshop_lib.results.memory import memory_summary
 from workshop_lib.results.parse.nvidia_smi import parse_nvidia_smi, read_nvidia_smi
 from workshop_lib.results.parse.psrecord import parse_psrecord
-from workshop_lib.core.log_text import UnreadableLog, read_text, strip_launcher_prefix
 
 ROOT = Path(__file__).resolve().parents[2]
 REAL_LOGS = ROOT.parent / "shared" / "real-logs"

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from workshop_lib.results.parse.hf import parse_trainer_output, parse_trainer_state
 from workshop_lib.core.log_text import read_text
+from workshop_lib.results.parse.hf import parse_trainer_output, parse_trainer_state
 
 SAMPLES = Path(__file__).parents[1] / "samples" / "hf"
 

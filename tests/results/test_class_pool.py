@@ -24,19 +24,26 @@ import tempfile
 from pathlib import Path
 
 import pytest
-
 from repo_paths import REPO, TESTS
+
 from workshop_lib.book.chapter.class_runs import class_results, whole_chapter
 from workshop_lib.book.chapter.selection import select
 from workshop_lib.cli import main
 from workshop_lib.experiments import get_experiment
 from workshop_lib.results.class_pool import (
-    CLASS_FOLDER_MODE, FILE_MODE, MAX_FILE_BYTES, USER_FOLDER_MODE, PoolError, current_user, prepare_class_folder,
-    publish, read_pool,
+    CLASS_FOLDER_MODE,
+    FILE_MODE,
+    MAX_FILE_BYTES,
+    USER_FOLDER_MODE,
+    PoolError,
+    current_user,
+    prepare_class_folder,
+    publish,
+    read_pool,
 )
 from workshop_lib.runs import RunRecord
 from workshop_lib.sites.class_folder import CLASS_DIR_VARIABLE, class_folder_of
-from workshop_lib.sites.profiles import ProfileError, SHARED_ROOT_VARIABLE, load_profile
+from workshop_lib.sites.profiles import SHARED_ROOT_VARIABLE, ProfileError, load_profile
 
 SAMPLES = TESTS / "samples"
 CHAPTER = 1

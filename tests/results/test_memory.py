@@ -9,12 +9,12 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-
 from repo_paths import TESTS
+
 from workshop_lib.cli import main
+from workshop_lib.core.errors import WorkshopError
 from workshop_lib.results.memory import memory_stats, memory_summary
 from workshop_lib.results.parse.nvidia_smi import read_nvidia_smi
-from workshop_lib.core.errors import WorkshopError
 
 SAMPLES = TESTS / "samples"
 LINE = re.compile(

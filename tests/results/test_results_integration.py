@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from workshop_lib.book.tables import chapter_tables, render_tables
 from workshop_lib.cli import main
 from workshop_lib.experiments import get_experiment
 from workshop_lib.runs import submit_experiments, wait_for_runs
-from workshop_lib.book.tables import chapter_tables, render_tables
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.train]
 

@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from repo_paths import REPO, TESTS
 
 from workshop_lib.core import run_directory as names
 from workshop_lib.core.run_directory import RunDirectory
@@ -16,7 +17,7 @@ from workshop_lib.experiments import all_experiments
 from workshop_lib.runs import Run, RunRecord
 from workshop_lib.scripts import render_script
 
-TEMPLATES = Path(__file__).resolve().parents[1] / "slurm" / "templates"
+TEMPLATES = REPO / "slurm" / "templates"
 MULTI_NODE = next(e for e in all_experiments() if e.multi_node and e.monitor_cpu_memory)
 
 
@@ -61,7 +62,7 @@ def test_a_run_names_its_paths_through_its_run_directory(tmp_path):
 
 
 # ---- reading a run: an ordered list of readers (results/read.py READERS) -----------------------------------
-SAMPLES = Path(__file__).resolve().parent / "samples"
+SAMPLES = TESTS / "samples"
 
 
 def _run_folder(tmp_path: Path, **files: str) -> Path:

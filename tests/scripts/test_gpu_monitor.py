@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-from workshop_lib.experiments import get_experiment
 from workshop_lib.core.paths import SOURCE_ROOT
-from workshop_lib.sites.profiles import load_profile
+from workshop_lib.experiments import get_experiment
 from workshop_lib.scripts import render_script, template_for
+from workshop_lib.sites.profiles import load_profile
 
 MONITOR_STEP = ('srun --overlap --quiet --nodes="$SLURM_NNODES" --ntasks-per-node=1 --cpus-per-task=1 '
                 'bash -c "$GPU_MONITOR_TASK" &')

@@ -10,12 +10,12 @@ import subprocess
 import pytest
 import yaml
 
+from workshop_lib.checks.lint import lint_script
 from workshop_lib.cli import main
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.experiments import all_experiments, get_experiment
-from workshop_lib.sites.profiles import PROFILES_DIR, load_profile
 from workshop_lib.scripts import render_import_script, render_script
-from workshop_lib.checks.lint import lint_script
+from workshop_lib.sites.profiles import PROFILES_DIR, load_profile
 
 PROFILES = {name: load_profile(name) for name in ("ibex", "tiny")}
 CASES = [pytest.param(name, experiment, id=f"{name}:{experiment.id}")

@@ -26,13 +26,13 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-
 from ibex_site import SITE_MODULES, IbexSite
+
 from workshop_lib import jobs as cluster
 from workshop_lib.experiments import get_experiment
 from workshop_lib.results.parse.nccl import parse_nccl_allreduce
-from workshop_lib.sites.profiles import load_profile
 from workshop_lib.scripts import render_script, template_for
+from workshop_lib.sites.profiles import load_profile
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from repo_paths import REPO
+
 from workshop_lib.experiments import Experiment
 from workshop_lib.sites.profiles import STAGED_BUNDLE, Scheduler, load_profile
 from workshop_lib.sites.requirements import Requirement

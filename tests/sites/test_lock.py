@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import re
 import sys
-import tomllib
 from importlib import metadata
 
 import pytest
+import tomllib
 import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
-
 from repo_paths import REPO
+
 from workshop_lib.sites import site_check
 
 ROOT = REPO

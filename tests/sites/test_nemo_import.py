@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from repo_paths import REPO
+
+from workshop_lib.scripts import render_import_script
 from workshop_lib.sites.nemo_checkpoint import BUSY_EXIT, COMPLETE_FILES, INCOMPLETE_EXIT, LOCK_SUFFIX, is_complete
 from workshop_lib.sites.profiles import PROFILES_DIR, load_profile
-from workshop_lib.scripts import render_import_script
 from workshop_lib.sites.requirements import SetupError
 from workshop_lib.sites.setup_plan import build_plan
 from workshop_lib.sites.setup_run import is_done, run

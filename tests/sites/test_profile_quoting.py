@@ -24,10 +24,10 @@ import yaml
 
 from workshop_lib.core.vocabulary import NEMO
 from workshop_lib.experiments import all_experiments
-from workshop_lib.sites.nemo_checkpoint import COMPLETE_FILES
-from workshop_lib.sites.schema import RULES, SHELL_PATH, TEXT
-from workshop_lib.sites.profiles import PROFILES_DIR, Profile, ProfileError, load_profile
 from workshop_lib.scripts import nemo_factory, render_import_script, render_script
+from workshop_lib.sites.nemo_checkpoint import COMPLETE_FILES
+from workshop_lib.sites.profiles import PROFILES_DIR, Profile, ProfileError, load_profile
+from workshop_lib.sites.schema import RULES, SHELL_PATH, TEXT
 
 HOSTILE = "it's \"so\" $(touch pwned) `touch pwned`; touch pwned & echo \\ end"
 HOSTILE_VALUES = [HOSTILE, "two words", "a'b", 'a"b', "$(touch pwned)", "x; touch pwned", "line\ntouch pwned"]

@@ -8,12 +8,12 @@ import subprocess
 
 import pytest
 
+from workshop_lib.checks.lint import lint_script
+from workshop_lib.checks.sbatch import read_header
 from workshop_lib.experiments import get_experiment
+from workshop_lib.scripts import render_import_script, render_script, template_for
 from workshop_lib.sites.profiles import load_profile
 from workshop_lib.sites.reservation import RESERVATION_VARIABLE, ReservationError, describe_reservation, reservation_for
-from workshop_lib.checks.sbatch import read_header
-from workshop_lib.scripts import render_import_script, render_script, template_for
-from workshop_lib.checks.lint import lint_script
 
 # One experiment per template, and the multi-node one with the bandwidth check in front of the training.
 EXPERIMENTS = {

@@ -9,12 +9,12 @@ import subprocess
 import sys
 
 import pytest
-
-from repo_paths import REPO
 from ibex_site import LOCAL_STEPS, IbexSite, run_setup, site_after_setup
+from repo_paths import REPO
+
 from workshop_lib.experiments import get_experiment
-from workshop_lib.sites.profiles import load_profile
 from workshop_lib.scripts import render_script
+from workshop_lib.sites.profiles import load_profile
 from workshop_lib.sites.setup_plan import build_plan
 
 ROOT = REPO

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from repo_paths import REPO
 from ibex_site import IbexSite, site_after_setup
+from repo_paths import REPO
+
 from workshop_lib.experiments import get_experiment
-from workshop_lib.sites.profiles import PROFILES_DIR, ProfileError, available_profiles, load_profile, staged_profile
 from workshop_lib.scripts import render_script
+from workshop_lib.sites.profiles import PROFILES_DIR, ProfileError, available_profiles, load_profile, staged_profile
 from workshop_lib.sites.requirements import profile_argument
 from workshop_lib.sites.site_check import export_squad
 
@@ -177,9 +177,9 @@ def test_the_staged_profile_puts_everything_under_the_folder():
 
 
 def test_exported_squad_is_read_back_by_the_training_loader(tmp_path):
-    from workshop_lib.train.data import load_squad
     import torch
 
+    from workshop_lib.train.data import load_squad
     from workshop_lib.train.runtime import Runtime
 
     rows = {split: [{"question": f"q{split}{i}?", "context": f"context {i} with answer{i}",

@@ -92,10 +92,14 @@ def assert_memory_as_predicted(summary: dict, model_states: bool = True, peak: b
     """Every rank's tensor bytes (workshop_lib.train.tensor_census) against workshop_lib.estimate for the
     setup that ran: model states within 15 %, the second step's peak within 25 % (the goals of
     workshop_lib.book.measurements.memory_predictions). Returns the estimate."""
-    from workshop_lib.estimate import estimate_memory
     from workshop_lib.book.measurements.memory_predictions import (
-        GOAL_MODEL_STATES, GOAL_PEAK, model_of_summary, predicted_bytes, setup_from_summary,
+        GOAL_MODEL_STATES,
+        GOAL_PEAK,
+        model_of_summary,
+        predicted_bytes,
+        setup_from_summary,
     )
+    from workshop_lib.estimate import estimate_memory
 
     estimate = estimate_memory(model_of_summary(summary), setup_from_summary(summary))
     predicted_states, predicted_peak = predicted_bytes(estimate, summary["device"])

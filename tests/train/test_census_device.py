@@ -5,8 +5,8 @@ because the probe read the run's device from the first parameter, which offloadi
 from __future__ import annotations
 
 import torch
-
 from test_tensor_census import _mlp, _train
+
 from workshop_lib.train.tensor_census import MemoryProbe, census
 
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import DS_CONFIGS, SMALL, assert_memory_as_predicted, assert_sharded
+
 from workshop_lib.estimate import parameter_tensors
 
 pytestmark = [pytest.mark.train, pytest.mark.slow, pytest.mark.timeout(400)]

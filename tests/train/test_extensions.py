@@ -17,8 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from workshop_lib.train.extensions import (EXTENSIONS_VARIABLE, TORCH_LOCK, build_turn, processes_holding,
-                                           settle_build_locks)
+from workshop_lib.train.extensions import (
+    EXTENSIONS_VARIABLE,
+    TORCH_LOCK,
+    build_turn,
+    processes_holding,
+    settle_build_locks,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 FILE_BATON = Path(importlib.util.find_spec("torch").submodule_search_locations[0]) / "utils" / "file_baton.py"

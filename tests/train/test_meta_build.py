@@ -9,13 +9,12 @@ import subprocess
 import sys
 
 import pytest
+from conftest import REPO, free_port
 
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.train.lora import NEMO_TARGETS, hf_targets
 from workshop_lib.train.models import model_spec
 from workshop_lib.train.parallel import batch_split
-
-from conftest import REPO, free_port
 
 SCRIPT = """
 import json, sys, torch, torch.distributed as dist

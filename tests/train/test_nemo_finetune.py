@@ -10,8 +10,8 @@ import subprocess
 import pytest
 
 from workshop_lib.experiments import chapter_experiments
-from workshop_lib.sites.profiles import load_profile
 from workshop_lib.scripts import render_script, run_engine
+from workshop_lib.sites.profiles import load_profile
 from workshop_lib.train import nemo_finetune
 
 

@@ -12,8 +12,16 @@ from workshop_lib.core.vocabulary import FEATURES, parse_recipe
 from workshop_lib.train.features.data import DynamicPaddingCollator, UnpaddedView
 from workshop_lib.train.features.loss import chunked_cross_entropy, use_chunked_loss
 from workshop_lib.train.models import build_model, model_spec
-from workshop_lib.train.recipes import (ARGUMENTS, CALLBACKS, FEATURE_STEPS, MODEL, STAGES, TrainerParts,
-                                        apply_features, apply_recipe)
+from workshop_lib.train.recipes import (
+    ARGUMENTS,
+    CALLBACKS,
+    FEATURE_STEPS,
+    MODEL,
+    STAGES,
+    TrainerParts,
+    apply_features,
+    apply_recipe,
+)
 
 
 def test_recipe_names_and_ladders_parse():

@@ -7,11 +7,17 @@ import json
 import pytest
 
 from workshop_lib.core.errors import WorkshopError
-from workshop_lib.train import synthetic
-from workshop_lib.train.data import (IGNORE_INDEX, CausalLMDataset, QAExample, load_squad,
-                                     prompt_for, weak_scaling_subset)
-from workshop_lib.train.evaluation import exact_match_and_f1, f1_score, normalize_answer
 from workshop_lib.core.metrics_schema import SchemaError, validate_record
+from workshop_lib.train import synthetic
+from workshop_lib.train.data import (
+    IGNORE_INDEX,
+    CausalLMDataset,
+    QAExample,
+    load_squad,
+    prompt_for,
+    weak_scaling_subset,
+)
+from workshop_lib.train.evaluation import exact_match_and_f1, f1_score, normalize_answer
 from workshop_lib.train.models import build_config, model_spec
 from workshop_lib.train.runtime import Runtime
 

@@ -14,7 +14,6 @@ import re
 import shutil
 
 import pytest
-
 from book_fixtures import ROOT, SCREENSHOT_DIR
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]

@@ -14,10 +14,10 @@ import time
 
 import pytest
 
+from workshop_lib.checks.findings import ValidationError
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.experiments import get_experiment
 from workshop_lib.runs import RunRecord, load_run
-from workshop_lib.checks.findings import ValidationError
 from workshop_lib.widgets import ExperimentBuilder, JobMonitor, live_widgets
 from workshop_lib.widgets.frontend import WIDGETS_VARIABLE
 

@@ -14,11 +14,16 @@ import pandas as pd
 from workshop_lib.book.claims import plots
 from workshop_lib.book.pages.html import display, message
 from workshop_lib.book.tables import (
-    MODEL_NAMES, layout_name, ran_fixed_steps, rename_models, stand_in_names, step_time_key,
+    MODEL_NAMES,
+    layout_name,
+    ran_fixed_steps,
+    rename_models,
+    stand_in_names,
+    step_time_key,
 )
 from workshop_lib.experiments import known_id
-from workshop_lib.sites.profiles import Profile
 from workshop_lib.results import COMPLETED
+from workshop_lib.sites.profiles import Profile
 
 if TYPE_CHECKING:
     from workshop_lib.book.parts import Part

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.core.vocabulary import NEMO
-from workshop_lib.sites.step_cap import step_cap
 from workshop_lib.experiments import Experiment
+from workshop_lib.sites.step_cap import step_cap
 
 LOG_ALLOWANCE = 64 * 2**20  # logs, monitors, metrics and NeMo's event files of one run
 NEMO_CHECKPOINT_EVERY = 50  # NeMo's recipe: every_n_train_steps

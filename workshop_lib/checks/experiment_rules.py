@@ -12,8 +12,13 @@ from typing import TYPE_CHECKING, Callable, Iterable
 from workshop_lib.checks.findings import ERROR, Finding, ValidationError, errors_in
 from workshop_lib.checks.fit import fit_findings
 from workshop_lib.checks.layout import experiment_layout
-from workshop_lib.checks.pitfalls import (MEGATRON_LAYOUT, findings, hybrid_shard_single_node, nemo_needs_a100,
-                                          offload_with_zero0)
+from workshop_lib.checks.pitfalls import (
+    MEGATRON_LAYOUT,
+    findings,
+    hybrid_shard_single_node,
+    nemo_needs_a100,
+    offload_with_zero0,
+)
 from workshop_lib.core.vocabulary import ENGINES, FSDP_STRATEGIES, NEMO
 
 if TYPE_CHECKING:  # imported for annotations only: profiles imports experiments, not the other way

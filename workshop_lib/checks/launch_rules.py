@@ -9,12 +9,30 @@ from typing import Iterable
 
 from workshop_lib.checks.findings import ERROR, WARNING, Finding
 from workshop_lib.checks.launches import (
-    _DEVICES_PREFIX, _LAUNCHER, _LOCAL_HOSTS, _RANK_VARIABLE, _SRUN, ONE_HOST_PRAGMA, Launch, ScriptLaunches, _has_flag,
-    _in_background, _launchers, _logical_lines, _name, _option, _segment_before, _short, accelerate_setting,
-    launches_of, own_gpus, workers_per_node,
+    _DEVICES_PREFIX,
+    _LAUNCHER,
+    _LOCAL_HOSTS,
+    _RANK_VARIABLE,
+    _SRUN,
+    ONE_HOST_PRAGMA,
+    Launch,
+    ScriptLaunches,
+    _has_flag,
+    _in_background,
+    _launchers,
+    _logical_lines,
+    _name,
+    _option,
+    _segment_before,
+    _short,
+    accelerate_setting,
+    launches_of,
+    own_gpus,
+    workers_per_node,
 )
 from workshop_lib.checks.nemo_command import nemo_overrides
 from workshop_lib.checks.script import Script
+
 
 # ---------------------------------------------------------------------------------------------
 # Where the launchers run

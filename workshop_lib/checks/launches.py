@@ -183,7 +183,7 @@ class ScriptLaunches:
                     stored = re.match(r"\s*(?:export\s+)?([A-Za-z_]\w*)=[\"']", before)
                     if stored:  # LAUNCHER="torchrun ...": it runs where $LAUNCHER is used
                         user = next((t for s_, t in self.batch_lines if s_ > start and re.search(
-                            rf"\$\{{?{stored.group(1)}\b", t) and not re.match(rf"\s*(?:export\s+)?\w+=", t)), None)
+                            rf"\$\{{?{stored.group(1)}\b", t) and not re.match(r"\s*(?:export\s+)?\w+=", t)), None)
                         if user is None:
                             continue
                         before = user[:re.search(rf"\$\{{?{stored.group(1)}\b", user).start()]

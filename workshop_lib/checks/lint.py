@@ -11,8 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Iterable
 
-from workshop_lib.checks import (directive_rules, launch_rules, launcher_arithmetic, requests, script_rules,
-                                 step_rules)
+from workshop_lib.checks import directive_rules, launch_rules, launcher_arithmetic, requests, script_rules, step_rules
 from workshop_lib.checks.findings import Finding
 from workshop_lib.checks.sbatch import read_header
 from workshop_lib.checks.script import Script, read_job_script

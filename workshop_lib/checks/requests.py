@@ -17,9 +17,9 @@ from workshop_lib.checks.launches import launches_of, workers_per_node
 from workshop_lib.checks.layout import script_layout
 from workshop_lib.checks.pitfalls import NEMO_MIXTRAL_DEFAULT_EP
 from workshop_lib.checks.script import Script
+from workshop_lib.core.vocabulary import NEMO
 from workshop_lib.estimate.shapes import parameter_count
 from workshop_lib.experiments import Experiment
-from workshop_lib.core.vocabulary import NEMO
 from workshop_lib.sites.profiles import load_profile
 
 # Models whose size the estimate knows, as people write them (hub ids, NeMo factories): compared with
@@ -162,7 +162,7 @@ def _relative_after_cd(script: Script) -> Iterable[Finding]:
                 "relative-path-after-cd", NOTE,
                 f"{relative[0]} is relative and is looked up in the folder of `cd {target}`, which cannot be "
                 + ("known before the job runs" if where is None else "seen from this machine")
-                + f"; it is next to the job script, so it is found there only if that folder holds a copy.",
+                + "; it is next to the job script, so it is found there only if that folder holds a copy.",
                 f"use \"$SLURM_SUBMIT_DIR/{relative[0].removeprefix('./')}\" to be sure.", number)
             target = None  # said once per cd
             continue

@@ -14,8 +14,13 @@ from workshop_lib.checks import versions
 from workshop_lib.checks.findings import ERROR, NOTE, WARNING, Finding
 from workshop_lib.checks.layout import PARALLEL_SIZES, deepspeed_layouts, script_layout
 from workshop_lib.checks.nemo_command import nemo_overrides
-from workshop_lib.checks.pitfalls import (MEGATRON_LAYOUT, findings, hybrid_shard_single_node, nemo_needs_a100,
-                                          offload_with_zero0)
+from workshop_lib.checks.pitfalls import (
+    MEGATRON_LAYOUT,
+    findings,
+    hybrid_shard_single_node,
+    nemo_needs_a100,
+    offload_with_zero0,
+)
 from workshop_lib.checks.script import Script, command_words, shell_scopes
 
 _KILL = re.compile(r"\bkill\b((?:\s+-\S+)*)\s+\"?\$\{?([A-Za-z_][A-Za-z0-9_]*)")
@@ -85,7 +90,7 @@ def _output_folders(script: Script) -> Iterable[Finding]:
             "output-folder-missing", ERROR,
             f"--{option}={value} {reason}; SLURM opens this file before the script runs (a mkdir inside the script is "
             "too late) and the job fails at launch.",
-            f"put the per-job pattern in the file name (logs/%x-%j.out) and create the folder before sbatch."
+            "put the per-job pattern in the file name (logs/%x-%j.out) and create the folder before sbatch."
             if per_job else f"create {folder}/ before sbatch, or write the log into the submission directory.",
             script.header.line(option))
 
@@ -219,7 +224,7 @@ def _module_purge(script: Script) -> Iterable[Finding]:
         purge_line, undone = purged
         yield Finding(
             "module-purge-after-load", ERROR,
-            f"`module purge` unloads every module loaded before it ("
+            "`module purge` unloads every module loaded before it ("
             + "; ".join(f"line {n}: {name}" for n, name in undone)
             + f"), and `{word}` on line {number} runs after it without them.",
             "purge first, then load: move `module purge` above the `module load` lines (or load again after it).",

@@ -7,15 +7,43 @@ book composes it with the chapter time plan's durations (workshop_lib.book.plans
 """
 
 from workshop_lib.class_plan.nodes import (
-    IBEX_4GPU, IBEX_8GPU, IBEX_A100_NODES, INVENTORY_SOURCE, Node, NodeShape, ReservationLookupError,
-    ReservationNodes, counts_of, describe_counts, nodes_of, parse_nodes, parse_reservation, read_reservation,
+    IBEX_4GPU,
+    IBEX_8GPU,
+    IBEX_A100_NODES,
+    INVENTORY_SOURCE,
+    Node,
+    NodeShape,
+    ReservationLookupError,
+    ReservationNodes,
+    counts_of,
+    describe_counts,
+    nodes_of,
+    parse_nodes,
+    parse_reservation,
+    read_reservation,
 )
 from workshop_lib.class_plan.plan import (
-    DAY_TARGET_S, ChapterDay, ClassJobs, ClassPlan, PlanError, build_plan, class_jobs, plan_on, planned_job,
+    DAY_TARGET_S,
+    ChapterDay,
+    ClassJobs,
+    ClassPlan,
+    PlanError,
+    build_plan,
+    class_jobs,
+    plan_on,
+    planned_job,
     smallest_reservation,
 )
 from workshop_lib.class_plan.roles import (
-    CLASS_ROLES, CORE, INSTRUCTOR, SPLIT, ChapterRoles, assign, participant_names, role_of, unnamed_runs,
+    CLASS_ROLES,
+    CORE,
+    INSTRUCTOR,
+    SPLIT,
+    ChapterRoles,
+    assign,
+    participant_names,
+    role_of,
+    unnamed_runs,
 )
 from workshop_lib.class_plan.simulate import Placement, PlannedJob, Schedule, simulate
 

@@ -9,7 +9,14 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from workshop_lib.checks.requests import mem_gib
-from workshop_lib.class_plan.nodes import IBEX_A100_NODES, PER_USER_GPU_CAP, Node, NodeShape, counts_of, describe_counts, nodes_of
+from workshop_lib.class_plan.nodes import (
+    IBEX_A100_NODES,
+    PER_USER_GPU_CAP,
+    Node,
+    NodeShape,
+    describe_counts,
+    nodes_of,
+)
 from workshop_lib.class_plan.roles import CLASS_ROLES, Assignment, ChapterRoles, assign, participant_names
 from workshop_lib.class_plan.simulate import PlannedJob, Schedule, simulate
 from workshop_lib.core.errors import WorkshopError

@@ -30,8 +30,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_plan(args: argparse.Namespace) -> int:
     from workshop_lib.book.plans.day_plan import class_durations, describe_plan, node_counts
-    from workshop_lib.class_plan import class_jobs, counts_of, describe_counts, plan_on, read_reservation, \
-        smallest_reservation
+    from workshop_lib.class_plan import (
+        class_jobs,
+        counts_of,
+        describe_counts,
+        plan_on,
+        read_reservation,
+        smallest_reservation,
+    )
     from workshop_lib.sites.reservation import RESERVATION
 
     if args.participants < 1:

@@ -103,8 +103,8 @@ def run_publish(args: argparse.Namespace) -> int:
 def run_pool(args: argparse.Namespace) -> int:
     from workshop_lib.book.chapter.class_runs import class_results, whole_chapter
     from workshop_lib.book.chapter.selection import select
-    from workshop_lib.book.tables import render_tables, tables_from_results
     from workshop_lib.book.chapter.your_runs import for_profile
+    from workshop_lib.book.tables import render_tables, tables_from_results
     from workshop_lib.results.class_pool import read_pool
 
     profile, found = _folder(args.profile)

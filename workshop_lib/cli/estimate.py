@@ -6,7 +6,13 @@ import argparse
 import json
 
 from workshop_lib.estimate import (
-    FSDP_STRATEGIES, KNOWN_CONFIGS, OFFLOADS, PRECISIONS, TrainingSetup, estimate_memory, format_estimate,
+    FSDP_STRATEGIES,
+    KNOWN_CONFIGS,
+    OFFLOADS,
+    PRECISIONS,
+    TrainingSetup,
+    estimate_memory,
+    format_estimate,
 )
 
 
@@ -57,8 +63,8 @@ def setup_from_args(args: argparse.Namespace) -> TrainingSetup:
 
 def run_estimate(args: argparse.Namespace) -> int:
     if args.experiment_id:
-        from workshop_lib.experiments import get_experiment
         from workshop_lib.estimate.report import setup_from_experiment
+        from workshop_lib.experiments import get_experiment
 
         experiment = get_experiment(args.experiment_id)
         estimate = estimate_memory(args.model or experiment.model, setup_from_experiment(experiment))

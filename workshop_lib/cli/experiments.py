@@ -70,11 +70,11 @@ def _register_cancel(subparsers: argparse._SubParsersAction) -> None:
 
 def _cancel(args: argparse.Namespace) -> int:
     from workshop_lib import jobs as cluster
-    from workshop_lib.core.errors import WorkshopError
-    from workshop_lib.experiments import select_experiments
-    from workshop_lib.core.paths import existing_runs_root
-    from workshop_lib.runs import cancel_runs_report
     from workshop_lib.cli.cluster import JOB_ID
+    from workshop_lib.core.errors import WorkshopError
+    from workshop_lib.core.paths import existing_runs_root
+    from workshop_lib.experiments import select_experiments
+    from workshop_lib.runs import cancel_runs_report
 
     if not (args.experiment_ids or args.chapter or args.job):
         raise WorkshopError("nothing to cancel: give experiment ids, --chapter N or --job JOB_ID "
@@ -207,9 +207,9 @@ def _check(args: argparse.Namespace) -> int:
 
 def _submit(args: argparse.Namespace) -> int:
     from workshop_lib.experiments import select_experiments
-    from workshop_lib.sites.profiles import load_profile
     from workshop_lib.jobs.states import COMPLETED
     from workshop_lib.runs import submit_experiments, wait_for_runs
+    from workshop_lib.sites.profiles import load_profile
 
     experiments = select_experiments(args.experiment_ids, args.chapter)
     profile = load_profile(args.profile)
@@ -239,8 +239,8 @@ def _print_explanations(runs, infos) -> None:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from workshop_lib.experiments import select_experiments
     from workshop_lib.core.paths import existing_runs_root
+    from workshop_lib.experiments import select_experiments
     from workshop_lib.runs import run_status
 
     experiments = select_experiments(args.experiment_ids, args.chapter) if (args.experiment_ids or args.chapter) \

@@ -25,8 +25,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _lab(args: argparse.Namespace) -> int:
     from workshop_lib import jobs as cluster
     from workshop_lib.core.errors import WorkshopError
-    from workshop_lib.scripts.lab import connection, render_lab_script
     from workshop_lib.core.paths import repository_root, runs_root
+    from workshop_lib.scripts.lab import connection, render_lab_script
     from workshop_lib.sites.profiles import load_profile
 
     if not 0 < args.wait < float("inf"):  # nan and inf too: the wait loop would never run, or never end

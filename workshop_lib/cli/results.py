@@ -66,10 +66,9 @@ def _register_collect(subparsers: argparse._SubParsersAction) -> None:
 
 def run_collect(args: argparse.Namespace) -> int:
     from workshop_lib.book.tables import render_tables, tables_from_results
-
     from workshop_lib.core.errors import WorkshopError
-    from workshop_lib.experiments import all_experiments, chapter_experiments
     from workshop_lib.core.paths import existing_runs_root
+    from workshop_lib.experiments import all_experiments, chapter_experiments
     from workshop_lib.results import chapter_results, unreadable_notes
     from workshop_lib.runs import load_run, run_directory
 

@@ -12,19 +12,45 @@ May import: core and experiments only (standard library otherwise: the memory ca
     >>> round(estimate.total / 2**30, 1)  # GiB per GPU
 """
 
+from workshop_lib.estimate.crosscheck import deepspeed_zero_estimates
 from workshop_lib.estimate.flops import PEAK_FLOPS, attention_flops_per_token, flops_per_token, matmul_parameters, mfu
 from workshop_lib.estimate.memory import (
-    DEEPSPEED_PERSISTENCE_THRESHOLD, DEEPSPEED_REDUCE_BUCKET, FSDP_STRATEGIES, GIB, OFFLOADS, PRECISIONS,
-    MemoryEstimate, ModelStates, StateBytes, TrainingSetup, activation_bytes, check_setup, estimate_memory,
-    layer_activation_bytes, logits_bytes, model_state_bytes, model_state_formula, persistent_parameters,
-    reduce_bucket_bytes, state_bytes, temporaries_bytes,
+    DEEPSPEED_PERSISTENCE_THRESHOLD,
+    DEEPSPEED_REDUCE_BUCKET,
+    FSDP_STRATEGIES,
+    GIB,
+    OFFLOADS,
+    PRECISIONS,
+    MemoryEstimate,
+    ModelStates,
+    StateBytes,
+    TrainingSetup,
+    activation_bytes,
+    check_setup,
+    estimate_memory,
+    layer_activation_bytes,
+    logits_bytes,
+    model_state_bytes,
+    model_state_formula,
+    persistent_parameters,
+    reduce_bucket_bytes,
+    state_bytes,
+    temporaries_bytes,
 )
 from workshop_lib.estimate.report import format_estimate, setup_from_experiment
 from workshop_lib.estimate.shapes import (
-    KNOWN_CONFIGS, ModelShape, ParameterCounts, lora_linears, lora_trainable_count, model_shape, parameter_count,
-    parameter_counts, parameter_tensors, read_config, shape_from_config,
+    KNOWN_CONFIGS,
+    ModelShape,
+    ParameterCounts,
+    lora_linears,
+    lora_trainable_count,
+    model_shape,
+    parameter_count,
+    parameter_counts,
+    parameter_tensors,
+    read_config,
+    shape_from_config,
 )
-from workshop_lib.estimate.crosscheck import deepspeed_zero_estimates
 
 __all__ = [
     "DEEPSPEED_PERSISTENCE_THRESHOLD", "DEEPSPEED_REDUCE_BUCKET", "FSDP_STRATEGIES", "GIB", "KNOWN_CONFIGS", "OFFLOADS", "PEAK_FLOPS", "PRECISIONS", "MemoryEstimate",

@@ -38,7 +38,12 @@ from workshop_lib.core.errors import WorkshopError
 from workshop_lib.estimate import pitfall_text
 from workshop_lib.estimate.pitfall_text import PitfallError
 from workshop_lib.estimate.shapes import (
-    ModelShape, ParameterCounts, lora_trainable_count, model_shape, parameter_counts, parameter_tensors,
+    ModelShape,
+    ParameterCounts,
+    lora_trainable_count,
+    model_shape,
+    parameter_counts,
+    parameter_tensors,
 )
 
 GIB = 1024**3

@@ -7,11 +7,25 @@ May import: core only.
 """
 
 from workshop_lib.experiments.experiment import (
-    Experiment, RECIPE_LORA_RANK, field_names, summary_row, with_recipe,
+    RECIPE_LORA_RANK,
+    Experiment,
+    field_names,
+    summary_row,
+    with_recipe,
 )
 from workshop_lib.experiments.matrix import (
-    CHAPTER_SPECS, CHAPTERS, SCALING_ENGINES, ChapterSpec, all_experiments, chapter_experiments, chapter_spec,
-    engine_scaling_experiments, get_experiment, known_id, large_gpu_experiments, nemo_lesson_experiments,
+    CHAPTER_SPECS,
+    CHAPTERS,
+    SCALING_ENGINES,
+    ChapterSpec,
+    all_experiments,
+    chapter_experiments,
+    chapter_spec,
+    engine_scaling_experiments,
+    get_experiment,
+    known_id,
+    large_gpu_experiments,
+    nemo_lesson_experiments,
     select_experiments,
 )
 

@@ -12,7 +12,8 @@ import json
 from dataclasses import MISSING, Field, asdict, dataclass, fields
 
 from workshop_lib.core.errors import WorkshopError
-from workshop_lib.core.vocabulary import DEFAULT_RECIPE, GptShape, HF, NEMO, RECIPES
+from workshop_lib.core.vocabulary import DEFAULT_RECIPE, HF, NEMO, RECIPES, GptShape
+
 
 @dataclass(frozen=True)
 class Experiment:

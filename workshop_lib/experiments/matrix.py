@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from workshop_lib.core.errors import WorkshopError
-from workshop_lib.core.vocabulary import FSDP_STRATEGIES, GPT, GptShape, HF, NEMO
-from workshop_lib.experiments.experiment import Experiment, RECIPE_LORA_RANK
+from workshop_lib.core.vocabulary import FSDP_STRATEGIES, GPT, HF, NEMO, GptShape
+from workshop_lib.experiments.experiment import RECIPE_LORA_RANK, Experiment
 
 # ---------------------------------------------------------------------------------------------
 # Chapter 1: data parallel + LoRA (seed 000). Same NeMo overrides everywhere; only the devices change.

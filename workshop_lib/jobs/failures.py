@@ -15,7 +15,14 @@ from pathlib import Path
 from workshop_lib.core.durations import format_duration
 from workshop_lib.core.log_text import LogExcerpt, read_tail, strip_launcher_prefix
 from workshop_lib.jobs.states import (
-    CANCELLED, FAILED, LOST, NODE_FAIL, OUT_OF_MEMORY, PREEMPTED, TIMEOUT, JobInfo,
+    CANCELLED,
+    FAILED,
+    LOST,
+    NODE_FAIL,
+    OUT_OF_MEMORY,
+    PREEMPTED,
+    TIMEOUT,
+    JobInfo,
 )
 
 _TRACEBACK = "Traceback (most recent call last):"

@@ -10,12 +10,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from workshop_lib.core.errors import ClusterError, JobFailed, SubmitError
-from workshop_lib.jobs import slurm_output
-from workshop_lib.jobs.backend import BACKENDS, get_backend, resolve_backend
-from workshop_lib.jobs.states import COMPLETED, FAILED, FORGOTTEN, LOST, JobInfo
-from workshop_lib.jobs import watcher
 from workshop_lib.core.log_text import read_tail
+from workshop_lib.jobs import slurm_output, watcher
+from workshop_lib.jobs.backend import BACKENDS, get_backend, resolve_backend
 from workshop_lib.jobs.footer import parse_footer
+from workshop_lib.jobs.states import COMPLETED, FAILED, FORGOTTEN, LOST, JobInfo
 from workshop_lib.jobs.watcher import query_jobs
 
 

@@ -24,13 +24,23 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from workshop_lib.jobs import slurm_output
-from workshop_lib.jobs.backend import CLOCK_SKEW_S, PollPolicy, Submission, python_environment_path
+from workshop_lib.checks.sbatch import sbatch_request
 from workshop_lib.core.durations import parse_duration
 from workshop_lib.core.errors import ClusterError, SubmitError
-from workshop_lib.checks.sbatch import sbatch_request
+from workshop_lib.jobs import slurm_output
+from workshop_lib.jobs.backend import CLOCK_SKEW_S, PollPolicy, Submission, python_environment_path
 from workshop_lib.jobs.states import (
-    CANCELLED, COMPLETED, FAILED, FINAL_STATES, FORGOTTEN, HELD, NODE_FAIL, PENDING, RUNNING, TIMEOUT, JobInfo,
+    CANCELLED,
+    COMPLETED,
+    FAILED,
+    FINAL_STATES,
+    FORGOTTEN,
+    HELD,
+    NODE_FAIL,
+    PENDING,
+    RUNNING,
+    TIMEOUT,
+    JobInfo,
 )
 
 SHIMS = Path(__file__).resolve().parent / "local_shims"

@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
+from workshop_lib.checks.sbatch import sbatch_request
+from workshop_lib.core.errors import ClusterError, SubmitError
 from workshop_lib.jobs import slurm_output
 from workshop_lib.jobs.backend import CLOCK_SKEW_S, PollPolicy, Submission
-from workshop_lib.core.errors import ClusterError, SubmitError
-from workshop_lib.checks.sbatch import sbatch_request
 from workshop_lib.jobs.states import FINAL_STATES, FORGOTTEN, JobInfo
 
 # squeue columns: id (array tasks as ID_TASK), name, state, reason, time used, time limit, nodes, working

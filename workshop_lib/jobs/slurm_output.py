@@ -7,10 +7,15 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from workshop_lib.core.durations import parse_duration
 from workshop_lib.checks.sbatch import sbatch_request
+from workshop_lib.core.durations import parse_duration
 from workshop_lib.jobs.states import (
-    ACTIVE_STATES, COMPLETED, PENDING, RUNNING, UNKNOWN, JobInfo,
+    ACTIVE_STATES,
+    COMPLETED,
+    PENDING,
+    RUNNING,
+    UNKNOWN,
+    JobInfo,
 )
 
 SACCT_FIELDS = "JobID,JobName,State,ExitCode,ElapsedRaw,NodeList,Reason,TimelimitRaw"

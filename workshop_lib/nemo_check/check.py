@@ -37,9 +37,9 @@ def nemo_experiments():
 def commands_for(experiments, profile: str = "ibex") -> list[dict]:
     """Each experiment's command as its job script renders it (validation rules other than the fit
     check apply here too: a script that cannot be rendered is not checked)."""
-    from workshop_lib.sites.profiles import load_profile
-    from workshop_lib.scripts import nemo_context, render_script
     from workshop_lib.checks.findings import ValidationError
+    from workshop_lib.scripts import nemo_context, render_script
+    from workshop_lib.sites.profiles import load_profile
 
     site = load_profile(profile)
     commands = []

@@ -166,8 +166,7 @@ def resolve_one(command: dict, out_dir: Path) -> dict:
     from nemo.collections import llm
     from nemo.lightning import MegatronStrategy
     from nemo_run.api import CONSOLE
-    from nemo_run.cli.api import RunContext
-    from nemo_run.cli.api import _serialize_configuration
+    from nemo_run.cli.api import RunContext, _serialize_configuration
     from nemo_run.run.task import dryrun_fn
 
     name = command["id"].replace("/", "_")

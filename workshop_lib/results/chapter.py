@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from workshop_lib.experiments import Experiment, chapter_experiments, nemo_lesson_experiments
 from workshop_lib.core.run_directory import RunDirectory
+from workshop_lib.experiments import Experiment, chapter_experiments, nemo_lesson_experiments
 from workshop_lib.jobs.states import MISSING
 from workshop_lib.results.read import RunResult, read_run
+
 
 def run_record(experiment: Experiment, runs_dir: str | Path | None = None) -> dict:
     """One flat row: the experiment's fields (gpt shape as gpt_*), `gpus`, then every RunResult field."""

@@ -33,8 +33,8 @@ from typing import Iterable, Sequence
 
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.experiments import Experiment
-from workshop_lib.results.pool_rows import publishable_row, result_of, row_problem
 from workshop_lib.jobs.states import COMPLETED
+from workshop_lib.results.pool_rows import publishable_row, result_of, row_problem
 from workshop_lib.results.read import RunResult, read_run
 from workshop_lib.runs import load_run, records_this_experiment
 

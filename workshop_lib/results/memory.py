@@ -20,12 +20,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from workshop_lib.core.errors import WorkshopError
+from workshop_lib.core.log_text import LogProblem, read_text
 from workshop_lib.core.run_directory import CPU_LOG_PATTERNS, GPU_LOG_PATTERNS
 from workshop_lib.results.parse.nvidia_smi import (
-    GpuMemoryLog, GpuMemorySample, date_line_time, infer_columns, looks_like_nvidia_smi, read_nvidia_smi,
+    GpuMemoryLog,
+    GpuMemorySample,
+    date_line_time,
+    infer_columns,
+    looks_like_nvidia_smi,
+    read_nvidia_smi,
 )
 from workshop_lib.results.parse.psrecord import CpuMemoryLog, read_psrecord
-from workshop_lib.core.log_text import LogProblem, read_text
 
 DEFAULT_BUSY_FRACTION = 0.5
 

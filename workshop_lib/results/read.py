@@ -10,7 +10,8 @@ from workshop_lib.core.run_directory import RunDirectory
 from workshop_lib.jobs import footer as footer_format
 from workshop_lib.jobs.states import COMPLETED, INCOMPLETE, MISSING
 from workshop_lib.results import readers
-from workshop_lib.results.parse import hf, nemo as nemo_format
+from workshop_lib.results.parse import hf
+from workshop_lib.results.parse import nemo as nemo_format
 from workshop_lib.results.readers import RunReader, RunReading
 from workshop_lib.runs.record import DamagedRecord, read_record
 

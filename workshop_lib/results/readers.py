@@ -16,7 +16,8 @@ from workshop_lib.core.log_text import LogProblem, read_log, read_text
 from workshop_lib.core.run_directory import RunDirectory
 from workshop_lib.jobs import footer as footer_format
 from workshop_lib.results.memory import MemoryLogError, memory_summary
-from workshop_lib.results.parse import hf, nemo as nemo_format
+from workshop_lib.results.parse import hf
+from workshop_lib.results.parse import nemo as nemo_format
 from workshop_lib.results.parse.metrics import parse_metrics
 from workshop_lib.results.parse.nccl import parse_nccl_allreduce
 

@@ -6,12 +6,27 @@ May import: core, experiments, estimate, sites, checks (an experiment is checked
 """
 
 from workshop_lib.scripts.commands import (
-    NO_CHECKPOINTS, bandwidth_context, nemo_context, nemo_factory, nemo_overrides, torchrun_launch, training_arguments,
+    NO_CHECKPOINTS,
+    bandwidth_context,
+    nemo_context,
+    nemo_factory,
+    nemo_overrides,
+    torchrun_launch,
+    training_arguments,
 )
 from workshop_lib.scripts.directives import Directive, directives, site_directives_without_gpu_type
 from workshop_lib.scripts.render import (
-    REHEARSAL, STAND_IN, TEMPLATES_DIR, cache_exports,
-    rehearsal_context, render_import_script, render_script, render_template, run_engine, site_context, template_for,
+    REHEARSAL,
+    STAND_IN,
+    TEMPLATES_DIR,
+    cache_exports,
+    rehearsal_context,
+    render_import_script,
+    render_script,
+    render_template,
+    run_engine,
+    site_context,
+    template_for,
     write_script,
 )
 

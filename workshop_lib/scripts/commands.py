@@ -9,12 +9,12 @@ import shlex
 
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.core.paths import DS_CONFIGS_DIR
-from workshop_lib.core.vocabulary import GPT, HF, NEMO
-from workshop_lib.sites.step_cap import step_cap
-from workshop_lib.experiments import Experiment
 from workshop_lib.core.run_directory import TRAIN_DIR
+from workshop_lib.core.vocabulary import GPT, HF, NEMO
+from workshop_lib.experiments import Experiment
 from workshop_lib.sites.profiles import Profile
 from workshop_lib.sites.schema import SHELL_PATH
+from workshop_lib.sites.step_cap import step_cap
 
 # A full fine-tune's recipe saves weights and optimizer state every 50 steps (about 0.34 TB per Llama run,
 # 2 TB per Mixtral run) and no lesson reads them back. NeMo 2.4.1's parser takes both keys: without the

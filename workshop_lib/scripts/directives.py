@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from workshop_lib.core.run_directory import STDOUT_PATTERN
 from workshop_lib.core.vocabulary import NEMO
 from workshop_lib.experiments import Experiment
-from workshop_lib.core.run_directory import STDOUT_PATTERN
 from workshop_lib.sites.profiles import Profile
 from workshop_lib.sites.reservation import find_reservation
+
 
 @dataclass(frozen=True)
 class Directive:

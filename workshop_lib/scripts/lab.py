@@ -11,8 +11,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from workshop_lib.sites.profiles import Profile
 from workshop_lib.scripts import Directive, cache_exports, render_template, site_directives_without_gpu_type
+from workshop_lib.sites.profiles import Profile
 
 LAB_JOB_NAME = "workshop-lab"
 _URL = re.compile(r"https?://(?P<host>[^\s/:]+):(?P<port>\d+)/lab\?token=(?P<token>[0-9a-f]+)")

@@ -8,27 +8,51 @@ from pathlib import Path
 
 import jinja2
 
+from workshop_lib.checks.experiment_rules import raise_for_experiment
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.core.paths import DS_CONFIGS_DIR, SLURM_DIR
 from workshop_lib.core.run_directory import (
-    CPU_LOG_OF_NODE, CPU_MEMORY_LOG, GPU_LOG_OF_NODE, GPU_QUERY, NCCL_LOG, RECORD_NAME, STDOUT_PATTERN, TRAIN_DIR,
+    CPU_LOG_OF_NODE,
+    CPU_MEMORY_LOG,
+    GPU_LOG_OF_NODE,
+    GPU_QUERY,
+    NCCL_LOG,
+    RECORD_NAME,
+    STDOUT_PATTERN,
+    TRAIN_DIR,
 )
 from workshop_lib.core.vocabulary import NEMO
 from workshop_lib.experiments import Experiment
 from workshop_lib.scripts.commands import (
-    container_prefix, double_quoted, bandwidth_context, nemo_context, torchrun_launch, training_arguments,
+    bandwidth_context,
+    container_prefix,
+    double_quoted,
+    nemo_context,
+    torchrun_launch,
+    training_arguments,
 )
-from workshop_lib.scripts.directives import Directive, site_directives, directives
+from workshop_lib.scripts.directives import Directive, directives, site_directives
 from workshop_lib.sites.nemo_checkpoint import (
-    BUSY_EXIT, COMPLETE_FILES, INCOMPLETE_EXIT, LOCK_SUFFIX, PARTIAL_SUFFIX, checkpoint_shell_path, complete_test,
+    BUSY_EXIT,
+    COMPLETE_FILES,
+    INCOMPLETE_EXIT,
+    LOCK_SUFFIX,
+    PARTIAL_SUFFIX,
+    checkpoint_shell_path,
+    complete_test,
     lock_owner_function,
 )
 from workshop_lib.sites.profiles import Profile, load_profile
 from workshop_lib.sites.requirements import (
-    CACHE_VARIABLES, MISSING_SETUP_EXIT, OFFLINE_VARIABLES, import_requirements, import_step, job_requirements,
-    setup_command, shared_exports,
+    CACHE_VARIABLES,
+    MISSING_SETUP_EXIT,
+    OFFLINE_VARIABLES,
+    import_requirements,
+    import_step,
+    job_requirements,
+    setup_command,
+    shared_exports,
 )
-from workshop_lib.checks.experiment_rules import raise_for_experiment
 
 TEMPLATES_DIR = SLURM_DIR / "templates"
 

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import yaml
 
-from workshop_lib.experiments import Experiment
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.core.paths import SLURM_DIR, repository_root
+from workshop_lib.experiments import Experiment
+
 # The schema is a leaf below this module (it owns ProfileError; profiles re-exports it for callers).
 from workshop_lib.sites.schema import ABSOLUTE_SHELL_PATH, ProfileError, build
 

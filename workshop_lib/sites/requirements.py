@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workshop_lib.core.errors import WorkshopError
-from workshop_lib.experiments import Experiment
 from workshop_lib.core.vocabulary import HUB_CHECKPOINTS, NEMO
-from workshop_lib.sites.profiles import Profile, STAGED_CACHE, STAGED_CHECKOUT, STAGED_SQUAD
+from workshop_lib.experiments import Experiment
+from workshop_lib.sites.profiles import STAGED_CACHE, STAGED_CHECKOUT, STAGED_SQUAD, Profile
 
 SETUP_COMMAND = "workshop setup ibex"
 MISSING_SETUP_EXIT = 45  # a job whose setup step was skipped exits with this status

@@ -13,8 +13,8 @@ import subprocess
 from typing import NamedTuple
 
 from workshop_lib.core.errors import WorkshopError
-from workshop_lib.sites.schema import RESERVATION
 from workshop_lib.sites.profiles import Profile
+from workshop_lib.sites.schema import RESERVATION
 
 RESERVATION_VARIABLE = "WORKSHOP_RESERVATION"
 LIST_COMMAND = "scontrol show reservation"

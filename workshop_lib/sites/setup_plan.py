@@ -20,14 +20,32 @@ from pathlib import Path
 from workshop_lib.core.paths import SOURCE_ROOT
 from workshop_lib.sites.class_folder import CLASS_SUBFOLDER
 from workshop_lib.sites.nemo_checkpoint import (
-    COMPLETE_FILES, LOCK_SUFFIX, checkpoint_shell_path, complete_test, lock_owner_function,
+    COMPLETE_FILES,
+    LOCK_SUFFIX,
+    checkpoint_shell_path,
+    complete_test,
+    lock_owner_function,
 )
 from workshop_lib.sites.profiles import (
-    Profile, STAGED_BUNDLE, STAGED_CACHE, STAGED_CHECKOUT, STAGED_SQUAD, staged_profile,
+    STAGED_BUNDLE,
+    STAGED_CACHE,
+    STAGED_CHECKOUT,
+    STAGED_SQUAD,
+    Profile,
+    staged_profile,
 )
 from workshop_lib.sites.requirements import (
-    CACHE_VARIABLES, MANIFEST, SetupError, marker_test, profile_argument, state_dir, hub_models, import_step,
-    is_staged_step, marker, shared_exports,
+    CACHE_VARIABLES,
+    MANIFEST,
+    SetupError,
+    hub_models,
+    import_step,
+    is_staged_step,
+    marker,
+    marker_test,
+    profile_argument,
+    shared_exports,
+    state_dir,
 )
 from workshop_lib.sites.reservation import reservation_for
 

@@ -13,6 +13,7 @@ from workshop_lib.sites.requirements import SETUP_COMMAND, SetupError
 from workshop_lib.sites.reservation import describe_reservation
 from workshop_lib.sites.setup_plan import Plan, Step
 
+
 # ---- running it ---------------------------------------------------------------------------------
 def step_program(plan: Plan, step: Step, with_marker: bool = True) -> str:
     """The bash program of one step: variables, its commands, then its marker on success."""

@@ -6,8 +6,15 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 
 from workshop_lib.train.cli import autocast_dtype
-from workshop_lib.train.data import (CausalLMDataset, QAExample, first_examples, hub_tokenizer,
-                                     load_squad, local_tokenizer, weak_scaling_subset)
+from workshop_lib.train.data import (
+    CausalLMDataset,
+    QAExample,
+    first_examples,
+    hub_tokenizer,
+    load_squad,
+    local_tokenizer,
+    weak_scaling_subset,
+)
 from workshop_lib.train.evaluation import exact_match_and_f1, generate_answers
 from workshop_lib.train.models import ModelSpec, uses_local_tokenizer
 from workshop_lib.train.runtime import Runtime, print_main

@@ -30,8 +30,15 @@ from workshop_lib.train.features.compile import COMPILE_MODES
 from workshop_lib.train.flags import check_positive, report_user_error
 from workshop_lib.train.metrics import MetricsWriter, summary_fields
 from workshop_lib.train.models import build_model, count_parameters, model_spec
-from workshop_lib.train.recipes import (ARGUMENTS, CALLBACKS, MODEL, AppliedRecipe, TrainerParts, apply_features,
-                                        apply_recipe)
+from workshop_lib.train.recipes import (
+    ARGUMENTS,
+    CALLBACKS,
+    MODEL,
+    AppliedRecipe,
+    TrainerParts,
+    apply_features,
+    apply_recipe,
+)
 from workshop_lib.train.runtime import Runtime, print_main, start_runtime, stop_runtime
 from workshop_lib.train.sharding import STRATEGIES, fsdp_layout, local_parameter_count, wrap_fsdp
 from workshop_lib.train.tensor_census import MemoryProbe

@@ -78,7 +78,10 @@ def nemo_home() -> Path:
 def prepare_squad(datasets_cache: Path) -> Path:
     """NeMo's prepared SQuAD files (training/validation/test.jsonl), generated when none are there."""
     from workshop_lib.train.synthetic import (
-        SYNTHETIC_TRAIN_SIZE, SYNTHETIC_VALIDATION_SIZE, generate_split, write_atomically,
+        SYNTHETIC_TRAIN_SIZE,
+        SYNTHETIC_VALIDATION_SIZE,
+        generate_split,
+        write_atomically,
     )
 
     folder = datasets_cache / "squad"
@@ -273,8 +276,8 @@ def main(argv: list[str] | None = None) -> int:
     restored = restore_numpy_aliases()
 
     import nemo
-    from nemo.collections import llm
     import nemo_run as run
+    from nemo.collections import llm
     from nemo_run.cli.api import RunContext
     from nemo_run.run.task import dryrun_fn
 

@@ -19,22 +19,39 @@ from dataclasses import replace
 from pathlib import Path
 
 from workshop_lib.book.chapter.your_runs import resolve_runs_dir, submitting_enabled
-from workshop_lib.core.errors import WorkshopError
-from workshop_lib.estimate import estimate_memory, format_estimate, setup_from_experiment
-from workshop_lib.experiments import (
-    CHAPTERS, Experiment, chapter_experiments, chapter_spec, get_experiment,
-)
-from workshop_lib.core.vocabulary import GPT, HF, GptShape
-from workshop_lib.sites.profiles import Profile, available_profiles, default_profile_name, load_profile
-from workshop_lib.runs import Run, submit_experiment
-from workshop_lib.scripts import render_script
+from workshop_lib.checks.experiment_rules import validate_experiment
 from workshop_lib.checks.findings import Finding, ValidationError
 from workshop_lib.checks.lint import lint_script
-from workshop_lib.checks.experiment_rules import validate_experiment
+from workshop_lib.core.errors import WorkshopError
+from workshop_lib.core.vocabulary import GPT, HF, GptShape
+from workshop_lib.estimate import estimate_memory, format_estimate, setup_from_experiment
+from workshop_lib.experiments import (
+    CHAPTERS,
+    Experiment,
+    chapter_experiments,
+    chapter_spec,
+    get_experiment,
+)
+from workshop_lib.runs import Run, submit_experiment
+from workshop_lib.scripts import render_script
+from workshop_lib.sites.profiles import Profile, available_profiles, default_profile_name, load_profile
 from workshop_lib.widgets import frontend
 from workshop_lib.widgets.form import (
-    _BY_NAME, _CHECKBOXES, CONTROL_NAMES, CONTROLS, MODELS, OFF, SIZES, START_ROWS, _chapter, _decode,
-    _encode, _estimate_model, _show, custom_id, custom_title,
+    _BY_NAME,
+    _CHECKBOXES,
+    CONTROL_NAMES,
+    CONTROLS,
+    MODELS,
+    OFF,
+    SIZES,
+    START_ROWS,
+    _chapter,
+    _decode,
+    _encode,
+    _estimate_model,
+    _show,
+    custom_id,
+    custom_title,
 )
 from workshop_lib.widgets.monitor import JobMonitor
 

@@ -12,7 +12,16 @@ import html
 import os
 
 from workshop_lib.jobs.states import (
-    CANCELLED, COMPLETED, COMPLETING, CONFIGURING, FAILED, NODE_FAIL, OUT_OF_MEMORY, PENDING, RUNNING, TIMEOUT,
+    CANCELLED,
+    COMPLETED,
+    COMPLETING,
+    CONFIGURING,
+    FAILED,
+    NODE_FAIL,
+    OUT_OF_MEMORY,
+    PENDING,
+    RUNNING,
+    TIMEOUT,
 )
 
 WIDGETS_VARIABLE = "WORKSHOP_WIDGETS"  # 1: always live widgets, 0: always the static fallback

@@ -23,12 +23,12 @@ from typing import Iterable
 from workshop_lib.core.durations import format_duration
 from workshop_lib.core.errors import ClusterError
 from workshop_lib.experiments import Experiment, chapter_experiments
-from workshop_lib.runs import NOT_SUBMITTED, Run, RunRecord, load_run, query_runs
+from workshop_lib.jobs import watcher
 from workshop_lib.jobs.backend import PollPolicy
 from workshop_lib.jobs.slurm_output import tail
 from workshop_lib.jobs.states import FINAL_STATES, JobInfo
-from workshop_lib.jobs import watcher
 from workshop_lib.jobs.watcher import Poll, Watch
+from workshop_lib.runs import NOT_SUBMITTED, Run, RunRecord, load_run, query_runs
 from workshop_lib.widgets import frontend
 
 MONITOR_CLASS = "workshop-job-monitor"

@@ -12,14 +12,14 @@ from __future__ import annotations
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from workshop_lib.estimate import KNOWN_CONFIGS, setup_from_experiment
-from workshop_lib.estimate.fit import nemo_setup
-from workshop_lib.experiments import CHAPTERS, chapter_experiments, get_experiment, large_gpu_experiments
-from workshop_lib.core.vocabulary import NEMO
-from workshop_lib.core.paths import REFERENCE_DIR
 from workshop_lib.book.calculator.page import MODELS, inputs_from_setup
 from workshop_lib.book.measurements.reference_files import REFERENCE_NAMES, read_reference
 from workshop_lib.book.reference.nemo_views import NEMO_RECORD_TOKENS, packs_sequences
+from workshop_lib.core.paths import REFERENCE_DIR
+from workshop_lib.core.vocabulary import NEMO
+from workshop_lib.estimate import KNOWN_CONFIGS, setup_from_experiment
+from workshop_lib.estimate.fit import nemo_setup
+from workshop_lib.experiments import CHAPTERS, chapter_experiments, get_experiment, large_gpu_experiments
 
 # Every chapter of the registry opens the calculator on its experiments (1-2: layouts; 3: ZeRO; 4: FSDP).
 PRESET_CHAPTERS = tuple(CHAPTERS)

@@ -12,13 +12,13 @@ import json
 from dataclasses import dataclass, replace
 from typing import Mapping
 
+from workshop_lib.checks.experiment_rules import validate_experiment
 from workshop_lib.core.errors import WorkshopError
+from workshop_lib.core.vocabulary import FSDP_STRATEGIES, GPT, HF, NEMO
 from workshop_lib.estimate import GIB, OFFLOADS, PRECISIONS, TrainingSetup, estimate_memory
 from workshop_lib.estimate.fit import MARGIN, FitVerdict
 from workshop_lib.estimate.report import describe_setup
 from workshop_lib.experiments import Experiment
-from workshop_lib.core.vocabulary import FSDP_STRATEGIES, GPT, HF, NEMO
-from workshop_lib.checks.experiment_rules import validate_experiment
 
 MODELS = {"bloom-560m": "BLOOM-560m", "llama-3.1-8b": "Llama 3.1 8B", "mixtral-8x7b": "Mixtral 8x7B",
           "gpt": "custom GPT (chapter 4)"}

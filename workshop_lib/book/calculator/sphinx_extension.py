@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from workshop_lib.core.errors import WorkshopError
 from workshop_lib.book.calculator.bundle import BUNDLE_FOLDER, PYODIDE_DIR, pyodide_version, write_bundle
+from workshop_lib.core.errors import WorkshopError
 
 
 def _write(app, exception) -> None:

@@ -16,11 +16,15 @@ from typing import Sequence
 
 import pandas as pd
 
-from workshop_lib.book.pages.html import as_html, display, message, scrollable, table_html
 from workshop_lib.book.chapter.selection import Selection, select
 from workshop_lib.book.chapter.your_runs import (
-    for_profile, profile_title, resolve_runs_dir, results_frame, submitting_enabled,
+    for_profile,
+    profile_title,
+    resolve_runs_dir,
+    results_frame,
+    submitting_enabled,
 )
+from workshop_lib.book.pages.html import as_html, display, message, scrollable, table_html
 from workshop_lib.book.tables import Table, tables_from_results
 from workshop_lib.core.vocabulary import DEFAULT_RECIPE
 from workshop_lib.experiments import Experiment, chapter_experiments

@@ -26,29 +26,43 @@ import pandas as pd
 
 from workshop_lib.book import figures, parts
 from workshop_lib.book.chapter.class_runs import show_class_results
+from workshop_lib.book.chapter.selection import Selection, select
+from workshop_lib.book.chapter.your_runs import (
+    chapter_results_for,
+    resolve_runs_dir,
+    show_run_table,
+    show_tables,
+    shown_path,
+    submitting_enabled,
+)
 from workshop_lib.book.figures import show_figure
 from workshop_lib.book.pages.html import as_html, display, escape, message, script_block, scrollable, text_block
 from workshop_lib.book.reference.chapter_views import (
-    reference_results, reference_shown, show_engine_scaling, show_recipe_benchmark, show_reference_tables,
+    reference_results,
+    reference_shown,
+    show_engine_scaling,
+    show_recipe_benchmark,
+    show_reference_tables,
 )
-from workshop_lib.book.chapter.selection import Selection, select
-from workshop_lib.book.chapter.your_runs import (
-    chapter_results_for, resolve_runs_dir, show_run_table, show_tables, shown_path, submitting_enabled,
-)
+from workshop_lib.checks.disk import check_disk, pending_needs
+from workshop_lib.checks.experiment_rules import validate_experiment
+from workshop_lib.checks.findings import Finding
+from workshop_lib.checks.lint import lint_script
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.core.paths import repository_root
-from workshop_lib.checks.disk import check_disk, pending_needs
-from workshop_lib.experiments import CHAPTERS, Experiment, get_experiment, summary_row
 from workshop_lib.core.vocabulary import DEFAULT_RECIPE
-from workshop_lib.sites.profiles import Profile, load_profile
+from workshop_lib.experiments import CHAPTERS, Experiment, get_experiment, summary_row
 from workshop_lib.results import COMPLETED
 from workshop_lib.runs import (
-    Run, cancel_runs, load_run, records_this_experiment, submit_experiments, wait_for_runs,
+    Run,
+    cancel_runs,
+    load_run,
+    records_this_experiment,
+    submit_experiments,
+    wait_for_runs,
 )
 from workshop_lib.scripts import render_script
-from workshop_lib.checks.experiment_rules import validate_experiment
-from workshop_lib.checks.lint import lint_script
-from workshop_lib.checks.findings import Finding
+from workshop_lib.sites.profiles import Profile, load_profile
 
 
 def chapter_header(chapter: int, profile: str, experiments, runs_dir, recipe: str = DEFAULT_RECIPE) -> Selection:

@@ -8,8 +8,8 @@ from typing import Sequence
 
 from workshop_lib.class_plan.roles import class_participant, needs_two_large_nodes, not_yours
 from workshop_lib.core.errors import WorkshopError
-from workshop_lib.experiments import Experiment, chapter_experiments, get_experiment, with_recipe
 from workshop_lib.core.vocabulary import DEFAULT_RECIPE, HF, RECIPES
+from workshop_lib.experiments import Experiment, chapter_experiments, get_experiment, with_recipe
 from workshop_lib.sites.profiles import Profile, load_profile
 
 

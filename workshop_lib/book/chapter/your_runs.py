@@ -18,17 +18,16 @@ from typing import Sequence
 
 import pandas as pd
 
+from workshop_lib.book.chapter.selection import Selection
 from workshop_lib.book.pages.html import as_html, display, explanation_block, message, scrollable, table_html
 from workshop_lib.book.reference.chapter_views import reference_results
-from workshop_lib.book.chapter.selection import Selection
 from workshop_lib.book.tables import Table, drop_unrecorded, for_stand_ins, tables_from_results
 from workshop_lib.core.paths import RUNS_VARIABLE, repository_root, runs_root
 from workshop_lib.core.vocabulary import DEFAULT_RECIPE
 from workshop_lib.experiments import Experiment
-from workshop_lib.sites.profiles import Profile
 from workshop_lib.results import COMPLETED, chapter_results, read_run, run_note, run_record
 from workshop_lib.runs import Run, explain_runs, query_runs, read_only_info
-
+from workshop_lib.sites.profiles import Profile
 
 SUBMIT_VARIABLE = "WORKSHOP_SUBMIT"
 

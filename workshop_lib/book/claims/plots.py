@@ -10,10 +10,10 @@ from typing import Callable
 
 import pandas as pd
 
-from workshop_lib.results.parse.metrics import parse_metrics
+from workshop_lib.book.measurements.series import same_series
 from workshop_lib.core.log_text import read_text
 from workshop_lib.results import COMPLETED
-from workshop_lib.book.measurements.series import same_series
+from workshop_lib.results.parse.metrics import parse_metrics
 
 
 def _figure(title: str, xlabel: str, ylabel: str):

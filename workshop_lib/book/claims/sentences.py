@@ -13,8 +13,8 @@ import math
 
 import pandas as pd
 
-from workshop_lib.book.pages.cells import is_missing
 from workshop_lib.book.measurements.series import row_engine, same_series
+from workshop_lib.book.pages.cells import is_missing
 from workshop_lib.core.vocabulary import GPT, HF, NEMO
 from workshop_lib.experiments import known_id
 from workshop_lib.results import COMPLETED
@@ -393,7 +393,7 @@ def nemo_data_parallel(results: pd.DataFrame, model: str = "llama") -> str:
         memory = (f" Every GPU holds the whole frozen model and its adapters, so the peak per GPU stays near "
                   f"{gib(min(peaks))}–{gib(max(peaks))} whatever the GPU count.")
     elif len(peaks) == len(series):
-        memory = (f" The experts are spread over the GPUs (EP = GPUs), so the peak per GPU falls with their count: "
+        memory = (" The experts are spread over the GPUs (EP = GPUs), so the peak per GPU falls with their count: "
                   + ", ".join(f"{gib(peak)} on {int(r['gpus'])}" for peak, r in zip(peaks, series)) + ".")
     plural = "s" if base["gpus"] > 1 else ""
     return (f"NeMo {base.get('nemo_version') or ''} itself, one optimizer step of the same global batch (8 records) "

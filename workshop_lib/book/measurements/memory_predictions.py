@@ -46,7 +46,12 @@ import pandas as pd
 from workshop_lib.book.pages.cells import is_missing, measured_cell
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.estimate import (
-    KNOWN_CONFIGS, MemoryEstimate, TrainingSetup, estimate_memory, model_shape, setup_from_experiment,
+    KNOWN_CONFIGS,
+    MemoryEstimate,
+    TrainingSetup,
+    estimate_memory,
+    model_shape,
+    setup_from_experiment,
 )
 
 MIB = 2**20

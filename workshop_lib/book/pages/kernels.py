@@ -12,6 +12,7 @@ kernel config drops their warning (workshop_lib.sites.lab_settings, written by `
 
 from __future__ import annotations
 
+
 def local_kernel_manager():
     """A Jupyter kernel manager whose kernels listen on IPC sockets."""
     from jupyter_client.manager import AsyncKernelManager

@@ -11,12 +11,22 @@ import pandas as pd
 
 from workshop_lib.book.plans.time_plan import CAP_SOURCE, estimate_chapter
 from workshop_lib.class_plan import (
-    DAY_TARGET_S, IBEX_4GPU, IBEX_8GPU, INVENTORY_SOURCE, ClassJobs, ClassPlan, Node, PlanError, class_jobs,
-    describe_counts, nodes_of, plan_on, smallest_reservation,
+    DAY_TARGET_S,
+    IBEX_4GPU,
+    IBEX_8GPU,
+    INVENTORY_SOURCE,
+    ClassJobs,
+    ClassPlan,
+    Node,
+    PlanError,
+    class_jobs,
+    describe_counts,
+    nodes_of,
+    plan_on,
+    smallest_reservation,
 )
 from workshop_lib.class_plan.roles import PARTICIPANT_VARIABLE
 from workshop_lib.experiments import CHAPTERS, all_experiments
-
 
 INSTRUCTOR_COLUMN = "read from the instructor's runs"
 
@@ -184,7 +194,7 @@ def day_plan_markdown(participants: int = 30, nodes_4gpu: int = 16, nodes_8gpu: 
         f"(target {target_s / 3600:g} h: {'fits' if plan.fits else 'does not fit'}); with reading, results and "
         f"questions the day is about **{day_length_min(frame) / 60:.1f} h**, breaks not counted.",
         "",
-        f"- GPU-hours of the participants' jobs: "
+        "- GPU-hours of the participants' jobs: "
         + ", ".join(f"{value:.0f} on {gpus}-GPU nodes" for gpus, value in sorted(hours.items())) + ".",
         f"- The instructor's runs, once before the day: {len(plan.instructor_jobs)} jobs, "
         + ", ".join(f"{value:.0f} GPU-hours on {gpus}-GPU nodes" for gpus, value in sorted(instructor_hours.items()))

@@ -21,19 +21,19 @@ from typing import Sequence
 
 import pandas as pd
 
-from workshop_lib.book.pages.cells import is_missing
 from workshop_lib.book.measurements.reference_files import read_reference
 from workshop_lib.book.measurements.series import choose_series
+from workshop_lib.book.pages.cells import is_missing
+
 # The per-user cap of GPUs in running jobs: one Ibex fact for the chapter plan and the class plan.
 from workshop_lib.class_plan.nodes import CAP_SOURCE, PER_USER_GPU_CAP
 from workshop_lib.core.durations import format_duration, parse_duration
 from workshop_lib.core.gpu_cards import CARDS, Card, card_of
-from workshop_lib.experiments import Experiment
-from workshop_lib.core.vocabulary import GPT, HF, NEMO
 from workshop_lib.core.paths import REFERENCE_DIR
+from workshop_lib.core.vocabulary import GPT, HF, NEMO
+from workshop_lib.experiments import Experiment
 from workshop_lib.sites.profiles import Profile, load_profile
 from workshop_lib.sites.step_cap import step_cap
-
 
 # The NeMo reference row ran under this profile's trainer.max_steps (its row records no run_settings).
 NEMO_REFERENCE_PROFILE = "gpu-workstation-nemo"

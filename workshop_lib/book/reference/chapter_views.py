@@ -10,16 +10,22 @@ from typing import Sequence
 import pandas as pd
 
 from workshop_lib.book.measurements.reference_files import read_reference
-from workshop_lib.book.pages.cells import is_missing
 from workshop_lib.book.measurements.series import (
-    Series, SeriesChoice, choose_series, record_profile, row_engine, same_series, series_provenance,
+    Series,
+    SeriesChoice,
+    choose_series,
+    record_profile,
+    row_engine,
+    same_series,
+    series_provenance,
 )
+from workshop_lib.book.pages.cells import is_missing
 from workshop_lib.book.pages.html import as_html, display, reference_missing, table_html
 from workshop_lib.book.tables import Table, drop_unrecorded, tables_from_results
-from workshop_lib.sites.profiles import load_profile
-from workshop_lib.sites.step_cap import step_cap
 from workshop_lib.core.vocabulary import NEMO
 from workshop_lib.results import COMPLETED
+from workshop_lib.sites.profiles import load_profile
+from workshop_lib.sites.step_cap import step_cap
 
 
 def reference_results(chapter: int | str) -> tuple[dict, pd.DataFrame] | None:

@@ -16,13 +16,13 @@ from pathlib import Path
 import pandas as pd
 
 from workshop_lib.book.measurements.reference_files import read_reference
+from workshop_lib.book.measurements.series import Series, card_name, series_provenance
 from workshop_lib.book.pages.cells import is_missing
 from workshop_lib.book.pages.html import scrollable
-from workshop_lib.book.measurements.series import Series, card_name, series_provenance
 from workshop_lib.book.tables.nemo import layout_text
+from workshop_lib.core.paths import REFERENCE_DIR
 from workshop_lib.estimate.fit import MARGIN, check_fit
 from workshop_lib.experiments import chapter_experiments, large_gpu_experiments
-from workshop_lib.core.paths import REFERENCE_DIR
 
 A100_GIB = 80.0  # the Ibex profile's GPUs (slurm/profiles/ibex.yml, gpu_memory_gib)
 MIB = 1024

@@ -36,8 +36,15 @@ facade. Every ratio goes through ``columns.ratio``, which refuses rows of two en
 from workshop_lib.book.tables.columns import ADDED_COLUMNS, SEED_COLUMNS, Table, ran_fixed_steps, step_time_key
 from workshop_lib.book.tables.nemo import layout_name
 from workshop_lib.book.tables.render import (
-    MODEL_NAMES, chapter_tables, drop_unrecorded, for_stand_ins, long_form, rename_models, render_tables,
-    stand_in_names, tables_from_results,
+    MODEL_NAMES,
+    chapter_tables,
+    drop_unrecorded,
+    for_stand_ins,
+    long_form,
+    rename_models,
+    render_tables,
+    stand_in_names,
+    tables_from_results,
 )
 
 __all__ = ["ADDED_COLUMNS", "MODEL_NAMES", "SEED_COLUMNS", "Table", "chapter_tables", "drop_unrecorded",

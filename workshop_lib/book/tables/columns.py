@@ -10,8 +10,8 @@ from typing import Callable
 
 import pandas as pd
 
-from workshop_lib.book.pages.cells import completed, is_missing, measured_cell
 from workshop_lib.book.measurements.series import same_series
+from workshop_lib.book.pages.cells import completed, is_missing, measured_cell
 from workshop_lib.core.durations import format_duration
 
 

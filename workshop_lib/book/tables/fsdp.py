@@ -10,9 +10,26 @@ import pandas as pd
 
 from workshop_lib.book.pages.cells import completed
 from workshop_lib.book.tables.columns import (
-    GB, GB_NOTE, TENSOR_COLUMNS, Column, Table, capped_steps, cuda_allocated_gb, field, group_records, int_field,
-    ran_fixed_steps, ratio, row_table, run_setting, samples_per_gpu, step_time_key, step_time_label, utilization,
-    utilization_note, weak_efficiency,
+    GB,
+    GB_NOTE,
+    TENSOR_COLUMNS,
+    Column,
+    Table,
+    capped_steps,
+    cuda_allocated_gb,
+    field,
+    group_records,
+    int_field,
+    ran_fixed_steps,
+    ratio,
+    row_table,
+    run_setting,
+    samples_per_gpu,
+    step_time_key,
+    step_time_label,
+    utilization,
+    utilization_note,
+    weak_efficiency,
 )
 from workshop_lib.book.tables.summary import baseline_summary, memory_prediction_table
 

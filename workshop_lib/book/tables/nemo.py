@@ -7,7 +7,16 @@ import pandas as pd
 
 from workshop_lib.book.pages.cells import completed, is_missing
 from workshop_lib.book.tables.columns import (
-    TENSOR_COLUMNS, Column, Table, field, group_records, present, ratio, row_table, total_time_hms, utilization,
+    TENSOR_COLUMNS,
+    Column,
+    Table,
+    field,
+    group_records,
+    present,
+    ratio,
+    row_table,
+    total_time_hms,
+    utilization,
     utilization_note,
 )
 

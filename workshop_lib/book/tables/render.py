@@ -19,7 +19,6 @@ from workshop_lib.core.errors import WorkshopError
 from workshop_lib.experiments import chapter_spec
 from workshop_lib.results import COMPLETED, chapter_results
 
-
 # How the text and the tables name each model of the experiments (the training registry's names as keys).
 MODEL_NAMES = {"bloom-560m": "BLOOM-560m", "llama-3.1-8b": "Llama 3.1 8B", "mixtral-8x7b": "Mixtral 8x7B"}
 

@@ -7,8 +7,8 @@ from typing import Callable
 
 import pandas as pd
 
-from workshop_lib.book.pages.cells import measured_cell
 from workshop_lib.book.measurements.memory_predictions import PREDICTION_NOTE, prediction_frame
+from workshop_lib.book.pages.cells import measured_cell
 from workshop_lib.book.tables.columns import Table, capped_steps, cuda_allocated, field, utilization
 
 

@@ -6,8 +6,20 @@ from __future__ import annotations
 import pandas as pd
 
 from workshop_lib.book.tables.columns import (
-    ALLOCATED_COLUMN, TENSOR_COLUMNS, Column, Table, field, group_records, metric_table, ratio, row_table,
-    step_time_key, step_time_label, utilization, utilization_note, weak_efficiency,
+    ALLOCATED_COLUMN,
+    TENSOR_COLUMNS,
+    Column,
+    Table,
+    field,
+    group_records,
+    metric_table,
+    ratio,
+    row_table,
+    step_time_key,
+    step_time_label,
+    utilization,
+    utilization_note,
+    weak_efficiency,
 )
 from workshop_lib.book.tables.summary import baseline_summary, memory_prediction_table
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from workshop_lib.core.metrics_schema import EVAL_FIELDS, PER_RANK_ENTRIES, STEP_FIELDS, SUMMARY_FIELDS
 from workshop_lib.core.log_text import LogProblem, SkippedLines, is_number, log_lines, to_float
+from workshop_lib.core.metrics_schema import EVAL_FIELDS, PER_RANK_ENTRIES, STEP_FIELDS, SUMMARY_FIELDS
 
 
 @dataclass(frozen=True)

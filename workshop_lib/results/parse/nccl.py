@@ -13,7 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from workshop_lib.core.log_text import (
-    LogProblem, SkippedLines, UnreadableLog, is_number, log_lines, read_text, to_float,
+    LogProblem,
+    SkippedLines,
+    UnreadableLog,
+    is_number,
+    log_lines,
+    read_text,
+    to_float,
 )
 
 _AVERAGE = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(?P<value>\S+)")
