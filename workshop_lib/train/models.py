@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from workshop_lib.core.errors import WorkshopError
+from workshop_lib.core.vocabulary import HUB_CHECKPOINTS
 
 TINY_VOCAB = 512  # matches the locally trained tokenizer
 
@@ -56,13 +57,13 @@ class ModelSpec:
 _LLAMA_ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
 
 REGISTRY: dict[str, ModelSpec] = {spec.name: spec for spec in [
-    ModelSpec("bloom-560m", "bloom", "bigscience/bloom-560m",
+    ModelSpec("bloom-560m", "bloom", HUB_CHECKPOINTS["bloom-560m"],
               lambda: _bloom(hidden_size=1024, n_layer=24, n_head=16, vocab_size=250880),
               "BloomBlock", ("query_key_value", "dense")),
     ModelSpec("tiny-bloom", "bloom", None,
               lambda: _bloom(hidden_size=64, n_layer=2, n_head=4, vocab_size=TINY_VOCAB),
               "BloomBlock", ("query_key_value", "dense")),
-    ModelSpec("llama-3.1-8b", "llama", "meta-llama/Llama-3.1-8B",
+    ModelSpec("llama-3.1-8b", "llama", HUB_CHECKPOINTS["llama-3.1-8b"],
               lambda: _llama(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
                              num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
                              max_position_embeddings=131072, rope_theta=500000.0),
@@ -72,7 +73,7 @@ REGISTRY: dict[str, ModelSpec] = {spec.name: spec for spec in [
                              num_attention_heads=4, num_key_value_heads=4, vocab_size=TINY_VOCAB,
                              max_position_embeddings=1024),
               "LlamaDecoderLayer", _LLAMA_ATTENTION),
-    ModelSpec("mixtral-8x7b", "mixtral", "mistralai/Mixtral-8x7B-v0.1",
+    ModelSpec("mixtral-8x7b", "mixtral", HUB_CHECKPOINTS["mixtral-8x7b"],
               lambda: _mixtral(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
                                num_attention_heads=32, num_key_value_heads=8, num_local_experts=8,
                                num_experts_per_tok=2, vocab_size=32000),
