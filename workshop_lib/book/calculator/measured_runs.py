@@ -20,6 +20,7 @@ from workshop_lib.core.vocabulary import NEMO
 from workshop_lib.estimate import KNOWN_CONFIGS, setup_from_experiment
 from workshop_lib.estimate.fit import nemo_setup
 from workshop_lib.experiments import CHAPTERS, chapter_experiments, get_experiment, large_gpu_experiments
+from workshop_lib.jobs.states import COMPLETED
 
 # Every chapter of the registry opens the calculator on its experiments (1-2: layouts; 3: ZeRO; 4: FSDP).
 PRESET_CHAPTERS = tuple(CHAPTERS)
@@ -96,7 +97,7 @@ def reference_runs(folder: Path = REFERENCE_DIR) -> list[dict]:
         if stored is None:
             continue
         for row in stored.results:
-            if row.get("state") != "COMPLETED":
+            if row.get("state") != COMPLETED:
                 continue
             model, setup = _setup_of_row(row)
             calculator_model = _known_model(model) if model is not None else None

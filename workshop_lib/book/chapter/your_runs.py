@@ -25,6 +25,7 @@ from workshop_lib.book.tables import Table, drop_unrecorded, for_stand_ins, tabl
 from workshop_lib.core.paths import RUNS_VARIABLE, repository_root, runs_root
 from workshop_lib.core.vocabulary import DEFAULT_RECIPE
 from workshop_lib.experiments import Experiment
+from workshop_lib.jobs.states import DAMAGED, NOT_SUBMITTED
 from workshop_lib.results import COMPLETED, chapter_results, read_run, run_note, run_record
 from workshop_lib.runs import Run, explain_runs, query_runs, read_only_info
 from workshop_lib.sites.profiles import Profile
@@ -82,7 +83,7 @@ def show_run_table(runs: Sequence[Run], read_only: bool = False) -> pd.DataFrame
     for run in runs:
         if run.damage:
             message(run.damage, "error")
-    active = [info for info in infos if not info.finished and info.state not in ("NOT SUBMITTED", "DAMAGED")]
+    active = [info for info in infos if not info.finished and info.state not in (NOT_SUBMITTED, DAMAGED)]
     if failed:
         message(f"{len(failed)} run(s) ended without completing: why is shown above. Fix the cause and re-run this "
                 "cell: those runs are submitted again, completed ones are reused.", "error")

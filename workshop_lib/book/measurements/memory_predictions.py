@@ -53,6 +53,7 @@ from workshop_lib.estimate import (
     model_shape,
     setup_from_experiment,
 )
+from workshop_lib.jobs.states import COMPLETED
 
 MIB = 2**20
 GOAL_MODEL_STATES = 0.15
@@ -200,7 +201,7 @@ def prediction_frame(results: pd.DataFrame, reference_id: str) -> pd.DataFrame:
     records = results.to_dict("records")
     reference = next((r for r in records if r["id"] == reference_id), None)
     reference_estimate = predict_record(reference) if reference else None
-    reference_peak, reference_kind = (_measured_peak(reference) if reference and reference.get("state") == "COMPLETED"
+    reference_peak, reference_kind = (_measured_peak(reference) if reference and reference.get("state") == COMPLETED
                                       else (None, None))
     rows = []
     for record in records:

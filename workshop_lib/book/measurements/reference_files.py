@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workshop_lib.core.paths import REFERENCE_DIR
+from workshop_lib.jobs.states import COMPLETED
 
 # The files the book reads, by name: chapter<N>.json for each chapter, and the engine-scaling benchmark.
 REFERENCE_NAMES = ("chapter1", "chapter2", "chapter3", "chapter4", "engine_scaling")
@@ -42,7 +43,7 @@ class ReferenceFile:
         return self.document.get("profile")
 
     def completed(self) -> list[dict]:
-        return [row for row in self.results if row.get("state") == "COMPLETED"]
+        return [row for row in self.results if row.get("state") == COMPLETED]
 
 
 def reference_name(chapter: int | str) -> str:

@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.core.gpu_cards import CARDS
 from workshop_lib.core.vocabulary import NEMO
-
-COMPLETED = "COMPLETED"  # results.COMPLETED, restated to keep this module free of the results package
+from workshop_lib.jobs.states import COMPLETED
 
 
 class MixedSeriesError(WorkshopError):

@@ -23,6 +23,7 @@ from workshop_lib.book.tables.nemo import layout_text
 from workshop_lib.core.paths import REFERENCE_DIR
 from workshop_lib.estimate.fit import MARGIN, check_fit
 from workshop_lib.experiments import chapter_experiments, large_gpu_experiments
+from workshop_lib.jobs.states import COMPLETED
 
 A100_GIB = 80.0  # the Ibex profile's GPUs (slurm/profiles/ibex.yml, gpu_memory_gib)
 MIB = 1024
@@ -58,7 +59,7 @@ def measured_results(chapter: int, folder: Path = REFERENCE_DIR,
 
 
 def _completed(row: dict | None) -> bool:
-    return bool(row) and row.get("state") == "COMPLETED"
+    return bool(row) and row.get("state") == COMPLETED
 
 
 def engine_comparisons(chapter: int, folder: Path = REFERENCE_DIR) -> list[dict]:
