@@ -7,6 +7,7 @@ import json
 
 import pandas as pd
 import pytest
+from repo_paths import REPO
 
 from workshop_lib.book.measurements.series import MixedSeriesError, Series, choose_series, same_series
 from workshop_lib.experiments import get_experiment
@@ -187,7 +188,6 @@ def test_the_reference_files_have_one_reader(tmp_path):
     """book/reference/*.json is parsed in one place (book.measurements.reference_files): a single provenance
     record reads as a list, a missing file as None, and the views read through it, so they agree."""
     import ast
-    from pathlib import Path
 
     from workshop_lib.book.measurements.reference_files import read_reference
     from workshop_lib.book.plans.time_plan import reference_data
@@ -204,7 +204,7 @@ def test_the_reference_files_have_one_reader(tmp_path):
                                                                   "reference_profile": "tiny"}])
     assert measured_results(9, tmp_path, "nemo") == ([{"torch": "2.5"}], {"b": stored.results[1]})
 
-    book = Path(__file__).resolve().parents[1] / "workshop_lib" / "book"
+    book = REPO / "workshop_lib" / "book"
     readers = []
     for path in book.rglob("*.py"):
         tree = ast.parse(path.read_text())
