@@ -20,7 +20,7 @@ if str(Path(__file__).resolve().parent) not in sys.path:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 _SESSION: dict[str, object] = {}
-_VARIABLES = ("WORKSHOP_RUNS_DIR", "WORKSHOP_STATE_DIR", "SLURM_CONF")
+_VARIABLES = ("WORKSHOP_RUNS_DIR", "WORKSHOP_STATE_DIR", "SLURM_CONF", "WORKSHOP_SLURM_PORT_BASE")
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -32,6 +32,12 @@ def outside_the_checkout(tmp_path_factory):
     saved = {name: os.environ.get(name) for name in _VARIABLES}
     running = LocalCluster()  # where `workshop cluster up` keeps it: reuse a cluster that already runs there
     _SESSION["cluster_state"] = running.state if running.status().running else base / "state" / "slurm"
+    if not running.status().running and "WORKSHOP_SLURM_PORT_BASE" not in os.environ:
+        # A session cluster of its own takes loopback ports nothing listens on: another checkout's cluster (a
+        # `make demo` running beside `make test`) holds the default ones. Jobs and notebooks inherit the choice.
+        from workshop_lib.jobs.local_cluster import Ports
+
+        os.environ["WORKSHOP_SLURM_PORT_BASE"] = str(Ports.first_free().base)
     os.environ["WORKSHOP_RUNS_DIR"] = str(base / "runs")
     os.environ["WORKSHOP_STATE_DIR"] = str(base / "state")
     before = _users_own_files()

@@ -98,3 +98,16 @@ def test_two_cluster_ups_at_once_start_one_cluster_and_down_stops_it_all(tmp_pat
     for pid in left:  # a daemon `down` did not know of: stopped here, so that a failure leaks nothing
         os.kill(pid, 9)
     assert left == {}
+
+
+@pytest.mark.cluster
+def test_a_test_session_beside_another_clusters_ports_takes_the_next_free_range():
+    """`make test` in one checkout while `make demo`'s cluster of another holds the default ports."""
+    ports = Ports(35817)
+    with socket.socket() as squatter:
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        squatter.bind(("127.0.0.1", ports.mariadb))
+        squatter.listen()
+        chosen = Ports.first_free(nodes=2, start=35817)
+    assert chosen.base == 36817
+    assert Ports.first_free(nodes=2, start=35817).base == 35817  # free again once the other cluster stops

@@ -91,6 +91,19 @@ class Ports:
     def slurmd(self, node_index: int) -> int:
         return self.slurmd_first + node_index
 
+    def all(self, nodes: int) -> tuple[int, ...]:
+        return (self.slurmctld, self.slurmdbd, self.mariadb, *(self.slurmd(index) for index in range(nodes)))
+
+    @classmethod
+    def first_free(cls, nodes: int = 2, start: int = 16817, step: int = 1000, tries: int = 40) -> "Ports":
+        """The first base from `start` (in steps of `step`) whose ports nothing listens on: a second checkout's
+        test session beside another's running cluster (`make demo` in a second clone) takes the next range."""
+        for base in range(start, start + step * tries, step):
+            if base + 10 + nodes <= 65000 and not any(_port_open(port) for port in cls(base).all(nodes)):
+                return cls(base)
+        raise ClusterError(f"no free range of loopback ports for a local cluster from {start} on (tried {tries}); "
+                           "stop other local clusters (`workshop cluster down` in their checkouts)")
+
     @classmethod
     def from_environment(cls) -> "Ports":
         value = os.environ.get("WORKSHOP_SLURM_PORT_BASE", "16817")
