@@ -74,7 +74,7 @@ CLAIMS = {3: ["zero_one_gpu", "zero_weak_scaling", "losses_differ", "zero_two_gp
 CHAPTER_MODULES = ["workshop_lib.book.chapter.facade", "workshop_lib.book.reference.chapter_views",
                    "workshop_lib.book.chapter.your_runs",
                    "workshop_lib.notebook", "workshop_lib.book.chapter", "workshop_lib.book.reference",
-                   "workshop_lib.book.your_runs", "workshop_lib.book.figures"]
+                   "workshop_lib.book.your_runs", "workshop_lib.book.figures", "workshop_lib.book.claims.figures"]
 
 
 class _ChapterApi:

@@ -9,8 +9,9 @@ import matplotlib
 import pytest
 from repo_paths import REPO
 
-from workshop_lib.book import figures, parts
+from workshop_lib.book import parts
 from workshop_lib.book.chapter import facade as nb
+from workshop_lib.book.claims import figures
 from workshop_lib.book.reference.chapter_views import reference_results, reference_shown
 from workshop_lib.book.tables import tables_from_results
 from workshop_lib.core.errors import WorkshopError

@@ -155,8 +155,8 @@ def test_show_results_puts_the_reference_first_then_your_runs_by_profile(tmp_pat
 
     import matplotlib
 
-    from workshop_lib.book import figures
     from workshop_lib.book.chapter import facade as nb
+    from workshop_lib.book.claims import figures
     from workshop_lib.results import chapter as results_module
 
     matplotlib.use("Agg")

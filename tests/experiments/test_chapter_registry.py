@@ -13,8 +13,9 @@ import pytest
 import yaml
 from repo_paths import REPO
 
-from workshop_lib.book import figures, parts
+from workshop_lib.book import parts
 from workshop_lib.book.calculator.measured_runs import PRESET_CHAPTERS, chapter_presets
+from workshop_lib.book.claims import figures
 from workshop_lib.book.claims import sentences as claims
 from workshop_lib.book.tables import render
 from workshop_lib.cli.main import build_parser

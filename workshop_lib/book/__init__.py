@@ -4,8 +4,8 @@
     measurements/  a measured row's series (one engine on one kind of card) and the memory predictions beside it
     tables/        the seed tables and the added columns, filled from a results frame
     reference/     the views of book/reference/*.json: chapter tables with provenance, NeMo layouts, benchmarks
-    claims/        what the data says: generated sentences and matplotlib plots
-    figures.py     the figures of a chapter's parts; parts.py: each chapter's parts, declared as data
+    claims/        what the data says: generated sentences, matplotlib plots and the figures of a chapter's parts
+    parts.py       each chapter's parts (tables and figures), declared as data
     plans/         how long the chapters take (time plan) and the class day plan
     calculator/    the book's memory calculator (runs in the browser)
     chapter/       the notebooks' facade (``from workshop_lib.book.chapter import facade as nb``), the

@@ -1,5 +1,5 @@
 """Each chapter's parts, declared as data: the key a notebook passes to ``nb.show_results(selection, [key])``,
-the tables it shows (``Table.key`` of `book.tables`) and the builders of its figures (`book.figures`).
+the tables it shows (``Table.key`` of `book.tables`) and the builders of its figures (`book.claims.figures`).
 
 One declaration serves the notebooks, the tables and the figures, so a misspelt key is an error that names the
 chapter's parts instead of a silent "No reference measurement". Parts are listed in the chapter's order; their
@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from workshop_lib.book import figures
-from workshop_lib.book.figures import FigureBuilder
+from workshop_lib.book.claims import figures
+from workshop_lib.book.claims.figures import FigureBuilder
 from workshop_lib.core.errors import WorkshopError
 from workshop_lib.experiments import chapter_spec
 

@@ -24,7 +24,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from workshop_lib.book import figures, parts
+from workshop_lib.book import parts
 from workshop_lib.book.chapter.class_runs import show_class_results
 from workshop_lib.book.chapter.selection import Selection, select
 from workshop_lib.book.chapter.your_runs import (
@@ -35,7 +35,8 @@ from workshop_lib.book.chapter.your_runs import (
     shown_path,
     submitting_enabled,
 )
-from workshop_lib.book.figures import show_figure
+from workshop_lib.book.claims import figures
+from workshop_lib.book.claims.figures import show_figure
 from workshop_lib.book.pages.html import as_html, display, escape, message, script_block, scrollable, text_block
 from workshop_lib.book.reference.chapter_views import (
     reference_results,
