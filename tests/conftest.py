@@ -123,7 +123,28 @@ _SKIP_REMEDIES = (
 )
 
 
+# Seconds and tests by tier, so a full run (CI's `make test`) also states what `make test-fast` would take.
+_TIER_MARKERS = ("slow", "cluster", "train")
+_TIERS: dict[str, list] = {"fast": [set(), 0.0], "slow, cluster or train": [set(), 0.0]}
+
+
+def pytest_runtest_logreport(report):
+    tier = _TIERS["slow, cluster or train" if any(m in report.keywords for m in _TIER_MARKERS) else "fast"]
+    tier[0].add(report.nodeid)
+    tier[1] += report.duration
+
+
+def _report_tiers(terminalreporter) -> None:
+    if not _TIERS["fast"][0]:
+        return
+    terminalreporter.section("time by tier")
+    for name, (tests, seconds) in _TIERS.items():
+        terminalreporter.write_line(f"{name:>24}: {len(tests):5d} tests, {seconds:7.0f} s of setup, call and "
+                                    "teardown")
+
+
 def pytest_terminal_summary(terminalreporter):
+    _report_tiers(terminalreporter)
     skipped = terminalreporter.stats.get("skipped", [])
     if not skipped:
         return
