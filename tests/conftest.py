@@ -30,9 +30,10 @@ def outside_the_checkout(tmp_path_factory):
 
     base = tmp_path_factory.mktemp("workshop")
     saved = {name: os.environ.get(name) for name in _VARIABLES}
-    running = LocalCluster()  # where `workshop cluster up` keeps it: reuse a cluster that already runs there
-    _SESSION["cluster_state"] = running.state if running.status().running else base / "state" / "slurm"
-    if not running.status().running and "WORKSHOP_SLURM_PORT_BASE" not in os.environ:
+    users_cluster = LocalCluster()  # where `workshop cluster up` keeps it: reuse a cluster that already runs there
+    reuse = users_cluster.status().running
+    _SESSION["cluster_state"] = users_cluster.state if reuse else base / "state" / "slurm"
+    if not reuse and "WORKSHOP_SLURM_PORT_BASE" not in os.environ:
         # A session cluster of its own takes loopback ports nothing listens on: another checkout's cluster (a
         # `make demo` running beside `make test`) holds the default ones. Jobs and notebooks inherit the choice.
         from workshop_lib.jobs.local_cluster import Ports

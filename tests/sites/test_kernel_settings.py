@@ -16,13 +16,12 @@ from workshop_lib.sites.lab_settings import KERNEL_CONFIG, install_kernel_config
 WARNING = "running over TCP without encryption"
 
 
-def _kernel_stderr(tmp_path, config: str | None) -> str:
+def _kernel_stderr(tmp_path, config: str) -> str:
     profile = tmp_path / "ipython" / "profile_default"
     profile.mkdir(parents=True)
-    if config is not None:
-        # The filter, and one warning of the kernel's own logger that must still come through.
-        (profile / "ipython_kernel_config.py").write_text(
-            config + '\nlogging.getLogger("IPKernelApp").warning("workshop: another warning")\n')
+    # The config under test, and one warning of the kernel's own logger that must still come through.
+    (profile / "ipython_kernel_config.py").write_text(
+        config + '\nlogging.getLogger("IPKernelApp").warning("workshop: another warning")\n')
     stderr = tmp_path / "kernel.err"
     manager = KernelManager(kernel_cmd=[sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"])
     with stderr.open("w") as sink:
