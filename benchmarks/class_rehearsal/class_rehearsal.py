@@ -64,7 +64,8 @@ try:
                                "wait_timeout_s": 900}, kernel_name="python3", language="python",
                                cwd=str(Path(runs_dir).parent), progress_bar=False)
 except Exception as failure:
-    error = f"{type(failure).__name__}: {failure}"[:2000]
+    text = f"{type(failure).__name__}: {failure}"
+    error = text if len(text) <= 4000 else text[:1000] + " … " + text[-3000:]  # the end names the exception
 Path(done).write_text(json.dumps({"started": started, "ended": time.time(), "error": error}))
 """
 

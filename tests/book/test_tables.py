@@ -256,3 +256,18 @@ def test_time_scaling_above_the_gpu_ratio_is_called_warm_up(tmp_path):
     _nemo_run(tmp_path / "even" / "lora/llama/1-gpu", "00:09:55", "h200x2_nounits.csv", 103)
     _nemo_run(tmp_path / "even" / "lora/llama/2-gpus", "00:05:00", "h200x2_units.csv", 104)  # 1.98x: below ideal
     assert "above the GPU ratio" not in chapter_tables(1, tmp_path / "even")[0].note
+
+
+def test_a_job_shorter_than_the_footers_second_leaves_the_table_whole(tmp_path):
+    # The footer counts whole seconds: a rehearsal job of 0.7 s reads 00:00:00 (a class rehearsal's notebook
+    # failed on the division by it). Its ratio cells stay empty; nothing divides by zero.
+    runs = tmp_path / "runs"
+    _nemo_run(runs / "lora/llama/1-gpu", "00:00:02", "h200x2_nounits.csv", 101)
+    _nemo_run(runs / "lora/llama/2-gpus", "00:00:00", "h200x2_units.csv", 102)
+    table = chapter_tables(1, runs)[0]
+    two = table.frame.to_dict("records")[1]
+    assert two["Total job time (HH:MM:SS)"] == "00:00:00" and two["Time scaling vs 1 GPU"] == "n/a"
+    assert "above the GPU ratio" not in table.note
+    _nemo_run(tmp_path / "base" / "lora/llama/1-gpu", "00:00:00", "h200x2_nounits.csv", 103)
+    _nemo_run(tmp_path / "base" / "lora/llama/2-gpus", "00:00:01", "h200x2_units.csv", 104)
+    assert "above the GPU ratio" not in chapter_tables(1, tmp_path / "base")[0].note

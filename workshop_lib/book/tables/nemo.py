@@ -162,14 +162,18 @@ def _baseline_note(records: list[dict], layout: bool = False) -> str:
     return text + step
 
 
+def _timed(record: dict) -> bool:
+    """A total job time to divide by: the footer counts whole seconds, so a job shorter than one reads 0."""
+    return present(record, "total_time_s") and record["total_time_s"] > 0
+
+
 def _above_ideal_note(records: list[dict]) -> str:
     """Where the time scaling beats the GPU ratio, which more GPUs cannot do: say what it is."""
     base = scaling_baseline(records)
-    if base is None:
+    if base is None or not _timed(base):
         return ""
-    above = [r for r in records if completed(r) and r is not base and r["gpus"] != base["gpus"]
-             and present(r, "total_time_s")
-             and present(base, "total_time_s") and base["total_time_s"] / r["total_time_s"] > r["gpus"] / base["gpus"]]
+    above = [r for r in records if completed(r) and r is not base and r["gpus"] != base["gpus"] and _timed(r)
+             and base["total_time_s"] / r["total_time_s"] > r["gpus"] / base["gpus"]]
     if not above:
         return ""
     named = ", ".join(f"{r['id']} ({base['total_time_s'] / r['total_time_s']:.2f} on {r['gpus'] / base['gpus']:g}x the "
