@@ -113,7 +113,10 @@ def test_tiny_realises_nemo_rows_with_the_stand_in_engines():
     lora = render_script(get_experiment("lora/llama/2-gpus"), "tiny")
     assert "-m workshop_lib.train.lora" in lora and "--model tiny-llama" in lora and "nemo llm" not in lora
     assert "--lora-rank 8" in lora and "--lora-targets linear_qkv,linear_proj,linear_fc1,linear_fc2" in lora
-    assert "--micro-batch 1" in lora and "--max-length 2048" in lora  # NeMo's resolved recipe
+    # NeMo's resolved recipe, its 2048 tokens capped by the profile's training.max_length on CPUs; one thread each.
+    assert "--micro-batch 1" in lora and "--max-length 512" in lora and "export OMP_NUM_THREADS=1" in lora
+    at_shape = render_script(get_experiment("lora/llama/2-gpus"), "gpu-workstation")  # the GPUs' stand-in rows
+    assert "--max-length 2048" in at_shape and "OMP_NUM_THREADS" not in at_shape
     one_node = dataclasses.replace(get_experiment("model-parallel/mixtral/tp2-pp4-ep2-sp"), nodes=1,
                                    gpus_per_node=4, pipeline_parallel=1)
     parallel = render_script(one_node, "tiny")

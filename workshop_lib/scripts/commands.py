@@ -154,7 +154,7 @@ def training_arguments(experiment: Experiment, profile: Profile, deepspeed_confi
     if experiment.epochs is not None:
         arguments += ["--epochs", str(experiment.epochs)]
     if experiment.engine == NEMO:
-        arguments += _nemo_stand_in_arguments(experiment)
+        arguments += _nemo_stand_in_arguments(experiment, profile)
     elif experiment.engine == HF:
         arguments += _hf_arguments(experiment, profile, deepspeed_config)
     elif experiment.engine == GPT:
@@ -168,14 +168,15 @@ def _entry_point(experiment: Experiment) -> str:
     return experiment.engine
 
 
-def _nemo_stand_in_arguments(experiment: Experiment) -> list[str]:
+def _nemo_stand_in_arguments(experiment: Experiment, profile: Profile) -> list[str]:
     # Off a NeMo site, the LoRA and tensor/expert-parallel engines stand in for NeMo Factory, with the
     # recipe NeMo resolved for the same experiment (book/reference/nemo/resolved.json, `make nemo-check`).
     from workshop_lib.core.reference import recipe_for
 
     recipe = recipe_for(experiment.id)
     arguments = ["--global-batch", str(recipe["global_batch"]), "--micro-batch", str(recipe["micro_batch"]),
-                 "--max-length", str(recipe["seq_length"]), "--learning-rate", str(recipe["learning_rate"]),
+                 "--max-length", str(_smallest(recipe["seq_length"], profile.training.max_length)),
+                 "--learning-rate", str(recipe["learning_rate"]),
                  "--warmup-steps", str(recipe["warmup_steps"]), "--weight-decay", str(recipe["weight_decay"]),
                  "--adam-beta2", str(recipe["adam_beta2"]), "--clip-grad", str(recipe["clip_grad"])]
     if experiment.peft == "lora":

@@ -95,6 +95,11 @@ class TrainingSetup:
     precision: str | None = None
     max_steps: int | None = None
     eval_samples: int | None = None
+    # Tokens per sample at most, below the recipe's (NeMo's 2048): every sample is padded to it, so CPUs
+    # standing in for GPUs train at the length chapters 3-4 use (512) instead of four times that.
+    max_length: int | None = None
+    # Set: OMP_NUM_THREADS of every training process (CPU stand-ins share one machine's cores); None: torch's own.
+    threads_per_process: int | None = None
     gpt_shape: dict[str, int] = field(default_factory=dict)
     # Build the real architecture from its config with random weights: no hub download needed
     # (throughput and memory are the real model's; the loss means nothing).

@@ -96,6 +96,8 @@ RULES: dict[str, Rule] = {
     "training.precision": Rule("one of fp32, fp16, bf16", choices=("fp32", "fp16", "bf16")),
     "training.max_steps": COUNT,
     "training.eval_samples": COUNT,
+    "training.max_length": COUNT,
+    "training.threads_per_process": Rule("threads, 1 to 256", minimum=1, maximum=256),
     "training.gpt_shape.*": COUNT,
     "training.gpt_shape.<key>": Rule("one of hidden, heads, ffn, vocab, seq_len, layers",
                                      choices=("hidden", "heads", "ffn", "vocab", "seq_len", "layers")),
