@@ -80,6 +80,12 @@ def _build(executed: ExecutedChapters, output: Path) -> BuiltBook:
     return BuiltBook(html_dir, before, after)
 
 
+def executed_so_far() -> ExecutedChapters | None:
+    """The chapters this test process has already executed, or None: for tests that can read runs the session
+    already has instead of training the same experiments again."""
+    return _MEMO.get("executed")
+
+
 @pytest.fixture(scope="session")
 def executed_chapters(local_cluster, progress_line, tmp_path_factory) -> ExecutedChapters:
     """Every chapter notebook executed once with papermill (tiny profile)."""
