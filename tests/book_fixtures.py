@@ -49,8 +49,8 @@ def _need_book_tools() -> None:
 
 
 def _execute_all(output_dir: Path, say) -> ExecutedChapters:
-    """Every chapter, with a line as each starts and ends and as each of its jobs moves on: this takes most of
-    `make test`'s time (about 40 minutes on 2 cores), which pytest's dots would spend in silence."""
+    """Every chapter, with a line as each starts and ends and as each of its jobs moves on: this is the largest part of
+    `make test`'s time (about 21 minutes on 2 cores), which pytest's dots would spend in silence."""
     from workshop_lib.book.chapter.your_runs import resolve_runs_dir
     from workshop_lib.cli.demo import chapter_notebooks, execute_and_account
 
