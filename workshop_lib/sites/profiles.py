@@ -95,8 +95,8 @@ class TrainingSetup:
     precision: str | None = None
     max_steps: int | None = None
     eval_samples: int | None = None
-    # Tokens per sample at most, below the recipe's (NeMo's 2048): every sample is padded to it, so CPUs
-    # standing in for GPUs train at the length chapters 3-4 use (512) instead of four times that.
+    # Caps the NeMo stand-ins' tokens per sample (their recipe says 2048 and pads every sample to it), so CPUs
+    # train at the length chapters 3-4 already use (512). HF and GPT jobs take theirs from the experiment.
     max_length: int | None = None
     # Set: OMP_NUM_THREADS of every training process (CPU stand-ins share one machine's cores); None: torch's own.
     threads_per_process: int | None = None
